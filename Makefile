@@ -1,0 +1,51 @@
+# PGXS build of the idempotency extension (C++17).
+#   make && make install     build and install into the server found by pg_config
+#   make installcheck        pg_regress (sql/, expected/) and isolation specs
+#                            (tests/isolation) against a running server
+EXTENSION  = idempotency
+EXTVERSION = 0.2.0
+# Releases in order; the first has a full script, each later one an upgrade script.
+RELEASES   = 0.1.0 0.2.0
+
+MODULE_big = idempotency
+OBJS = src/extension/module.o \
+       src/extension/jcs_sql.o \
+       src/extension/protocol.o \
+       src/core/jcs.o \
+       src/core/fingerprint.o
+
+# The install script of the current release is the first release's script
+# followed by every upgrade script in order, so a fresh install and an upgraded
+# one run the same statements (released scripts are frozen in extension/).
+UPGRADE_SCRIPTS = $(shell set -- $(RELEASES); prev=$$1; shift; for v; do echo extension/$(EXTENSION)--$$prev--$$v.sql; prev=$$v; done)
+DATA_built = build/$(EXTENSION)--$(EXTVERSION).sql
+DATA = extension/$(EXTENSION)--$(firstword $(RELEASES)).sql $(UPGRADE_SCRIPTS)
+EXTRA_CLEAN = build
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+
+PG_CONFIG ?= pg_config
+PG_CPPFLAGS += -I$(srcdir)/src/core -I$(srcdir)/src/extension
+# PostgreSQL headers still say `register`, which C++17 removed.
+PG_CXXFLAGS += -std=c++17 -Wno-register -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+ifeq ($(WERROR),1)
+PG_CXXFLAGS += -Werror
+endif
+SHLIB_LINK += -lstdc++ -lcrypto
+
+# Debian's server is built with LLVM; we ship no bitcode for JIT inlining.
+override with_llvm := no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# PGXS installs the control file from the top folder; ours lives in extension/.
+$(EXTENSION).control: extension/$(EXTENSION).control Makefile
+	sed "s/^default_version = .*/default_version = '$(EXTVERSION)'/" $< > $@
+all: $(EXTENSION).control
+EXTRA_CLEAN += $(EXTENSION).control
+
+build/$(EXTENSION)--$(EXTVERSION).sql: extension/$(EXTENSION)--$(firstword $(RELEASES)).sql $(UPGRADE_SCRIPTS) Makefile
+	@mkdir -p build
+	{ cat $<; for f in $(UPGRADE_SCRIPTS); do echo; grep -v '^\\echo ' $$f; done; } > $@

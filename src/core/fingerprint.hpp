@@ -1,0 +1,60 @@
+// Request fingerprints: SHA-256 over the method, the path and the canonical body.
+//
+// Shared core: no PostgreSQL headers. The SQL function idempotency.fingerprint
+// and the client library both call fingerprint() so a client can send either
+// the body or the digest and get the same key comparison.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jcs.hpp"
+
+namespace idem::core {
+
+/// A SHA-256 digest.
+using Digest = std::array<unsigned char, 32>;
+
+/// SHA-256 of `data` (OpenSSL EVP). Throws std::runtime_error if OpenSSL fails.
+Digest sha256(std::string_view data);
+
+/// Lower-case hexadecimal form of a digest (64 characters).
+std::string to_hex(const Digest& digest);
+
+/// Thrown for a method or path that cannot be fingerprinted unambiguously.
+class InvalidRequest : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+/// Throws InvalidRequest unless `method` is a non-empty HTTP token (RFC 9110
+/// tchar); a newline in it would make two requests share a digest.
+void check_method(std::string_view method);
+
+/// Throws InvalidRequest if `path` holds a line feed (the field separator).
+void check_path(std::string_view path);
+
+/// The body that enters the digest: the RFC 8785 form when `body` is a JSON
+/// document that canonicalizes (valid UTF-8, no duplicate names, numbers in
+/// range), the raw bytes otherwise, and empty for an absent or empty body.
+/// Members named by `exclude` are removed first (JSON bodies only).
+///
+/// A JSON body nested deeper than options.max_depth throws JsonException
+/// rather than falling back to raw bytes: the digest must never depend on a
+/// configured limit.
+std::string canonical_body(std::optional<std::string_view> body,
+                           const std::vector<JsonPointer>& exclude = {},
+                           const CanonicalizeOptions& options = {});
+
+/// SHA-256( upper(method) || '\n' || path || '\n' || canonical_body(body) ).
+/// Throws InvalidRequest for a bad method or path (see check_method, check_path).
+Digest fingerprint(std::string_view method, std::string_view path,
+                   std::optional<std::string_view> body,
+                   const std::vector<JsonPointer>& exclude = {},
+                   const CanonicalizeOptions& options = {});
+
+}  // namespace idem::core

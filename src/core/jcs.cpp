@@ -1,0 +1,797 @@
+// RFC 8785 canonicalizer.
+//
+// Design: one pass builds a flat tree (a vector of nodes in document order,
+// each container knowing where its subtree ends), then a second pass writes the
+// canonical form with an explicit stack. Neither pass recurses, so the depth of
+// the input is bounded only by CanonicalizeOptions::max_depth and never by the
+// C stack. Strings without escapes and numbers already in canonical form are
+// not copied while parsing: their nodes point into the input.
+#include "jcs.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fast_float/fast_float.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace idem::core {
+
+const char* describe(JsonErrc code) noexcept {
+    switch (code) {
+        case JsonErrc::none: return "no error";
+        case JsonErrc::syntax: return "invalid JSON";
+        case JsonErrc::invalid_utf8: return "invalid UTF-8";
+        case JsonErrc::lone_surrogate: return "lone or reversed UTF-16 surrogate";
+        case JsonErrc::duplicate_name: return "duplicate member name";
+        case JsonErrc::number_overflow: return "number out of range of a double";
+        case JsonErrc::too_deep: return "nesting too deep";
+        case JsonErrc::too_large: return "document too large";
+    }
+    return "unknown error";
+}
+
+std::string JsonError::message() const {
+    std::string text = describe(code);
+    text += " at byte ";
+    text += std::to_string(offset);
+    return text;
+}
+
+JsonException::JsonException(const JsonError& error)
+    : std::runtime_error(error.message()), error_(error) {}
+
+JsonPointer JsonPointer::parse(std::string_view text) {
+    if (text.empty())
+        throw std::invalid_argument("JSON pointer \"\" would exclude the whole document");
+    if (text.front() != '/')
+        throw std::invalid_argument("JSON pointer must start with '/'");
+    JsonPointer pointer;
+    std::string token;
+    for (std::size_t i = 1; i <= text.size(); ++i) {
+        if (i == text.size() || text[i] == '/') {
+            pointer.tokens_.push_back(std::move(token));
+            token.clear();
+            continue;
+        }
+        char c = text[i];
+        if (c == '~') {
+            if (i + 1 >= text.size() || (text[i + 1] != '0' && text[i + 1] != '1'))
+                throw std::invalid_argument("JSON pointer has '~' not followed by '0' or '1'");
+            token.push_back(text[i + 1] == '0' ? '~' : '/');
+            ++i;
+        } else {
+            token.push_back(c);
+        }
+    }
+    return pointer;
+}
+
+// ---------------------------------------------------------------------------
+// Numbers
+
+std::size_t format_number(double value, char* buffer) noexcept {
+    if (value == 0) {  // both zeros
+        buffer[0] = '0';
+        return 1;
+    }
+    // Shortest round-trip digits (Ryu in libstdc++), then ECMAScript's layout.
+    char sci[kMaxNumberChars];
+    auto res = std::to_chars(sci, sci + sizeof sci, value, std::chars_format::scientific);
+    const char* p = sci;
+    const char* end = res.ptr;
+    char* out = buffer;
+    if (*p == '-') {
+        *out++ = '-';
+        ++p;
+    }
+    char digits[20];
+    int k = 0;
+    while (p < end && *p != 'e') {
+        if (*p != '.') digits[k++] = *p;
+        ++p;
+    }
+    int exponent = 0;
+    std::from_chars(p + 1 + (p[1] == '+'), end, exponent);
+    const int n = exponent + 1;  // value = 0.d1d2...dk * 10^n
+    if (k <= n && n <= 21) {
+        std::memcpy(out, digits, k);
+        out += k;
+        std::memset(out, '0', n - k);
+        out += n - k;
+    } else if (0 < n && n <= 21) {
+        std::memcpy(out, digits, n);
+        out += n;
+        *out++ = '.';
+        std::memcpy(out, digits + n, k - n);
+        out += k - n;
+    } else if (-6 < n && n <= 0) {
+        *out++ = '0';
+        *out++ = '.';
+        std::memset(out, '0', -n);
+        out += -n;
+        std::memcpy(out, digits, k);
+        out += k;
+    } else {
+        *out++ = digits[0];
+        if (k > 1) {
+            *out++ = '.';
+            std::memcpy(out, digits + 1, k - 1);
+            out += k - 1;
+        }
+        *out++ = 'e';
+        *out++ = n - 1 >= 0 ? '+' : '-';
+        auto r = std::to_chars(out, buffer + kMaxNumberChars, n - 1 >= 0 ? n - 1 : 1 - n);
+        out = r.ptr;
+    }
+    return static_cast<std::size_t>(out - buffer);
+}
+
+std::string format_number(double value) {
+    char buffer[kMaxNumberChars];
+    return std::string(buffer, format_number(value, buffer));
+}
+
+// ---------------------------------------------------------------------------
+// Member order
+
+bool utf16_less(std::string_view a, std::string_view b) noexcept {
+    const std::size_t n = std::min(a.size(), b.size());
+    const auto* x = reinterpret_cast<const unsigned char*>(a.data());
+    const auto* y = reinterpret_cast<const unsigned char*>(b.data());
+    for (std::size_t i = 0; i < n; ++i) {
+        unsigned ca = x[i], cb = y[i];
+        if (ca != cb) {
+            // UTF-8 byte order is code point order. UTF-16 differs only where
+            // U+E000..U+FFFF (lead byte EE/EF) meets a supplementary character
+            // (lead byte F0..F4), which UTF-16 encodes with D800..DBFF first.
+            if (ca >= 0xEE && cb >= 0xEE && ((ca >= 0xF0) != (cb >= 0xF0))) return ca > cb;
+            return ca < cb;
+        }
+    }
+    return a.size() < b.size();
+}
+
+namespace {
+
+enum NodeType : std::uint8_t { kNull, kFalse, kTrue, kNumber, kString, kArray, kObject };
+
+enum NodeFlags : std::uint8_t {
+    kInArena = 1,      // pos/len refer to the arena, not to the input
+    kNeedsEscape = 2,  // arena string holds bytes that must be escaped on output
+    kRemoved = 4,      // excluded by a pointer (object: flag on the key node)
+};
+
+// A value in document order. Objects store each member as a key node (a string)
+// directly followed by its value's subtree.
+struct Node {
+    std::uint64_t pos;  // scalar: offset of its text; object: first index into members_
+    std::uint32_t len;  // scalar: byte length; container: members or elements
+    std::uint32_t end;  // container: index past its subtree; string: source offset
+    std::uint8_t type;
+    std::uint8_t flags;
+};
+
+inline bool is_container(const Node& n) { return n.type == kArray || n.type == kObject; }
+
+// Byte classes for whitespace.
+inline bool is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+inline int hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+// Length of the well-formed UTF-8 sequence starting at p (lead byte >= 0x80), or
+// 0 when it is not well formed (overlong, surrogate, above U+10FFFF, truncated).
+inline std::size_t utf8_sequence(const unsigned char* p, const unsigned char* end) {
+    const unsigned c = p[0];
+    const std::size_t avail = static_cast<std::size_t>(end - p);
+    auto cont = [](unsigned b) { return (b & 0xC0) == 0x80; };
+    if (c >= 0xC2 && c <= 0xDF) return (avail >= 2 && cont(p[1])) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (avail < 3 || !cont(p[2])) return 0;
+        const unsigned b = p[1];
+        if (c == 0xE0) return (b >= 0xA0 && b <= 0xBF) ? 3 : 0;
+        if (c == 0xED) return (b >= 0x80 && b <= 0x9F) ? 3 : 0;
+        return cont(b) ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (avail < 4 || !cont(p[2]) || !cont(p[3])) return 0;
+        const unsigned b = p[1];
+        if (c == 0xF0) return (b >= 0x90 && b <= 0xBF) ? 4 : 0;
+        if (c == 0xF4) return (b >= 0x80 && b <= 0x8F) ? 4 : 0;
+        return cont(b) ? 4 : 0;
+    }
+    return 0;
+}
+
+inline char* put_utf8(char* out, std::uint32_t cp) {
+    if (cp < 0x80) {
+        *out++ = static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        *out++ = static_cast<char>(0xC0 | (cp >> 6));
+        *out++ = static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        *out++ = static_cast<char>(0xE0 | (cp >> 12));
+        *out++ = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        *out++ = static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        *out++ = static_cast<char>(0xF0 | (cp >> 18));
+        *out++ = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        *out++ = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        *out++ = static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return out;
+}
+
+class Document {
+public:
+    Document(std::string_view input, const CanonicalizeOptions& options)
+        : in_(reinterpret_cast<const unsigned char*>(input.data())),
+          end_(in_ + input.size()),
+          size_(input.size()),
+          options_(options) {}
+
+    bool parse(JsonError& error);
+    void exclude(const JsonPointer& pointer);
+    void write(std::string& out) const;
+
+private:
+    struct Frame {
+        std::uint32_t node;
+        std::uint32_t first_key;  // index into open_keys_ where this object's keys begin
+    };
+
+    bool fail(JsonErrc code, const unsigned char* at) {
+        error_.code = code;
+        error_.offset = static_cast<std::size_t>(at - in_);
+        return false;
+    }
+    bool parse_string(const unsigned char*& p, bool is_key);
+    bool parse_number(const unsigned char*& p);
+    bool close_object(std::uint32_t index, std::uint32_t first_key);
+
+    std::string_view text(const Node& n) const {
+        const char* base = (n.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
+        return {base + n.pos, n.len};
+    }
+    std::uint32_t next_sibling(std::uint32_t i) const {
+        return is_container(nodes_[i]) ? nodes_[i].end : i + 1;
+    }
+
+    const unsigned char* in_;
+    const unsigned char* end_;
+    std::size_t size_;
+    const CanonicalizeOptions& options_;
+    JsonError error_;
+    std::vector<Node> nodes_;
+    std::vector<std::uint32_t> members_;    // sorted key node indices, per object
+    std::vector<std::uint32_t> open_keys_;  // key node indices of the objects being parsed
+    std::vector<Frame> stack_;
+    std::string arena_;                     // unescaped strings and reformatted numbers
+};
+
+bool Document::parse_string(const unsigned char*& p, bool is_key) {
+    (void)is_key;
+    const unsigned char* const quote = p;
+    const unsigned char* s = p + 1;
+    // Fast scan: stop at '"', '\\', a control byte or a non-ASCII byte.
+    for (;;) {
+#if defined(__SSE2__)
+        while (end_ - s >= 16) {
+            __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+            __m128i special = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+            int mask = _mm_movemask_epi8(special);
+            if (mask != 0) {
+                s += __builtin_ctz(static_cast<unsigned>(mask));
+                goto found;
+            }
+            s += 16;
+        }
+#endif
+        while (s < end_ && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') ++s;
+#if defined(__SSE2__)
+    found:
+#endif
+        if (s >= end_) return fail(JsonErrc::syntax, s);
+        const unsigned c = *s;
+        if (c == '"') {
+            nodes_.push_back(Node{static_cast<std::uint64_t>(quote + 1 - in_),
+                                  static_cast<std::uint32_t>(s - quote - 1),
+                                  static_cast<std::uint32_t>(quote - in_), kString, 0});
+            p = s + 1;
+            return true;
+        }
+        if (c == '\\') break;
+        if (c < 0x20) return fail(JsonErrc::syntax, s);
+        std::size_t n = utf8_sequence(s, end_);
+        if (n == 0) return fail(JsonErrc::invalid_utf8, s);
+        s += n;
+    }
+
+    // Slow path: the string has escapes. Decode it into the arena.
+    const std::size_t start = arena_.size();
+    arena_.append(reinterpret_cast<const char*>(quote + 1), static_cast<std::size_t>(s - quote - 1));
+    bool needs_escape = false;
+    char utf8[4];
+    for (;;) {
+        if (s >= end_) return fail(JsonErrc::syntax, s);
+        const unsigned c = *s;
+        if (c == '"') break;
+        if (c == '\\') {
+            if (end_ - s < 2) return fail(JsonErrc::syntax, s);
+            const unsigned e = s[1];
+            char simple = 0;
+            switch (e) {
+                case '"': simple = '"'; needs_escape = true; break;
+                case '\\': simple = '\\'; needs_escape = true; break;
+                case '/': simple = '/'; break;
+                case 'b': simple = '\b'; needs_escape = true; break;
+                case 'f': simple = '\f'; needs_escape = true; break;
+                case 'n': simple = '\n'; needs_escape = true; break;
+                case 'r': simple = '\r'; needs_escape = true; break;
+                case 't': simple = '\t'; needs_escape = true; break;
+                case 'u': break;
+                default: return fail(JsonErrc::syntax, s);
+            }
+            if (e != 'u') {
+                arena_.push_back(simple);
+                s += 2;
+                continue;
+            }
+            auto read_hex4 = [&](const unsigned char* at, std::uint32_t& value) {
+                if (end_ - at < 4) return false;
+                value = 0;
+                for (int i = 0; i < 4; ++i) {
+                    int h = hex_value(at[i]);
+                    if (h < 0) return false;
+                    value = value << 4 | static_cast<std::uint32_t>(h);
+                }
+                return true;
+            };
+            std::uint32_t unit;
+            if (!read_hex4(s + 2, unit)) return fail(JsonErrc::syntax, s);
+            std::uint32_t cp = unit;
+            const unsigned char* escape = s;
+            s += 6;
+            if (unit >= 0xDC00 && unit <= 0xDFFF) return fail(JsonErrc::lone_surrogate, escape);
+            if (unit >= 0xD800 && unit <= 0xDBFF) {
+                std::uint32_t low;
+                if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
+                    low < 0xDC00 || low > 0xDFFF)
+                    return fail(JsonErrc::lone_surrogate, escape);
+                cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                s += 6;
+            }
+            if (cp < 0x20 || cp == '"' || cp == '\\') needs_escape = true;
+            arena_.append(utf8, static_cast<std::size_t>(put_utf8(utf8, cp) - utf8));
+            continue;
+        }
+        if (c < 0x20) return fail(JsonErrc::syntax, s);
+        if (c < 0x80) {
+            const unsigned char* run = s;
+            while (s < end_ && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') ++s;
+            arena_.append(reinterpret_cast<const char*>(run), static_cast<std::size_t>(s - run));
+            continue;
+        }
+        std::size_t n = utf8_sequence(s, end_);
+        if (n == 0) return fail(JsonErrc::invalid_utf8, s);
+        arena_.append(reinterpret_cast<const char*>(s), n);
+        s += n;
+    }
+    nodes_.push_back(Node{start, static_cast<std::uint32_t>(arena_.size() - start),
+                          static_cast<std::uint32_t>(quote - in_), kString,
+                          static_cast<std::uint8_t>(kInArena | (needs_escape ? kNeedsEscape : 0))});
+    p = s + 1;
+    return true;
+}
+
+bool Document::parse_number(const unsigned char*& p) {
+    const unsigned char* const start = p;
+    const unsigned char* s = p;
+    bool negative = false;
+    if (*s == '-') {
+        negative = true;
+        ++s;
+    }
+    if (s >= end_) return fail(JsonErrc::syntax, s);
+    const unsigned char* int_begin = s;
+    if (*s == '0') {
+        ++s;
+    } else if (*s >= '1' && *s <= '9') {
+        while (s < end_ && *s >= '0' && *s <= '9') ++s;
+    } else {
+        return fail(JsonErrc::syntax, s);
+    }
+    const std::size_t int_digits = static_cast<std::size_t>(s - int_begin);
+    const bool int_zero = *int_begin == '0';
+    std::size_t frac_digits = 0, frac_leading_zeros = 0;
+    bool frac_trailing_zero = false, has_exponent = false;
+    if (s < end_ && *s == '.') {
+        ++s;
+        const unsigned char* frac = s;
+        while (s < end_ && *s >= '0' && *s <= '9') ++s;
+        frac_digits = static_cast<std::size_t>(s - frac);
+        if (frac_digits == 0) return fail(JsonErrc::syntax, s);
+        while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0') ++frac_leading_zeros;
+        frac_trailing_zero = s[-1] == '0';
+    }
+    if (s < end_ && (*s == 'e' || *s == 'E')) {
+        has_exponent = true;
+        ++s;
+        if (s < end_ && (*s == '+' || *s == '-')) ++s;
+        const unsigned char* exp = s;
+        while (s < end_ && *s >= '0' && *s <= '9') ++s;
+        if (s == exp) return fail(JsonErrc::syntax, s);
+    }
+    p = s;
+    const std::uint32_t len = static_cast<std::uint32_t>(s - start);
+
+    // Already canonical? With at most 15 significant digits the literal is the
+    // shortest decimal that round-trips (DBL_DIG = 15), so only the layout
+    // matters: plain notation, no trailing fraction zero, no "-0", and not so
+    // small that ECMAScript switches to exponent form (at most 5 leading zeros).
+    if (!has_exponent && !frac_trailing_zero) {
+        bool canonical;
+        if (int_zero) {
+            canonical = frac_digits == 0 ? !negative
+                                         : (frac_leading_zeros <= 5 && frac_digits - frac_leading_zeros <= 15);
+        } else {
+            canonical = int_digits + frac_digits <= 15;
+        }
+        if (canonical) {
+            nodes_.push_back(Node{static_cast<std::uint64_t>(start - in_), len, 0, kNumber, 0});
+            return true;
+        }
+    }
+
+    double value = 0;
+    auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
+    if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return fail(JsonErrc::syntax, start);
+    if (!std::isfinite(value)) return fail(JsonErrc::number_overflow, start);  // underflow gives 0
+    char buffer[kMaxNumberChars];
+    std::size_t n = format_number(value, buffer);
+    const std::size_t at = arena_.size();
+    arena_.append(buffer, n);
+    nodes_.push_back(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
+    return true;
+}
+
+bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
+    auto first = open_keys_.begin() + first_key;
+    auto last = open_keys_.end();
+    const std::size_t count = static_cast<std::size_t>(last - first);
+    if (count > 1) {
+        std::stable_sort(first, last, [this](std::uint32_t a, std::uint32_t b) {
+            return utf16_less(text(nodes_[a]), text(nodes_[b]));
+        });
+        for (auto it = first + 1; it != last; ++it) {
+            if (text(nodes_[*(it - 1)]) == text(nodes_[*it])) {
+                // Stable order: *it is the later occurrence in the input.
+                error_.code = JsonErrc::duplicate_name;
+                error_.offset = nodes_[*it].end;
+                return false;
+            }
+        }
+    }
+    Node& object = nodes_[index];
+    object.pos = members_.size();
+    object.len = static_cast<std::uint32_t>(count);
+    object.end = static_cast<std::uint32_t>(nodes_.size());
+    members_.insert(members_.end(), first, last);
+    open_keys_.resize(first_key);
+    return true;
+}
+
+bool Document::parse(JsonError& error) {
+    if (size_ >= std::numeric_limits<std::uint32_t>::max()) {
+        error = JsonError{JsonErrc::too_large, 0};
+        return false;
+    }
+    nodes_.reserve(size_ / 8 + 16);
+    const unsigned char* p = in_;
+    auto skip_ws = [&] { while (p < end_ && is_ws(*p)) ++p; };
+
+    // Each iteration parses one value; containers push a frame and continue with
+    // their first child, and closing brackets are consumed after each value.
+    for (;;) {
+        skip_ws();
+        if (p >= end_) {
+            fail(JsonErrc::syntax, p);
+            break;
+        }
+        const unsigned c = *p;
+        bool ok = true;
+        bool value_done = true;
+        if (c == '{' || c == '[') {
+            if (stack_.size() >= options_.max_depth) {
+                fail(JsonErrc::too_deep, p);
+                break;
+            }
+            const auto index = static_cast<std::uint32_t>(nodes_.size());
+            nodes_.push_back(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
+            stack_.push_back(Frame{index, static_cast<std::uint32_t>(open_keys_.size())});
+            ++p;
+            skip_ws();
+            if (p < end_ && *p == (c == '{' ? '}' : ']')) {
+                ++p;
+                if (c == '{') {
+                    ok = close_object(index, stack_.back().first_key);
+                } else {
+                    nodes_[index].end = static_cast<std::uint32_t>(nodes_.size());
+                }
+                stack_.pop_back();
+            } else if (c == '{') {
+                // First member's name.
+                if (p >= end_ || *p != '"') {
+                    fail(JsonErrc::syntax, p);
+                    break;
+                }
+                open_keys_.push_back(static_cast<std::uint32_t>(nodes_.size()));
+                if (!parse_string(p, true)) break;
+                skip_ws();
+                if (p >= end_ || *p != ':') {
+                    fail(JsonErrc::syntax, p);
+                    break;
+                }
+                ++p;
+                value_done = false;
+            } else {
+                value_done = false;
+            }
+        } else if (c == '"') {
+            ok = parse_string(p, false);
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            ok = parse_number(p);
+        } else if (c == 't' && end_ - p >= 4 && std::memcmp(p, "true", 4) == 0) {
+            nodes_.push_back(Node{0, 0, 0, kTrue, 0});
+            p += 4;
+        } else if (c == 'f' && end_ - p >= 5 && std::memcmp(p, "false", 5) == 0) {
+            nodes_.push_back(Node{0, 0, 0, kFalse, 0});
+            p += 5;
+        } else if (c == 'n' && end_ - p >= 4 && std::memcmp(p, "null", 4) == 0) {
+            nodes_.push_back(Node{0, 0, 0, kNull, 0});
+            p += 4;
+        } else {
+            fail(JsonErrc::syntax, p);
+            break;
+        }
+        if (!ok) break;
+        if (!value_done) continue;
+
+        // After a complete value: close containers or move to the next member.
+        bool next_value = false;
+        while (!stack_.empty()) {
+            skip_ws();
+            if (p >= end_) {
+                fail(JsonErrc::syntax, p);
+                break;
+            }
+            const Frame frame = stack_.back();
+            const bool is_object = nodes_[frame.node].type == kObject;
+            if (*p == ',') {
+                ++p;
+                if (is_object) {
+                    skip_ws();
+                    if (p >= end_ || *p != '"') {
+                        fail(JsonErrc::syntax, p);
+                        break;
+                    }
+                    open_keys_.push_back(static_cast<std::uint32_t>(nodes_.size()));
+                    if (!parse_string(p, true)) break;
+                    skip_ws();
+                    if (p >= end_ || *p != ':') {
+                        fail(JsonErrc::syntax, p);
+                        break;
+                    }
+                    ++p;
+                }
+                next_value = true;
+                break;
+            }
+            if (*p == (is_object ? '}' : ']')) {
+                ++p;
+                if (is_object) {
+                    if (!close_object(frame.node, frame.first_key)) break;
+                } else {
+                    Node& array = nodes_[frame.node];
+                    array.end = static_cast<std::uint32_t>(nodes_.size());
+                    std::uint32_t count = 0;
+                    for (std::uint32_t i = frame.node + 1; i < array.end; i = next_sibling(i)) ++count;
+                    array.len = count;
+                }
+                stack_.pop_back();
+                continue;
+            }
+            fail(JsonErrc::syntax, p);
+            break;
+        }
+        if (error_.code != JsonErrc::none) break;
+        if (next_value) continue;
+        // The root value is complete.
+        skip_ws();
+        if (p != end_) fail(JsonErrc::syntax, p);
+        break;
+    }
+    if (error_.code != JsonErrc::none) {
+        error = error_;
+        return false;
+    }
+    return true;
+}
+
+void Document::exclude(const JsonPointer& pointer) {
+    std::uint32_t current = 0;
+    const auto& tokens = pointer.tokens();
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+        const Node& node = nodes_[current];
+        const std::string& token = tokens[t];
+        std::uint32_t target = 0;
+        bool found = false;
+        if (node.type == kObject) {
+            for (std::uint32_t m = 0; m < node.len; ++m) {
+                std::uint32_t key = members_[node.pos + m];
+                if (text(nodes_[key]) == token) {
+                    target = key;
+                    found = true;
+                    break;
+                }
+            }
+            if (!found) return;
+            if (t + 1 == tokens.size()) {
+                nodes_[target].flags |= kRemoved;
+                return;
+            }
+            current = target + 1;
+        } else if (node.type == kArray) {
+            // RFC 6901 array index: "0" or digits without a leading zero.
+            if (token.empty() || token.size() > 9 || (token.size() > 1 && token[0] == '0')) return;
+            std::uint32_t index = 0;
+            for (char ch : token) {
+                if (ch < '0' || ch > '9') return;
+                index = index * 10 + static_cast<std::uint32_t>(ch - '0');
+            }
+            if (index >= node.len) return;
+            target = current + 1;
+            for (std::uint32_t i = 0; i < index; ++i) target = next_sibling(target);
+            if (t + 1 == tokens.size()) {
+                nodes_[target].flags |= kRemoved;
+                return;
+            }
+            current = target;
+        } else {
+            return;
+        }
+    }
+}
+
+// Appends s (unescaped UTF-8) as a JSON string, escaped the way
+// ECMAScript's JSON.stringify does.
+void append_escaped(std::string& out, std::string_view s) {
+    static const char hex[] = "0123456789abcdef";
+    out.push_back('"');
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        out.append(s.data() + run, i - run);
+        run = i + 1;
+        switch (c) {
+            case '"': out.append("\\\"", 2); break;
+            case '\\': out.append("\\\\", 2); break;
+            case '\b': out.append("\\b", 2); break;
+            case '\f': out.append("\\f", 2); break;
+            case '\n': out.append("\\n", 2); break;
+            case '\r': out.append("\\r", 2); break;
+            case '\t': out.append("\\t", 2); break;
+            default: {
+                char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+                out.append(u, 6);
+            }
+        }
+    }
+    out.append(s.data() + run, s.size() - run);
+    out.push_back('"');
+}
+
+void Document::write(std::string& out) const {
+    out.clear();
+    out.reserve(size_ + 16);
+    auto write_string = [&](const Node& n) {
+        if (n.flags & kNeedsEscape) {
+            append_escaped(out, text(n));
+        } else {
+            out.push_back('"');
+            out.append(text(n));
+            out.push_back('"');
+        }
+    };
+    // Writes a scalar, or opens a container and returns true.
+    auto open = [&](std::uint32_t i) {
+        const Node& n = nodes_[i];
+        switch (n.type) {
+            case kNull: out.append("null", 4); return false;
+            case kTrue: out.append("true", 4); return false;
+            case kFalse: out.append("false", 5); return false;
+            case kNumber: out.append(text(n)); return false;
+            case kString: write_string(n); return false;
+            case kArray: out.push_back('['); return true;
+            default: out.push_back('{'); return true;
+        }
+    };
+    struct Cursor {
+        std::uint32_t node;
+        std::uint32_t next;  // array: next child node; object: next member ordinal
+        bool first;
+    };
+    std::vector<Cursor> stack;
+    if (open(0)) stack.push_back(Cursor{0, nodes_[0].type == kArray ? 1u : 0u, true});
+    while (!stack.empty()) {
+        Cursor& top = stack.back();
+        const Node& container = nodes_[top.node];
+        std::uint32_t child = 0;
+        bool have = false;
+        if (container.type == kArray) {
+            while (top.next < container.end) {
+                std::uint32_t i = top.next;
+                top.next = next_sibling(i);
+                if (!(nodes_[i].flags & kRemoved)) {
+                    child = i;
+                    have = true;
+                    break;
+                }
+            }
+            if (have && !top.first) out.push_back(',');
+        } else {
+            while (top.next < container.len) {
+                std::uint32_t key = members_[container.pos + top.next++];
+                if (!(nodes_[key].flags & kRemoved)) {
+                    if (!top.first) out.push_back(',');
+                    write_string(nodes_[key]);
+                    out.push_back(':');
+                    child = key + 1;
+                    have = true;
+                    break;
+                }
+            }
+        }
+        if (!have) {
+            out.push_back(container.type == kArray ? ']' : '}');
+            stack.pop_back();
+            continue;
+        }
+        top.first = false;
+        if (open(child)) stack.push_back(Cursor{child, nodes_[child].type == kArray ? child + 1 : 0u, true});
+    }
+}
+
+}  // namespace
+
+bool canonicalize(std::string_view json, std::string& out, JsonError& error,
+                  const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
+    Document document(json, options);
+    if (!document.parse(error)) return false;
+    if (exclude != nullptr)
+        for (const JsonPointer& pointer : *exclude) document.exclude(pointer);
+    document.write(out);
+    return true;
+}
+
+std::string canonicalize(std::string_view json, const CanonicalizeOptions& options) {
+    std::string out;
+    JsonError error;
+    if (!canonicalize(json, out, error, options, nullptr)) throw JsonException(error);
+    return out;
+}
+
+}  // namespace idem::core

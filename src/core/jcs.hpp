@@ -1,0 +1,103 @@
+// RFC 8785 JSON Canonicalization Scheme (JCS) over UTF-8 input.
+//
+// This header is part of the shared core: no PostgreSQL headers, no global
+// state. The extension and the client library link the same code so that
+// both compute the same canonical bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace idem::core {
+
+/// Why a document was rejected.
+enum class JsonErrc : std::uint8_t {
+    none = 0,
+    syntax,           ///< not JSON: unexpected byte, missing token, trailing data, empty input
+    invalid_utf8,     ///< bytes inside a string that are not well-formed UTF-8
+    lone_surrogate,   ///< a \uD800..\uDFFF escape without its partner, or the pair reversed
+    duplicate_name,   ///< an object has two members with the same name (after unescaping)
+    number_overflow,  ///< a number whose magnitude is beyond the largest finite double
+    too_deep,         ///< nesting of arrays and objects deeper than the configured limit
+    too_large,        ///< the document is larger than the canonicalizer can address (4 GiB)
+};
+
+/// A short, lower-case English description of an error code ("duplicate member name").
+const char* describe(JsonErrc code) noexcept;
+
+/// The outcome of a failed canonicalization: the reason and the byte offset in the
+/// input where the problem was found (0-based).
+struct JsonError {
+    JsonErrc code = JsonErrc::none;
+    std::size_t offset = 0;
+
+    /// "invalid JSON at byte 12: unexpected character", the form used in messages.
+    std::string message() const;
+};
+
+/// Thrown by the throwing overloads; carries the same reason and byte offset.
+class JsonException : public std::runtime_error {
+public:
+    explicit JsonException(const JsonError& error);
+    /// The reason and offset of the failure.
+    const JsonError& error() const noexcept { return error_; }
+
+private:
+    JsonError error_;
+};
+
+/// Limits applied while parsing.
+struct CanonicalizeOptions {
+    /// Deepest nesting of arrays and objects accepted; `[[1]]` has depth 2.
+    std::size_t max_depth = 1000;
+};
+
+/// An RFC 6901 JSON Pointer, split into unescaped reference tokens.
+class JsonPointer {
+public:
+    /// Parses a pointer such as `/a/b~1c/0`. Throws std::invalid_argument when the
+    /// text is not a pointer (does not start with '/', or has a '~' not followed
+    /// by '0' or '1'). The empty pointer (the whole document) is rejected too:
+    /// excluding the whole body is never what a caller means.
+    static JsonPointer parse(std::string_view text);
+
+    /// The reference tokens, with `~1` and `~0` already turned into `/` and `~`.
+    const std::vector<std::string>& tokens() const noexcept { return tokens_; }
+
+private:
+    std::vector<std::string> tokens_;
+};
+
+/// Writes the RFC 8785 canonical form of `json` into `out`, replacing its content.
+///
+/// Members named by `exclude` (pointers resolved against the input document; one
+/// that matches nothing is ignored) are left out of the output. Returns false
+/// and fills `error` when the input is not acceptable; `out` is then unspecified.
+/// Never throws for bad input; may throw std::bad_alloc.
+bool canonicalize(std::string_view json, std::string& out, JsonError& error,
+                  const CanonicalizeOptions& options = {},
+                  const std::vector<JsonPointer>* exclude = nullptr);
+
+/// Convenience form: returns the canonical text or throws JsonException.
+std::string canonicalize(std::string_view json, const CanonicalizeOptions& options = {});
+
+/// Largest number of bytes format_number writes.
+inline constexpr std::size_t kMaxNumberChars = 32;
+
+/// Writes ECMAScript Number::toString(value) (what JavaScript's String(x) prints)
+/// into `buffer`, which must hold kMaxNumberChars bytes, and returns the length.
+/// `value` must be finite; -0 prints as "0".
+std::size_t format_number(double value, char* buffer) noexcept;
+
+/// The same as a string.
+std::string format_number(double value);
+
+/// True when `a` sorts before `b` as sequences of UTF-16 code units, given both as
+/// well-formed UTF-8 (the member order RFC 8785 prescribes).
+bool utf16_less(std::string_view a, std::string_view b) noexcept;
+
+}  // namespace idem::core

@@ -1,0 +1,730 @@
+// The key store and the transactional protocol:
+//   idempotency.begin, complete, save_final, is_final, forget
+//
+// How duplicates are kept apart. begin() takes a transaction-level lock whose
+// tag is derived from (principal, key) in a lock class of our own, then looks
+// the key up. A new key writes nothing yet: the key row is inserted once, by
+// complete(), in the caller's transaction. So a request costs one index
+// lookup and one insert, and leaves no dead tuple behind. A duplicate that
+// arrives meanwhile blocks on the lock; when the first transaction commits
+// its row is visible (READ COMMITTED takes a new snapshot per SPI query) and
+// the duplicate replays; when it rolls back the duplicate starts.
+//
+// This file is PostgreSQL-facing code only: no C++ object with a destructor
+// lives in any frame here, so a PostgreSQL error (longjmp) can unwind through
+// every function safely.
+#include "settings.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(idempotency_begin);
+PG_FUNCTION_INFO_V1(idempotency_complete);
+PG_FUNCTION_INFO_V1(idempotency_save_final);
+PG_FUNCTION_INFO_V1(idempotency_is_final);
+PG_FUNCTION_INFO_V1(idempotency_forget);
+}
+
+namespace idem::pg {
+
+int key_ttl_seconds = 86400;
+int wait_timeout_ms = 5000;
+int max_key_length = 255;
+int key_format = kKeyFormatAny;
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Settings
+
+char* final_statuses_setting = nullptr;
+// Parsed form of idempotency.final_statuses: final_status_table[s - 100].
+const bool* final_status_table = nullptr;
+
+const struct config_enum_entry key_format_options[] = {
+    {"any", kKeyFormatAny, false},
+    {"uuid", kKeyFormatUuid, false},
+    {"uuidv7", kKeyFormatUuidV7, false},
+    {nullptr, 0, false},
+};
+
+// Parses "2xx,400,403" into a table of 500 flags (100..599). Returns false on a
+// token that is neither a status code nor a class such as "4xx".
+bool parse_final_statuses(const char* text, bool* table) {
+    memset(table, 0, 500 * sizeof(bool));
+    const char* p = text;
+    while (*p != '\0') {
+        while (*p == ' ' || *p == '\t' || *p == ',') ++p;
+        if (*p == '\0') break;
+        const char* start = p;
+        while (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t') ++p;
+        if (p - start != 3) return false;
+        if (start[0] < '1' || start[0] > '5') return false;
+        if ((start[1] == 'x' || start[1] == 'X') && (start[2] == 'x' || start[2] == 'X')) {
+            int base = (start[0] - '0') * 100;
+            for (int s = base; s < base + 100; ++s) table[s - 100] = true;
+        } else if (start[1] >= '0' && start[1] <= '9' && start[2] >= '0' && start[2] <= '9') {
+            int s = (start[0] - '0') * 100 + (start[1] - '0') * 10 + (start[2] - '0');
+            table[s - 100] = true;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool check_final_statuses(char** newval, void** extra, GucSource source) {
+    // GUC "extra" data is allocated with malloc and freed by the GUC machinery.
+    bool* table = static_cast<bool*>(malloc(500 * sizeof(bool)));
+    if (table == nullptr) return false;
+    if (!parse_final_statuses(*newval, table)) {
+        free(table);
+        GUC_check_errdetail("Use a comma-separated list of status codes (409) and classes (2xx), 100 to 599.");
+        return false;
+    }
+    *extra = table;
+    return true;
+}
+
+void assign_final_statuses(const char* newval, void* extra) { final_status_table = static_cast<const bool*>(extra); }
+
+// ---------------------------------------------------------------------------
+// Argument checks
+
+[[noreturn]] void invalid(const char* message, const char* detail = nullptr) {
+    if (detail != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", message), errdetail("%s", detail)));
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", message)));
+    pg_unreachable();
+}
+
+void require_args(FunctionCallInfo fcinfo, int count, const char* names) {
+    for (int i = 0; i < count; ++i)
+        if (PG_ARGISNULL(i))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be null", names)));
+}
+
+bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// Keys and principals are never echoed in messages above DEBUG: they may be secrets.
+void check_key(text* key) {
+    const char* p = VARDATA_ANY(key);
+    const int length = VARSIZE_ANY_EXHDR(key);
+    if (length == 0) invalid("idempotency key must not be empty");
+    if (length > max_key_length)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("idempotency key is %d bytes long, longer than idempotency.max_key_length (%d)",
+                               length, max_key_length)));
+    for (int i = 0; i < length; ++i) {
+        unsigned char c = static_cast<unsigned char>(p[i]);
+        if (c < 0x20 || c == 0x7f) invalid("idempotency key must not contain control characters");
+    }
+    if (key_format == kKeyFormatAny) return;
+    bool ok = length == 36;
+    for (int i = 0; ok && i < 36; ++i) ok = (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : is_hex(p[i]);
+    if (!ok) invalid("idempotency key is not a UUID", "idempotency.key_format requires the form 8-4-4-4-12 hexadecimal digits.");
+    if (key_format == kKeyFormatUuidV7 && (p[14] != '7' || strchr("89abAB", p[19]) == nullptr))
+        invalid("idempotency key is not a version 7 UUID", "idempotency.key_format is uuidv7.");
+}
+
+void check_principal(text* principal) {
+    if (VARSIZE_ANY_EXHDR(principal) > 1024) invalid("principal must be at most 1024 bytes long");
+}
+
+void check_action(text* action) {
+    if (VARSIZE_ANY_EXHDR(action) == 0) invalid("action must not be empty");
+    if (VARSIZE_ANY_EXHDR(action) > 1024) invalid("action must be at most 1024 bytes long");
+}
+
+void check_fingerprint(bytea* fingerprint) {
+    if (VARSIZE_ANY_EXHDR(fingerprint) != 32)
+        invalid("fingerprint must be 32 bytes (SHA-256)", "Compute it with idempotency.fingerprint().");
+}
+
+int64 interval_usecs(const Interval* span) {
+    return span->time + span->day * USECS_PER_DAY + static_cast<int64>(span->month) * DAYS_PER_MONTH * USECS_PER_DAY;
+}
+
+// The TTL argument, or idempotency.key_ttl when NULL; must be positive.
+Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
+    Interval ttl;
+    if (PG_ARGISNULL(arg)) {
+        memset(&ttl, 0, sizeof ttl);
+        ttl.time = static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC;
+        return ttl;
+    }
+    ttl = *PG_GETARG_INTERVAL_P(arg);
+    if (interval_usecs(&ttl) <= 0) invalid("ttl must be positive");
+    return ttl;
+}
+
+// The wait argument in milliseconds, or idempotency.wait_timeout when NULL.
+int wait_argument(FunctionCallInfo fcinfo, int arg) {
+    if (PG_ARGISNULL(arg)) return wait_timeout_ms;
+    int64 usecs = interval_usecs(PG_GETARG_INTERVAL_P(arg));
+    if (usecs < 0) invalid("wait must not be negative");
+    int64 ms = (usecs + 999) / 1000;
+    return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
+}
+
+int status_argument(FunctionCallInfo fcinfo, int arg) {
+    int status = PG_GETARG_INT32(arg);
+    if (status < 100 || status > 599) invalid("HTTP status must be between 100 and 599");
+    return status;
+}
+
+void check_headers(FunctionCallInfo fcinfo, int arg) {
+    if (PG_ARGISNULL(arg)) return;
+    Jsonb* headers = PG_GETARG_JSONB_P(arg);
+    if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+        invalid("headers must be a JSON object of header name to value");
+}
+
+// ---------------------------------------------------------------------------
+// The key lock
+
+// Lock class in the field4 of an advisory-type tag. pg_advisory_lock() uses 1
+// and 2 there, so our locks never meet the application's own advisory locks.
+// They show in pg_locks as locktype 'advisory' with objsubid 18756.
+constexpr uint16 kKeyLockClass = 0x4944;
+
+void key_locktag(LOCKTAG* tag, text* principal, text* key) {
+    uint64 h = hash_bytes_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(principal)),
+                                   VARSIZE_ANY_EXHDR(principal), UINT64CONST(0x6964656d706f7465));
+    h = hash_bytes_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(key)), VARSIZE_ANY_EXHDR(key), h);
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, static_cast<uint32>(h >> 32), static_cast<uint32>(h), kKeyLockClass);
+}
+
+// Waits up to wait_ms for the key lock. The wait runs in a subtransaction with
+// lock_timeout set, so that running out of time is an error we can swallow
+// without aborting the caller's transaction. Only contended keys get here.
+bool wait_for_key_lock(const LOCKTAG* tag, int wait_ms) {
+    MemoryContext caller_context = CurrentMemoryContext;
+    ResourceOwner caller_owner = CurrentResourceOwner;
+    volatile bool acquired = false;
+
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(caller_context);
+    PG_TRY();
+    {
+        char timeout[32];
+        snprintf(timeout, sizeof timeout, "%d", wait_ms);
+        int nest_level = NewGUCNestLevel();
+        set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+        (void)LockAcquire(tag, ExclusiveLock, false, false);
+        AtEOXact_GUC(true, nest_level);
+        // Committing the subtransaction hands the lock to the caller's transaction.
+        ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+        acquired = true;
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(caller_context);
+        ErrorData* error = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+        // Deadlocks, cancels and statement timeouts stay errors.
+        if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(error);
+        FreeErrorData(error);
+    }
+    PG_END_TRY();
+    return acquired;
+}
+
+bool lock_key(const LOCKTAG* tag, int wait_ms) {
+    if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL) return true;
+    if (wait_ms <= 0) return false;
+    return wait_for_key_lock(tag, wait_ms);
+}
+
+// ---------------------------------------------------------------------------
+// Keys begun in the current transaction
+
+struct PendingKey {
+    text* principal;
+    text* key;
+    text* action;
+    bytea* fingerprint;
+    Interval ttl;
+    SubTransactionId subxact;            // where begin ran (its lock belongs to it)
+    SubTransactionId completed_subxact;  // where complete ran, or InvalidSubTransactionId
+};
+
+PendingKey* pending = nullptr;  // in TopTransactionContext
+int pending_count = 0;
+int pending_capacity = 0;
+
+bool same_text(text* a, text* b) {
+    return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+           memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+PendingKey* find_pending(text* principal, text* key) {
+    for (int i = 0; i < pending_count; ++i)
+        if (same_text(pending[i].key, key) && same_text(pending[i].principal, principal)) return &pending[i];
+    return nullptr;
+}
+
+text* copy_to_transaction(text* value) {
+    Size size = VARSIZE_ANY(value);
+    text* copy = static_cast<text*>(MemoryContextAlloc(TopTransactionContext, size));
+    memcpy(copy, value, size);
+    return copy;
+}
+
+void add_pending(text* principal, text* key, text* action, bytea* fingerprint, const Interval& ttl) {
+    if (pending_count == pending_capacity) {
+        int capacity = pending_capacity == 0 ? 4 : pending_capacity * 2;
+        PendingKey* grown = static_cast<PendingKey*>(MemoryContextAlloc(TopTransactionContext, sizeof(PendingKey) * capacity));
+        if (pending_count > 0) memcpy(grown, pending, sizeof(PendingKey) * pending_count);
+        pending = grown;
+        pending_capacity = capacity;
+    }
+    PendingKey& entry = pending[pending_count];
+    entry.principal = copy_to_transaction(principal);
+    entry.key = copy_to_transaction(key);
+    entry.action = copy_to_transaction(action);
+    entry.fingerprint = copy_to_transaction(fingerprint);
+    entry.ttl = ttl;
+    entry.subxact = GetCurrentSubTransactionId();
+    entry.completed_subxact = InvalidSubTransactionId;
+    ++pending_count;
+}
+
+void on_transaction_event(XactEvent event, void* arg) {
+    switch (event) {
+        case XACT_EVENT_PRE_COMMIT:
+        case XACT_EVENT_PARALLEL_PRE_COMMIT:
+        case XACT_EVENT_PRE_PREPARE:
+            // Committing the handler's writes without the key row would open
+            // exactly the window this extension exists to close.
+            for (int i = 0; i < pending_count; ++i)
+                if (pending[i].completed_subxact == InvalidSubTransactionId)
+                    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                                    errmsg("idempotency key was started but not completed in this transaction"),
+                                    errhint("Call idempotency.complete() before COMMIT, or ROLLBACK.")));
+            break;
+        default:
+            // Commit, abort, prepare: the list lived in TopTransactionContext.
+            pending = nullptr;
+            pending_count = 0;
+            pending_capacity = 0;
+            break;
+    }
+}
+
+void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent, void* arg) {
+    if (event == SUBXACT_EVENT_ABORT_SUB) {
+        // A rolled-back savepoint released the locks of the keys begun in it
+        // and removed the rows completed in it.
+        int kept = 0;
+        for (int i = 0; i < pending_count; ++i) {
+            if (pending[i].subxact == subxact) continue;
+            if (pending[i].completed_subxact == subxact) pending[i].completed_subxact = InvalidSubTransactionId;
+            pending[kept++] = pending[i];
+        }
+        pending_count = kept;
+    } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
+        for (int i = 0; i < pending_count; ++i) {
+            if (pending[i].subxact == subxact) pending[i].subxact = parent;
+            if (pending[i].completed_subxact == subxact) pending[i].completed_subxact = parent;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Statements (prepared once per backend and kept)
+
+SPIPlanPtr lookup_plan = nullptr;
+SPIPlanPtr store_plan = nullptr;
+SPIPlanPtr forget_plan = nullptr;
+
+SPIPlanPtr prepared(SPIPlanPtr* slot, const char* sql, int nargs, Oid* types) {
+    if (*slot == nullptr) {
+        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+        if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
+        *slot = plan;
+    }
+    return *slot;
+}
+
+enum LookupColumn {
+    kState = 1, kSha, kStatus, kHeaders, kBody, kResourceId, kSecret, kCreated, kExpires, kFence, kLeaseUntil,
+    kLive, kLeaseLive
+};
+
+const char* const kLookupSql =
+    "SELECT state, request_sha256, response_status::integer, response_headers, response_body, resource_id,"
+    "       one_time_secret, created_at, expires_at, fence, lease_until,"
+    "       expires_at > pg_catalog.now(),"
+    "       lease_until IS NOT NULL AND lease_until > pg_catalog.clock_timestamp()"
+    "  FROM idempotency.keys WHERE principal = $1 AND key = $2";
+
+// Inserts the final row; replaces an expired row or an in_progress row whose
+// lease ran out, never a live one (then nothing is written).
+const char* const kStoreSql =
+    "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, response_status,"
+    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at)"
+    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(), pg_catalog.now() + $10)"
+    " ON CONFLICT (principal, key) DO UPDATE"
+    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'completed',"
+    "       response_status = excluded.response_status, response_headers = excluded.response_headers,"
+    "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
+    "       one_time_secret = excluded.one_time_secret, fence = k.fence + 1, lease_until = NULL,"
+    "       created_at = excluded.created_at, expires_at = excluded.expires_at"
+    " WHERE k.expires_at <= pg_catalog.now()"
+    "    OR (k.state = 'in_progress' AND k.lease_until <= pg_catalog.clock_timestamp())";
+
+// A looked-up key row, copied out of SPI memory.
+struct KeyRow {
+    bool found;
+    HeapTuple tuple;
+    TupleDesc desc;
+};
+
+Datum column(const KeyRow& row, int number, bool* isnull) { return heap_getattr(row.tuple, number, row.desc, isnull); }
+
+bool column_bool(const KeyRow& row, int number) {
+    bool isnull;
+    Datum value = column(row, number, &isnull);
+    return !isnull && DatumGetBool(value);
+}
+
+bool row_is_completed(const KeyRow& row) {
+    bool isnull;
+    text* state = DatumGetTextPP(column(row, kState, &isnull));
+    return VARSIZE_ANY_EXHDR(state) == 9 && memcmp(VARDATA_ANY(state), "completed", 9) == 0;
+}
+
+// A live row that a new attempt must respect: anything but an in_progress row
+// whose lease ran out.
+bool row_blocks_start(const KeyRow& row) {
+    if (!row.found || !column_bool(row, kLive)) return false;
+    return row_is_completed(row) || column_bool(row, kLeaseLive);
+}
+
+// Runs the lookup inside an SPI connection; snapshot InvalidSnapshot means the
+// transaction's own rules (a fresh snapshot per query in READ COMMITTED).
+KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
+    Oid types[2] = {TEXTOID, TEXTOID};
+    SPIPlanPtr plan = prepared(&lookup_plan, kLookupSql, 2, types);
+    Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
+    int rc = snapshot == InvalidSnapshot
+                 ? SPI_execute_plan(plan, values, nullptr, false, 1)
+                 : SPI_execute_snapshot(plan, values, nullptr, snapshot, InvalidSnapshot, true, false, 1);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "key lookup failed: %s", SPI_result_code_string(rc));
+    KeyRow row{false, nullptr, nullptr};
+    if (SPI_processed > 0) {
+        row.found = true;
+        row.tuple = SPI_copytuple(SPI_tuptable->vals[0]);  // into the caller's context
+        row.desc = SPI_tuptable->tupdesc;                  // valid until SPI_finish
+    }
+    return row;
+}
+
+// Runs the store statement; returns the number of rows written (0 or 1).
+uint64 store_key(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
+                 bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
+                 bool one_time_secret, const Interval* ttl) {
+    Oid types[10] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID, INTERVALOID};
+    SPIPlanPtr plan = prepared(&store_plan, kStoreSql, 10, types);
+    Datum values[10] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
+                        PointerGetDatum(fingerprint), Int16GetDatum(static_cast<int16>(status)), headers, body,
+                        resource_id, BoolGetDatum(one_time_secret), IntervalPGetDatum(ttl)};
+    char nulls[10] = {' ', ' ', ' ', ' ', ' ', headers_null ? 'n' : ' ', body_null ? 'n' : ' ',
+                      resource_id_null ? 'n' : ' ', ' ', ' '};
+    int rc = SPI_execute_plan(plan, values, nulls, false, 0);
+    if (rc != SPI_OK_INSERT) elog(ERROR, "storing the key failed: %s", SPI_result_code_string(rc));
+    return SPI_processed;
+}
+
+// ---------------------------------------------------------------------------
+// OutcomeRow rows
+
+enum ResultColumn {
+    rOutcome, rStatus, rHeaders, rBody, rResourceId, rCreated, rExpires, rFence, rLeaseUntil, rColumns
+};
+
+struct OutcomeRow {
+    Datum values[rColumns];
+    bool nulls[rColumns];
+};
+
+void result_init(OutcomeRow* result, const char* outcome) {
+    for (int i = 0; i < rColumns; ++i) {
+        result->values[i] = (Datum)0;
+        result->nulls[i] = true;
+    }
+    result->values[rOutcome] = CStringGetTextDatum(outcome);
+    result->nulls[rOutcome] = false;
+}
+
+void result_copy(OutcomeRow* result, ResultColumn target, const KeyRow& row, int source) {
+    bool isnull;
+    Datum value = column(row, source, &isnull);
+    result->values[target] = value;
+    result->nulls[target] = isnull;
+}
+
+Datum result_datum(FunctionCallInfo fcinfo, OutcomeRow* result) {
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("function returning record called in context that cannot accept type record")));
+    desc = BlessTupleDesc(desc);
+    return HeapTupleGetDatum(heap_form_tuple(desc, result->values, result->nulls));
+}
+
+}  // namespace
+
+bool is_final_status(int status) {
+    if (status < 100 || status > 599 || final_status_table == nullptr) return false;
+    return final_status_table[status - 100];
+}
+
+void protocol_init() {
+    DefineCustomIntVariable("idempotency.key_ttl", "How long a key counts after its first use.",
+                            "Rows older than this behave as absent and are removed by cleanup. begin() and "
+                            "save_final() take a per-call ttl that overrides it.",
+                            &key_ttl_seconds, 86400, 1, 366 * 86400, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
+                            nullptr);
+    DefineCustomIntVariable("idempotency.wait_timeout",
+                            "How long begin() waits for another transaction that holds the same key.",
+                            "When it runs out, begin() returns in_progress and the caller's transaction stays usable.",
+                            &wait_timeout_ms, 5000, 0, 3600 * 1000, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
+                            nullptr);
+    DefineCustomIntVariable("idempotency.max_key_length", "Longest idempotency key accepted, in bytes.", nullptr,
+                            &max_key_length, 255, 1, 1024, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomEnumVariable("idempotency.key_format", "Which idempotency keys are accepted: any, uuid or uuidv7.",
+                             "any accepts 1 to max_key_length bytes without control characters.", &key_format,
+                             kKeyFormatAny, key_format_options, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("idempotency.final_statuses",
+                               "HTTP statuses whose responses are stored and replayed.",
+                               "A comma-separated list of codes (409) and classes (2xx). Others (401, 429, 5xx "
+                               "by default) are not stored, so a retry runs again.",
+                               &final_statuses_setting, "2xx,400,403,404,409,410,412,413,415,422", PGC_USERSET, 0,
+                               check_final_statuses, assign_final_statuses, nullptr);
+    RegisterXactCallback(on_transaction_event, nullptr);
+    RegisterSubXactCallback(on_subtransaction_event, nullptr);
+}
+
+}  // namespace idem::pg
+
+using namespace idem::pg;
+
+extern "C" {
+
+/// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
+Datum idempotency_begin(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 4, "principal, key, action and fingerprint");
+    text* principal = PG_GETARG_TEXT_PP(0);
+    text* key = PG_GETARG_TEXT_PP(1);
+    text* action = PG_GETARG_TEXT_PP(2);
+    bytea* fingerprint = PG_GETARG_BYTEA_PP(3);
+    check_principal(principal);
+    check_key(key);
+    check_action(action);
+    check_fingerprint(fingerprint);
+    Interval ttl = ttl_argument(fcinfo, 4);
+    int wait_ms = wait_argument(fcinfo, 5);
+    PreventCommandIfReadOnly("idempotency.begin()");
+    PendingKey* mine = find_pending(principal, key);
+    if (mine != nullptr && mine->completed_subxact == InvalidSubTransactionId)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was already started in this transaction"),
+                        errhint("Call idempotency.complete() for it first.")));
+
+    OutcomeRow result;
+    LOCKTAG tag;
+    key_locktag(&tag, principal, key);
+    if (!lock_key(&tag, wait_ms)) {
+        result_init(&result, "in_progress");
+        return result_datum(fcinfo, &result);
+    }
+
+    MemoryContext caller_context = CurrentMemoryContext;
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    KeyRow row = lookup_key(principal, key, InvalidSnapshot);
+    int64 fence = 1;
+    const char* outcome = "started";
+    if (row.found && column_bool(row, kLive)) {
+        bool isnull;
+        bytea* stored = DatumGetByteaPP(column(row, kSha, &isnull));
+        const bool same_request = VARSIZE_ANY_EXHDR(stored) == 32 &&
+                                  memcmp(VARDATA_ANY(stored), VARDATA_ANY(fingerprint), 32) == 0;
+        if (!same_request) {
+            outcome = "mismatch";
+        } else if (row_is_completed(row)) {
+            outcome = column_bool(row, kSecret) ? "secret_replay" : "replay";
+        } else if (column_bool(row, kLeaseLive)) {
+            outcome = "in_progress";
+        }
+        fence = DatumGetInt64(column(row, kFence, &isnull)) + (strcmp(outcome, "started") == 0 ? 1 : 0);
+    } else if (row.found) {
+        bool isnull;
+        fence = DatumGetInt64(column(row, kFence, &isnull)) + 1;
+    }
+
+    if (strcmp(outcome, "started") == 0 && IsolationUsesXactSnapshot()) {
+        // The transaction snapshot may predate a winner that committed while
+        // we waited (or just before we looked): check the latest state.
+        KeyRow latest = lookup_key(principal, key, GetLatestSnapshot());
+        if (row_blocks_start(latest))
+            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                            errmsg("could not serialize access due to a concurrent use of the idempotency key"),
+                            errhint("Retry the transaction; it will see the stored response.")));
+    }
+
+    // The result must outlive SPI_finish, which frees SPI's own memory.
+    MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
+    result_init(&result, outcome);
+    if (strcmp(outcome, "started") == 0) {
+        Datum now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+        result.values[rCreated] = now;
+        result.nulls[rCreated] = false;
+        result.values[rExpires] = DirectFunctionCall2(timestamptz_pl_interval, now, IntervalPGetDatum(&ttl));
+        result.nulls[rExpires] = false;
+        result.values[rFence] = Int64GetDatum(fence);
+        result.nulls[rFence] = false;
+    } else {
+        result_copy(&result, rCreated, row, kCreated);
+        result_copy(&result, rExpires, row, kExpires);
+        result_copy(&result, rFence, row, kFence);
+        result_copy(&result, rResourceId, row, kResourceId);
+        if (strcmp(outcome, "replay") == 0) {
+            result_copy(&result, rStatus, row, kStatus);
+            result_copy(&result, rHeaders, row, kHeaders);
+            result_copy(&result, rBody, row, kBody);
+        } else if (strcmp(outcome, "secret_replay") == 0) {
+            result_copy(&result, rStatus, row, kStatus);
+        } else if (strcmp(outcome, "in_progress") == 0) {
+            result_copy(&result, rLeaseUntil, row, kLeaseUntil);
+        }
+    }
+    Datum datum = result_datum(fcinfo, &result);
+    MemoryContextSwitchTo(spi_context);
+    SPI_finish();
+
+    if (strcmp(outcome, "started") == 0) {
+        add_pending(principal, key, action, fingerprint, ttl);
+    } else {
+        // Nothing to do under this key: let waiting duplicates go on now.
+        LockRelease(&tag, ExclusiveLock, false);
+    }
+    return datum;
+}
+
+/// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret) -> boolean
+Datum idempotency_complete(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 3, "principal, key and status");
+    text* principal = PG_GETARG_TEXT_PP(0);
+    text* key = PG_GETARG_TEXT_PP(1);
+    int status = status_argument(fcinfo, 2);
+    check_headers(fcinfo, 4);
+    PendingKey* entry = find_pending(principal, key);
+    if (entry == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was not started in this transaction"),
+                        errhint("Call idempotency.begin() in the same transaction and complete only when it returns started.")));
+    if (entry->completed_subxact != InvalidSubTransactionId)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was already completed in this transaction")));
+    if (!is_final_status(status))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("HTTP status %d is not final and cannot be stored", status),
+                        errhint("Roll back instead, so that a retry runs again; see idempotency.final_statuses.")));
+    const bool secret = !PG_ARGISNULL(6) && PG_GETARG_BOOL(6);
+
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    uint64 written = store_key(entry->principal, entry->key, entry->action, entry->fingerprint, status,
+                               secret || PG_ARGISNULL(4) ? (Datum)0 : PG_GETARG_DATUM(4), secret || PG_ARGISNULL(4),
+                               secret || PG_ARGISNULL(3) ? (Datum)0 : PG_GETARG_DATUM(3), secret || PG_ARGISNULL(3),
+                               PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), secret,
+                               &entry->ttl);
+    SPI_finish();
+    if (written != 1)
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("idempotency key was taken by another transaction"),
+                        errhint("Retry the transaction.")));
+    entry->completed_subxact = GetCurrentSubTransactionId();
+    PG_RETURN_BOOL(true);
+}
+
+/// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl) -> boolean
+Datum idempotency_save_final(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 5, "principal, key, action, fingerprint and status");
+    text* principal = PG_GETARG_TEXT_PP(0);
+    text* key = PG_GETARG_TEXT_PP(1);
+    text* action = PG_GETARG_TEXT_PP(2);
+    bytea* fingerprint = PG_GETARG_BYTEA_PP(3);
+    check_principal(principal);
+    check_key(key);
+    check_action(action);
+    check_fingerprint(fingerprint);
+    int status = status_argument(fcinfo, 4);
+    check_headers(fcinfo, 6);
+    Interval ttl = ttl_argument(fcinfo, 7);
+    PreventCommandIfReadOnly("idempotency.save_final()");
+    if (find_pending(principal, key) != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was started in this transaction"),
+                        errhint("Use idempotency.complete() in the transaction that called begin(); save_final() is for after a rollback.")));
+    if (!is_final_status(status)) PG_RETURN_BOOL(false);
+
+    LOCKTAG tag;
+    key_locktag(&tag, principal, key);
+    if (!lock_key(&tag, wait_timeout_ms)) PG_RETURN_BOOL(false);
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    uint64 written = store_key(principal, key, action, fingerprint, status,
+                               PG_ARGISNULL(6) ? (Datum)0 : PG_GETARG_DATUM(6), PG_ARGISNULL(6),
+                               PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), (Datum)0, true,
+                               false, &ttl);
+    SPI_finish();
+    PG_RETURN_BOOL(written == 1);
+}
+
+/// idempotency.is_final(status) -> boolean
+Datum idempotency_is_final(PG_FUNCTION_ARGS) { PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0))); }
+
+/// idempotency.forget(principal, key) -> boolean
+Datum idempotency_forget(PG_FUNCTION_ARGS) {
+    text* principal = PG_GETARG_TEXT_PP(0);
+    text* key = PG_GETARG_TEXT_PP(1);
+    PreventCommandIfReadOnly("idempotency.forget()");
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    Oid types[2] = {TEXTOID, TEXTOID};
+    SPIPlanPtr plan =
+        prepared(&forget_plan, "DELETE FROM idempotency.keys WHERE principal = $1 AND key = $2", 2, types);
+    Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
+    int rc = SPI_execute_plan(plan, values, nullptr, false, 0);
+    if (rc != SPI_OK_DELETE) elog(ERROR, "forgetting the key failed: %s", SPI_result_code_string(rc));
+    uint64 deleted = SPI_processed;
+    SPI_finish();
+    PG_RETURN_BOOL(deleted > 0);
+}
+
+}  // extern "C"

@@ -1,0 +1,27 @@
+// Configuration parameters (GUCs) of the extension, defined in _PG_init.
+#pragma once
+
+namespace idem::pg {
+
+/// idempotency.max_json_depth: deepest nesting accepted by jcs() and fingerprint().
+extern int max_json_depth;
+/// idempotency.key_ttl, in seconds: how long a key counts after its first use.
+extern int key_ttl_seconds;
+/// idempotency.wait_timeout, in milliseconds: how long begin() waits for a
+/// transaction that holds the same key.
+extern int wait_timeout_ms;
+/// idempotency.max_key_length, in bytes.
+extern int max_key_length;
+
+/// Values of idempotency.key_format.
+enum KeyFormat { kKeyFormatAny = 0, kKeyFormatUuid = 1, kKeyFormatUuidV7 = 2 };
+/// idempotency.key_format: which Idempotency-Key values are accepted.
+extern int key_format;
+
+/// True when responses with this status are stored (idempotency.final_statuses).
+bool is_final_status(int status);
+
+/// Defines the protocol's settings and registers its transaction callbacks.
+void protocol_init();
+
+}  // namespace idem::pg
