@@ -20,10 +20,12 @@ OBJS = src/extension/module.o \
 UPGRADE_SCRIPTS = $(shell set -- $(RELEASES); prev=$$1; shift; for v; do echo extension/$(EXTENSION)--$$prev--$$v.sql; prev=$$v; done)
 DATA_built = build/$(EXTENSION)--$(EXTVERSION).sql
 DATA = extension/$(EXTENSION)--$(firstword $(RELEASES)).sql $(UPGRADE_SCRIPTS)
-EXTRA_CLEAN = build
+EXTRA_CLEAN = build output_iso
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+ISOLATION = $(patsubst tests/isolation/specs/%.spec,%,$(sort $(wildcard tests/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=tests/isolation --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= pg_config
 PG_CPPFLAGS += -I$(srcdir)/src/core -I$(srcdir)/src/extension

@@ -255,10 +255,22 @@ bool wait_for_key_lock(const LOCKTAG* tag, int wait_ms) {
     return acquired;
 }
 
-bool lock_key(const LOCKTAG* tag, int wait_ms) {
-    if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL) return true;
-    if (wait_ms <= 0) return false;
-    return wait_for_key_lock(tag, wait_ms);
+// Who holds a key lock we took: the statement's resource owner (fast path) or,
+// after a wait in a subtransaction, the transaction's.
+enum class LockHolder { none, statement, transaction };
+
+LockHolder lock_key(const LOCKTAG* tag, int wait_ms) {
+    if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL) return LockHolder::statement;
+    if (wait_ms <= 0) return LockHolder::none;
+    return wait_for_key_lock(tag, wait_ms) ? LockHolder::transaction : LockHolder::none;
+}
+
+// Releases a key lock before the end of the transaction.
+void unlock_key(const LOCKTAG* tag, LockHolder holder) {
+    ResourceOwner current = CurrentResourceOwner;
+    if (holder == LockHolder::transaction) CurrentResourceOwner = CurTransactionResourceOwner;
+    LockRelease(tag, ExclusiveLock, false);
+    CurrentResourceOwner = current;
 }
 
 // ---------------------------------------------------------------------------
@@ -561,7 +573,8 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
     OutcomeRow result;
     LOCKTAG tag;
     key_locktag(&tag, principal, key);
-    if (!lock_key(&tag, wait_ms)) {
+    const LockHolder holder = lock_key(&tag, wait_ms);
+    if (holder == LockHolder::none) {
         result_init(&result, "in_progress");
         return result_datum(fcinfo, &result);
     }
@@ -633,7 +646,7 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
         add_pending(principal, key, action, fingerprint, ttl);
     } else {
         // Nothing to do under this key: let waiting duplicates go on now.
-        LockRelease(&tag, ExclusiveLock, false);
+        unlock_key(&tag, holder);
     }
     return datum;
 }
@@ -697,7 +710,7 @@ Datum idempotency_save_final(PG_FUNCTION_ARGS) {
 
     LOCKTAG tag;
     key_locktag(&tag, principal, key);
-    if (!lock_key(&tag, wait_timeout_ms)) PG_RETURN_BOOL(false);
+    if (lock_key(&tag, wait_timeout_ms) == LockHolder::none) PG_RETURN_BOOL(false);
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     uint64 written = store_key(principal, key, action, fingerprint, status,
                                PG_ARGISNULL(6) ? (Datum)0 : PG_GETARG_DATUM(6), PG_ARGISNULL(6),

@@ -1,0 +1,27 @@
+-- Install the oldest release and update to the current one.
+\set VERBOSITY sqlstate
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency VERSION '0.1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SELECT idempotency.jcs('{"b":1,"a":2}');
+SELECT to_regclass('idempotency.keys') IS NULL AS no_key_store_yet;
+ALTER EXTENSION idempotency UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SELECT idempotency.jcs('{"b":1,"a":2}');
+-- The upgraded extension has the same objects as a fresh install.
+SELECT pg_describe_object(classid, objid, objsubid) AS member
+  FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
+ ORDER BY 1;
+BEGIN;
+SELECT outcome FROM idempotency.begin('p', 'k', 'a', idempotency.fingerprint('POST', '/x'));
+SELECT idempotency.complete('p', 'k', 201);
+COMMIT;
+SELECT outcome FROM idempotency.begin('p', 'k', 'a', idempotency.fingerprint('POST', '/x'));
+-- And a fresh install of the current release lists the same members.
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency;
+SELECT pg_describe_object(classid, objid, objsubid) AS member
+  FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
+ ORDER BY 1;
