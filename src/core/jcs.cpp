@@ -165,6 +165,7 @@ enum NodeFlags : std::uint8_t {
     kInArena = 1,      // pos/len refer to the arena, not to the input
     kNeedsEscape = 2,  // arena string holds bytes that must be escaped on output
     kRemoved = 4,      // excluded by a pointer (object: flag on the key node)
+    kNonAscii = 8,     // string holds bytes >= 0x80 (member order needs the UTF-16 rule)
 };
 
 // A value in document order. Objects store each member as a key node (a string)
@@ -178,6 +179,12 @@ struct Node {
 };
 
 inline bool is_container(const Node& n) { return n.type == kArray || n.type == kObject; }
+
+inline bool same_bytes(std::string_view a, std::string_view b) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
 
 // Byte classes for whitespace.
 inline bool is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
@@ -232,23 +239,83 @@ inline char* put_utf8(char* out, std::uint32_t cp) {
     return out;
 }
 
+struct Frame {
+    std::uint32_t node;
+    std::uint32_t first_key;  // index into open_keys where this object's keys begin
+    std::uint32_t commas;     // separators seen so far
+};
+
+// Buffers reused across calls on one thread, so that canonicalizing many small
+// documents does not pay for allocations each time (see release()).
+// A container being written: where the writer is inside it.
+struct Cursor {
+    std::uint32_t node;
+    std::uint32_t next;  // array: next child node; object: next member ordinal
+    bool first;
+};
+
+struct Scratch {
+    std::vector<Node> nodes;
+    std::vector<Cursor> cursors;           // the writer's stack
+    std::vector<std::uint32_t> members;    // sorted key node indices, per object
+    std::vector<std::uint32_t> open_keys;  // key node indices of the objects being parsed
+    std::vector<Frame> stack;
+    std::string arena;                     // unescaped strings and reformatted numbers
+
+    void clear() {
+        members.clear();
+        open_keys.clear();
+        stack.clear();
+        arena.clear();
+        cursors.clear();
+    }
+    // Gives back memory after a large document instead of keeping it per thread.
+    void release() {
+        constexpr std::size_t kKeep = 1 << 18;
+        if (nodes.capacity() > kKeep) std::vector<Node>().swap(nodes);
+        if (members.capacity() > kKeep) std::vector<std::uint32_t>().swap(members);
+        if (open_keys.capacity() > kKeep) std::vector<std::uint32_t>().swap(open_keys);
+        if (stack.capacity() > kKeep) std::vector<Frame>().swap(stack);
+        if (cursors.capacity() > kKeep) std::vector<Cursor>().swap(cursors);
+        if (arena.capacity() > kKeep * 16) std::string().swap(arena);
+    }
+};
+
 class Document {
 public:
-    Document(std::string_view input, const CanonicalizeOptions& options)
+    Document(std::string_view input, const CanonicalizeOptions& options, Scratch& scratch)
         : in_(reinterpret_cast<const unsigned char*>(input.data())),
           end_(in_ + input.size()),
           size_(input.size()),
-          options_(options) {}
+          options_(options),
+          storage_(scratch.nodes),
+          members_(scratch.members),
+          open_keys_(scratch.open_keys),
+          stack_(scratch.stack),
+          arena_(scratch.arena),
+          cursors_(scratch.cursors) {
+        scratch.clear();
+        const std::size_t estimate = size_ / 8 + 64;  // about one node per 8 input bytes
+        if (storage_.size() < estimate) storage_.resize(estimate);
+        nodes_ = storage_.data();
+        node_capacity_ = storage_.size();
+    }
 
     bool parse(JsonError& error);
     void exclude(const JsonPointer& pointer);
-    void write(std::string& out) const;
+    void write(std::string& out);
 
 private:
-    struct Frame {
-        std::uint32_t node;
-        std::uint32_t first_key;  // index into open_keys_ where this object's keys begin
-    };
+    // Appends a node; the common case is one compare and a store.
+    __attribute__((always_inline)) void add_node(const Node& node) {
+        if (node_count_ == node_capacity_) grow_nodes();
+        nodes_[node_count_++] = node;
+    }
+    void grow_nodes() {
+        storage_.resize(storage_.size() * 2);
+        nodes_ = storage_.data();
+        node_capacity_ = storage_.size();
+    }
 
     bool fail(JsonErrc code, const unsigned char* at) {
         error_.code = code;
@@ -272,17 +339,23 @@ private:
     std::size_t size_;
     const CanonicalizeOptions& options_;
     JsonError error_;
-    std::vector<Node> nodes_;
-    std::vector<std::uint32_t> members_;    // sorted key node indices, per object
-    std::vector<std::uint32_t> open_keys_;  // key node indices of the objects being parsed
-    std::vector<Frame> stack_;
-    std::string arena_;                     // unescaped strings and reformatted numbers
+    std::vector<Node>& storage_;  // nodes_ points into it; node_count_ entries are used
+    Node* nodes_ = nullptr;
+    std::size_t node_count_ = 0;
+    std::size_t node_capacity_ = 0;
+    std::vector<std::uint32_t>& members_;
+    std::vector<std::uint32_t>& open_keys_;
+    std::vector<Frame>& stack_;
+    std::string& arena_;
+    std::vector<Cursor>& cursors_;
+    std::size_t out_size_ = 0;              // exact size of the output without exclusions
 };
 
 bool Document::parse_string(const unsigned char*& p, bool is_key) {
     (void)is_key;
     const unsigned char* const quote = p;
     const unsigned char* s = p + 1;
+    std::uint8_t non_ascii = 0;
     // Fast scan: stop at '"', '\\', a control byte or a non-ASCII byte.
     for (;;) {
 #if defined(__SSE2__)
@@ -306,17 +379,22 @@ bool Document::parse_string(const unsigned char*& p, bool is_key) {
         if (s >= end_) return fail(JsonErrc::syntax, s);
         const unsigned c = *s;
         if (c == '"') {
-            nodes_.push_back(Node{static_cast<std::uint64_t>(quote + 1 - in_),
-                                  static_cast<std::uint32_t>(s - quote - 1),
-                                  static_cast<std::uint32_t>(quote - in_), kString, 0});
+            const auto len = static_cast<std::uint32_t>(s - quote - 1);
+            add_node(Node{static_cast<std::uint64_t>(quote + 1 - in_), len,
+                                  static_cast<std::uint32_t>(quote - in_), kString, non_ascii});
+            out_size_ += len + 2;
             p = s + 1;
             return true;
         }
         if (c == '\\') break;
         if (c < 0x20) return fail(JsonErrc::syntax, s);
-        std::size_t n = utf8_sequence(s, end_);
-        if (n == 0) return fail(JsonErrc::invalid_utf8, s);
-        s += n;
+        // Non-ASCII: validate whole sequences until the next ASCII byte.
+        non_ascii = kNonAscii;
+        do {
+            std::size_t n = utf8_sequence(s, end_);
+            if (n == 0) return fail(JsonErrc::invalid_utf8, s);
+            s += n;
+        } while (s < end_ && *s >= 0x80);
     }
 
     // Slow path: the string has escapes. Decode it into the arena.
@@ -389,9 +467,17 @@ bool Document::parse_string(const unsigned char*& p, bool is_key) {
         arena_.append(reinterpret_cast<const char*>(s), n);
         s += n;
     }
-    nodes_.push_back(Node{start, static_cast<std::uint32_t>(arena_.size() - start),
-                          static_cast<std::uint32_t>(quote - in_), kString,
-                          static_cast<std::uint8_t>(kInArena | (needs_escape ? kNeedsEscape : 0))});
+    const auto len = static_cast<std::uint32_t>(arena_.size() - start);
+    std::size_t escaped = len + 2;
+    for (std::size_t i = start; i < arena_.size(); ++i) {
+        const unsigned char b = static_cast<unsigned char>(arena_[i]);
+        if (b >= 0x80) non_ascii = kNonAscii;
+        if (needs_escape && (b < 0x20 || b == '"' || b == '\\'))
+            escaped += (b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t') ? 1 : 5;
+    }
+    out_size_ += escaped;
+    add_node(Node{start, len, static_cast<std::uint32_t>(quote - in_), kString,
+                          static_cast<std::uint8_t>(kInArena | non_ascii | (needs_escape ? kNeedsEscape : 0))});
     p = s + 1;
     return true;
 }
@@ -450,7 +536,8 @@ bool Document::parse_number(const unsigned char*& p) {
             canonical = int_digits + frac_digits <= 15;
         }
         if (canonical) {
-            nodes_.push_back(Node{static_cast<std::uint64_t>(start - in_), len, 0, kNumber, 0});
+            add_node(Node{static_cast<std::uint64_t>(start - in_), len, 0, kNumber, 0});
+            out_size_ += len;
             return true;
         }
     }
@@ -463,7 +550,8 @@ bool Document::parse_number(const unsigned char*& p) {
     std::size_t n = format_number(value, buffer);
     const std::size_t at = arena_.size();
     arena_.append(buffer, n);
-    nodes_.push_back(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
+    add_node(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
+    out_size_ += n;
     return true;
 }
 
@@ -471,15 +559,66 @@ bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
     auto first = open_keys_.begin() + first_key;
     auto last = open_keys_.end();
     const std::size_t count = static_cast<std::size_t>(last - first);
+    out_size_ += count;  // the ':' of each member
     if (count > 1) {
-        std::stable_sort(first, last, [this](std::uint32_t a, std::uint32_t b) {
-            return utf16_less(text(nodes_[a]), text(nodes_[b]));
-        });
+        auto less = [this](std::uint32_t a, std::uint32_t b) {
+            const Node& x = nodes_[a];
+            const Node& y = nodes_[b];
+            const std::string_view tx = text(x), ty = text(y);
+            if (((x.flags | y.flags) & kNonAscii) == 0) {
+                // ASCII only: byte order is UTF-16 order. Names are short; a
+                // plain loop beats a call to memcmp.
+                const std::size_t n = std::min(tx.size(), ty.size());
+                for (std::size_t i = 0; i < n; ++i)
+                    if (tx[i] != ty[i]) return static_cast<unsigned char>(tx[i]) < static_cast<unsigned char>(ty[i]);
+                return tx.size() < ty.size();
+            }
+            return utf16_less(tx, ty);
+        };
+        if (count <= 16) {
+            // Typical API objects are small: insertion sort on local copies of
+            // the names, no allocation.
+            struct Name {
+                const char* data;
+                std::uint32_t len;
+                std::uint32_t node;
+                bool ascii;
+            };
+            Name names[16];
+            for (std::size_t i = 0; i < count; ++i) {
+                const Node& n = nodes_[first[i]];
+                const std::string_view t = text(n);
+                names[i] = Name{t.data(), n.len, first[i], (n.flags & kNonAscii) == 0};
+            }
+            auto name_less = [](const Name& a, const Name& b) {
+                if (a.ascii && b.ascii) {
+                    const std::uint32_t n = std::min(a.len, b.len);
+                    for (std::uint32_t i = 0; i < n; ++i)
+                        if (a.data[i] != b.data[i])
+                            return static_cast<unsigned char>(a.data[i]) < static_cast<unsigned char>(b.data[i]);
+                    return a.len < b.len;
+                }
+                return utf16_less(std::string_view(a.data, a.len), std::string_view(b.data, b.len));
+            };
+            for (std::size_t i = 1; i < count; ++i) {
+                const Name value = names[i];
+                std::size_t hole = i;
+                while (hole > 0 && name_less(value, names[hole - 1])) {
+                    names[hole] = names[hole - 1];
+                    --hole;
+                }
+                names[hole] = value;
+            }
+            for (std::size_t i = 0; i < count; ++i) first[i] = names[i].node;
+        } else {
+            std::sort(first, last, less);
+        }
         for (auto it = first + 1; it != last; ++it) {
-            if (text(nodes_[*(it - 1)]) == text(nodes_[*it])) {
-                // Stable order: *it is the later occurrence in the input.
+            const Node& x = nodes_[*(it - 1)];
+            const Node& y = nodes_[*it];
+            if (x.len == y.len && same_bytes(text(x), text(y))) {
                 error_.code = JsonErrc::duplicate_name;
-                error_.offset = nodes_[*it].end;
+                error_.offset = std::max(x.end, y.end);  // the later occurrence
                 return false;
             }
         }
@@ -487,7 +626,7 @@ bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
     Node& object = nodes_[index];
     object.pos = members_.size();
     object.len = static_cast<std::uint32_t>(count);
-    object.end = static_cast<std::uint32_t>(nodes_.size());
+    object.end = static_cast<std::uint32_t>(node_count_);
     members_.insert(members_.end(), first, last);
     open_keys_.resize(first_key);
     return true;
@@ -498,9 +637,9 @@ bool Document::parse(JsonError& error) {
         error = JsonError{JsonErrc::too_large, 0};
         return false;
     }
-    nodes_.reserve(size_ / 8 + 16);
     const unsigned char* p = in_;
-    auto skip_ws = [&] { while (p < end_ && is_ws(*p)) ++p; };
+    // Compact JSON has no whitespace: one compare rejects every token byte.
+    auto skip_ws = [&] { while (p < end_ && *p <= ' ' && is_ws(*p)) ++p; };
 
     // Each iteration parses one value; containers push a frame and continue with
     // their first child, and closing brackets are consumed after each value.
@@ -518,9 +657,10 @@ bool Document::parse(JsonError& error) {
                 fail(JsonErrc::too_deep, p);
                 break;
             }
-            const auto index = static_cast<std::uint32_t>(nodes_.size());
-            nodes_.push_back(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
-            stack_.push_back(Frame{index, static_cast<std::uint32_t>(open_keys_.size())});
+            const auto index = static_cast<std::uint32_t>(node_count_);
+            add_node(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
+            stack_.push_back(Frame{index, static_cast<std::uint32_t>(open_keys_.size()), 0});
+            out_size_ += 2;
             ++p;
             skip_ws();
             if (p < end_ && *p == (c == '{' ? '}' : ']')) {
@@ -528,7 +668,7 @@ bool Document::parse(JsonError& error) {
                 if (c == '{') {
                     ok = close_object(index, stack_.back().first_key);
                 } else {
-                    nodes_[index].end = static_cast<std::uint32_t>(nodes_.size());
+                    nodes_[index].end = static_cast<std::uint32_t>(node_count_);
                 }
                 stack_.pop_back();
             } else if (c == '{') {
@@ -537,7 +677,7 @@ bool Document::parse(JsonError& error) {
                     fail(JsonErrc::syntax, p);
                     break;
                 }
-                open_keys_.push_back(static_cast<std::uint32_t>(nodes_.size()));
+                open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
                 if (!parse_string(p, true)) break;
                 skip_ws();
                 if (p >= end_ || *p != ':') {
@@ -553,14 +693,17 @@ bool Document::parse(JsonError& error) {
             ok = parse_string(p, false);
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             ok = parse_number(p);
-        } else if (c == 't' && end_ - p >= 4 && std::memcmp(p, "true", 4) == 0) {
-            nodes_.push_back(Node{0, 0, 0, kTrue, 0});
+        } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
+            add_node(Node{0, 0, 0, kTrue, 0});
+            out_size_ += 4;
             p += 4;
-        } else if (c == 'f' && end_ - p >= 5 && std::memcmp(p, "false", 5) == 0) {
-            nodes_.push_back(Node{0, 0, 0, kFalse, 0});
+        } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
+            add_node(Node{0, 0, 0, kFalse, 0});
+            out_size_ += 5;
             p += 5;
-        } else if (c == 'n' && end_ - p >= 4 && std::memcmp(p, "null", 4) == 0) {
-            nodes_.push_back(Node{0, 0, 0, kNull, 0});
+        } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
+            add_node(Node{0, 0, 0, kNull, 0});
+            out_size_ += 4;
             p += 4;
         } else {
             fail(JsonErrc::syntax, p);
@@ -577,17 +720,19 @@ bool Document::parse(JsonError& error) {
                 fail(JsonErrc::syntax, p);
                 break;
             }
-            const Frame frame = stack_.back();
+            Frame& frame = stack_.back();
             const bool is_object = nodes_[frame.node].type == kObject;
             if (*p == ',') {
                 ++p;
+                ++frame.commas;
+                ++out_size_;
                 if (is_object) {
                     skip_ws();
                     if (p >= end_ || *p != '"') {
                         fail(JsonErrc::syntax, p);
                         break;
                     }
-                    open_keys_.push_back(static_cast<std::uint32_t>(nodes_.size()));
+                    open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
                     if (!parse_string(p, true)) break;
                     skip_ws();
                     if (p >= end_ || *p != ':') {
@@ -605,10 +750,8 @@ bool Document::parse(JsonError& error) {
                     if (!close_object(frame.node, frame.first_key)) break;
                 } else {
                     Node& array = nodes_[frame.node];
-                    array.end = static_cast<std::uint32_t>(nodes_.size());
-                    std::uint32_t count = 0;
-                    for (std::uint32_t i = frame.node + 1; i < array.end; i = next_sibling(i)) ++count;
-                    array.len = count;
+                    array.end = static_cast<std::uint32_t>(node_count_);
+                    array.len = frame.commas + 1;  // closed after a value: never empty here
                 }
                 stack_.pop_back();
                 continue;
@@ -675,66 +818,91 @@ void Document::exclude(const JsonPointer& pointer) {
     }
 }
 
-// Appends s (unescaped UTF-8) as a JSON string, escaped the way
-// ECMAScript's JSON.stringify does.
-void append_escaped(std::string& out, std::string_view s) {
+// Writes s (unescaped UTF-8) as a JSON string, escaped the way ECMAScript's
+// JSON.stringify does; returns the end of what was written.
+char* write_escaped(char* w, std::string_view s) {
     static const char hex[] = "0123456789abcdef";
-    out.push_back('"');
-    std::size_t run = 0;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        out.append(s.data() + run, i - run);
-        run = i + 1;
+    *w++ = '"';
+    for (const char ch : s) {
+        const unsigned char c = static_cast<unsigned char>(ch);
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = ch;
+            continue;
+        }
+        *w++ = '\\';
         switch (c) {
-            case '"': out.append("\\\"", 2); break;
-            case '\\': out.append("\\\\", 2); break;
-            case '\b': out.append("\\b", 2); break;
-            case '\f': out.append("\\f", 2); break;
-            case '\n': out.append("\\n", 2); break;
-            case '\r': out.append("\\r", 2); break;
-            case '\t': out.append("\\t", 2); break;
-            default: {
-                char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-                out.append(u, 6);
-            }
+            case '"': *w++ = '"'; break;
+            case '\\': *w++ = '\\'; break;
+            case '\b': *w++ = 'b'; break;
+            case '\f': *w++ = 'f'; break;
+            case '\n': *w++ = 'n'; break;
+            case '\r': *w++ = 'r'; break;
+            case '\t': *w++ = 't'; break;
+            default:
+                *w++ = 'u';
+                *w++ = '0';
+                *w++ = '0';
+                *w++ = hex[c >> 4];
+                *w++ = hex[c & 15];
         }
     }
-    out.append(s.data() + run, s.size() - run);
-    out.push_back('"');
+    *w++ = '"';
+    return w;
 }
 
-void Document::write(std::string& out) const {
-    out.clear();
-    out.reserve(size_ + 16);
+inline char* put(char* w, std::string_view s) {
+    std::memcpy(w, s.data(), s.size());
+    return w + s.size();
+}
+
+// Output slack that lets put_short() store whole 16-byte blocks.
+constexpr std::size_t kWriteSlack = 16;
+
+// Copies s, which is readable up to `limit`; short strings move as one
+// 16-byte block (the output has kWriteSlack bytes of room past its end).
+inline char* put_short(char* w, std::string_view s, const char* limit) {
+#if defined(__SSE2__)
+    if (s.size() <= 16 && limit - s.data() >= 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(w), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
+        return w + s.size();
+    }
+#endif
+    (void)limit;
+    return put(w, s);
+}
+
+// The output size is known from parsing (out_size_, exact without exclusions,
+// an upper bound with them), so writing needs no capacity checks.
+void Document::write(std::string& out) {
+    out.resize(out_size_ + kWriteSlack);
+    char* const begin = out.data();
+    char* w = begin;
+    const char* const input_limit = reinterpret_cast<const char*>(end_);
+    const char* const arena_limit = arena_.data() + arena_.size();
+    auto limit = [&](const Node& n) { return (n.flags & kInArena) ? arena_limit : input_limit; };
     auto write_string = [&](const Node& n) {
         if (n.flags & kNeedsEscape) {
-            append_escaped(out, text(n));
+            w = write_escaped(w, text(n));
         } else {
-            out.push_back('"');
-            out.append(text(n));
-            out.push_back('"');
+            *w++ = '"';
+            w = put_short(w, text(n), limit(n));
+            *w++ = '"';
         }
     };
     // Writes a scalar, or opens a container and returns true.
     auto open = [&](std::uint32_t i) {
         const Node& n = nodes_[i];
         switch (n.type) {
-            case kNull: out.append("null", 4); return false;
-            case kTrue: out.append("true", 4); return false;
-            case kFalse: out.append("false", 5); return false;
-            case kNumber: out.append(text(n)); return false;
+            case kNull: w = put(w, "null"); return false;
+            case kTrue: w = put(w, "true"); return false;
+            case kFalse: w = put(w, "false"); return false;
+            case kNumber: w = put_short(w, text(n), limit(n)); return false;
             case kString: write_string(n); return false;
-            case kArray: out.push_back('['); return true;
-            default: out.push_back('{'); return true;
+            case kArray: *w++ = '['; return true;
+            default: *w++ = '{'; return true;
         }
     };
-    struct Cursor {
-        std::uint32_t node;
-        std::uint32_t next;  // array: next child node; object: next member ordinal
-        bool first;
-    };
-    std::vector<Cursor> stack;
+    std::vector<Cursor>& stack = cursors_;
     if (open(0)) stack.push_back(Cursor{0, nodes_[0].type == kArray ? 1u : 0u, true});
     while (!stack.empty()) {
         Cursor& top = stack.back();
@@ -751,14 +919,14 @@ void Document::write(std::string& out) const {
                     break;
                 }
             }
-            if (have && !top.first) out.push_back(',');
+            if (have && !top.first) *w++ = ',';
         } else {
             while (top.next < container.len) {
                 std::uint32_t key = members_[container.pos + top.next++];
                 if (!(nodes_[key].flags & kRemoved)) {
-                    if (!top.first) out.push_back(',');
+                    if (!top.first) *w++ = ',';
                     write_string(nodes_[key]);
-                    out.push_back(':');
+                    *w++ = ':';
                     child = key + 1;
                     have = true;
                     break;
@@ -766,25 +934,30 @@ void Document::write(std::string& out) const {
             }
         }
         if (!have) {
-            out.push_back(container.type == kArray ? ']' : '}');
+            *w++ = container.type == kArray ? ']' : '}';
             stack.pop_back();
             continue;
         }
         top.first = false;
         if (open(child)) stack.push_back(Cursor{child, nodes_[child].type == kArray ? child + 1 : 0u, true});
     }
+    out.resize(static_cast<std::size_t>(w - begin));
 }
 
 }  // namespace
 
 bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
-    Document document(json, options);
-    if (!document.parse(error)) return false;
-    if (exclude != nullptr)
-        for (const JsonPointer& pointer : *exclude) document.exclude(pointer);
-    document.write(out);
-    return true;
+    thread_local Scratch scratch;
+    Document document(json, options, scratch);
+    const bool ok = document.parse(error);
+    if (ok) {
+        if (exclude != nullptr)
+            for (const JsonPointer& pointer : *exclude) document.exclude(pointer);
+        document.write(out);
+    }
+    scratch.release();
+    return ok;
 }
 
 std::string canonicalize(std::string_view json, const CanonicalizeOptions& options) {
