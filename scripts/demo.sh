@@ -29,6 +29,24 @@ SELECT encode(idempotency.fingerprint('POST', '/orders', convert_to('{"amount":1
 SELECT idempotency.fingerprint('POST', '/orders', convert_to('{"amount":5,"sent_at":"2026-11-30T10:00:00Z"}', 'UTF8'), ARRAY['/sent_at'])
      = idempotency.fingerprint('POST', '/orders', convert_to('{"sent_at":"2026-11-30T10:00:07Z","amount":5}', 'UTF8'), ARRAY['/sent_at'])
        AS same_without_timestamp;
+\echo '== Make a write idempotent: the order and its key row commit in one transaction'
+CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
+BEGIN;
+SELECT outcome FROM idempotency.begin('user-42', 'key-1', 'create_order',
+       idempotency.fingerprint('POST', '/orders', convert_to('{"item":"book"}', 'UTF8')));
+INSERT INTO orders (item) VALUES ('book');
+SELECT idempotency.complete('user-42', 'key-1', 201, convert_to('{"id":1,"item":"book"}', 'UTF8'),
+       '{"Location":"/orders/1"}');
+COMMIT;
+\echo '== The retry (body spelled differently) replays the stored response byte for byte'
+SELECT outcome, response_status, response_headers, convert_from(response_body, 'UTF8') AS body
+  FROM idempotency.begin('user-42', 'key-1', 'create_order',
+       idempotency.fingerprint('POST', '/orders', convert_to('{ "item" : "book" }', 'UTF8')));
+\echo '== Another request under the same key is a mismatch (HTTP 422)'
+SELECT outcome FROM idempotency.begin('user-42', 'key-1', 'create_order',
+       idempotency.fingerprint('POST', '/orders', convert_to('{"item":"pen"}', 'UTF8')));
+\echo '== One order for all of it'
+SELECT count(*) AS orders FROM orders;
 \echo '== Bad input is an error with an SQLSTATE, never a crash'
 \set VERBOSITY default
 \set ON_ERROR_STOP 0

@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# Transactional protocol benchmark: the extension's begin/complete against a
+# PL/pgSQL peer, plain SQL ("ideal"), round trips alone ("floor") and no key
+# at all ("base"), with pgbench, in one command:
+#
+#   bench/protocol/run.sh
+#
+# Starts a throwaway cluster with fsync = on (scripts/pgcluster.sh; PROTO_PGDIR,
+# default /tmp/protobench, PROTO_PGPORT, default 55450), installs the
+# extension, bench/protocol/setup.sql and plpgsql_peer.sql, checks that the
+# extension and the peer answer alike (check.sql), then for synchronous_commit
+# off and on: one untimed warm-up run of every variant (WARMUP s), then ROUNDS
+# interleaved rounds (order rotated each round) of every variant for DURATION s:
+#   pgbench -n -M prepared -c 4 -j 2 -T DURATION -f <variant>.sql
+# Every run starts from empty tables (TRUNCATE of all bench tables, then
+# CHECKPOINT, so no checkpoint falls inside a run). Then, for each variant, a
+# fixed-count run (-t STAT_TX per client) for per-request WAL bytes and
+# records and, in the key tables, n_tup_ins/upd/hot_upd/del and n_dead_tup.
+# Autovacuum is disabled on the bench tables (reloption) so that dead tuples
+# stay counted. Prints medians and ratios; everything lands in
+# bench/protocol/results/ (raw.tsv, pgbench logs, summary.md).
+#
+# Environment: ROUNDS (5), DURATION (10), WARMUP (3), CLIENTS (4), JOBS (2),
+# STAT_TX (2000), SETTINGS ("off on"). Needs python3 for the summary.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+rounds=${ROUNDS:-5}
+duration=${DURATION:-10}
+warmup=${WARMUP:-3}
+clients=${CLIENTS:-4}
+jobs=${JOBS:-2}
+stat_tx=${STAT_TX:-2000}
+settings=${SETTINGS:-"off on"}
+pgdir=${PROTO_PGDIR:-/tmp/protobench}
+pgport=${PROTO_PGPORT:-55450}
+results=$here/results
+variants=(base floor ideal extension plpgsql)
+
+step() { printf '\n== %s\n' "$*"; }
+
+rm -rf "$results"
+mkdir -p "$results/logs"
+
+cleanup() { "$root/scripts/pgcluster.sh" stop "$pgdir" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+cleanup
+start_time=$(date +%s)
+
+step "machine"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+echo "cores: $(nproc); cpu: $cpu; $(pgbench --version)" | tee "$results/machine.txt"
+
+step "cluster"
+PGCLUSTER_CONF="fsync = on" "$root/scripts/pgcluster.sh" start "$pgdir" "$pgport"
+# shellcheck disable=SC1091
+source "$pgdir/env"
+export PGDATABASE=protobench
+psql_() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+psql_ -d postgres -c "CREATE DATABASE protobench"
+psql_ <<SQL
+CREATE EXTENSION idempotency;
+\i $here/setup.sql
+\i $here/plpgsql_peer.sql
+ALTER TABLE bench.effects SET (autovacuum_enabled = off);
+ALTER TABLE bench.ideal_keys SET (autovacuum_enabled = off);
+ALTER TABLE idempotency.keys SET (autovacuum_enabled = off);
+ALTER TABLE peer.keys SET (autovacuum_enabled = off);
+SQL
+psql_ -At -c "SELECT name || ' = ' || setting FROM pg_settings WHERE name IN
+  ('fsync','full_page_writes','synchronous_commit','wal_level','shared_buffers','max_wal_size','checkpoint_timeout','server_version')
+  ORDER BY name" | tee "$results/settings.txt"
+
+step "same answers from the extension and the peer"
+psql_ -At -F ' | ' -f "$here/check.sql" | tee "$results/check.txt"
+ext=$(grep '^ext' "$results/check.txt" | sed 's/^ext  //')
+peer=$(grep '^peer' "$results/check.txt" | sed 's/^peer //')
+expected=$'started  | started\ncomplete | t\nreplay   | replay | 201 | t\nmismatch | mismatch | ord_1'
+if [[ $ext != "$expected" || $peer != "$expected" ]]; then
+  echo "check failed: the extension and the peer do not both give:" >&2
+  echo "$expected" >&2
+  exit 1
+fi
+echo "ok: both give started, true, replay (201, same body), mismatch (ord_1)"
+
+reset_tables() {
+  psql_ -c "TRUNCATE bench.effects, bench.ideal_keys, idempotency.keys, peer.keys RESTART IDENTITY" -c "CHECKPOINT"
+}
+
+# run SETTING VARIANT LABEL pgbench-args... : one pgbench run, log kept, TPS printed.
+run() {
+  local sc=$1 v=$2 label=$3
+  shift 3
+  local log="$results/logs/$label.log" rc=0
+  reset_tables
+  PGOPTIONS="-c synchronous_commit=$sc" pgbench -n -M prepared -c "$clients" -j "$jobs" "$@" \
+    -f "$here/$v.sql" >"$log" 2>&1 || rc=$?
+  local tps failed aborted
+  tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$log")
+  failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$log")
+  aborted=$(grep -c -i -E 'aborted|error' "$log" || true)
+  if [[ $rc -ne 0 || -z $tps || ${failed:-0} -ne 0 || $aborted -ne 0 ]]; then
+    echo "!! $label: pgbench exit $rc, failed=${failed:-?}, error lines=$aborted (see $log)" >&2
+    grep -i -E 'aborted|error' "$log" | head -5 >&2 || true
+    echo "$label	rc=$rc failed=${failed:-?} errors=$aborted" >>"$results/problems.txt"
+  fi
+  echo "${tps:-0}"
+}
+
+printf 'sync_commit\tround\tposition\tvariant\ttps\n' >"$results/raw.tsv"
+for sc in $settings; do
+  step "synchronous_commit = $sc: warm-up (${warmup} s each)"
+  for v in "${variants[@]}"; do
+    printf '  %-10s %10.1f tps\n' "$v" "$(run "$sc" "$v" "warmup-$sc-$v" -T "$warmup")"
+  done
+  for ((r = 1; r <= rounds; r++)); do
+    step "synchronous_commit = $sc: round $r of $rounds (${duration} s each)"
+    for ((i = 0; i < ${#variants[@]}; i++)); do
+      v=${variants[$(((i + r - 1) % ${#variants[@]}))]}
+      tps=$(run "$sc" "$v" "sc-$sc-r$r-$v" -T "$duration")
+      printf '  %-10s %10.1f tps\n' "$v" "$tps"
+      printf '%s\t%d\t%d\t%s\t%s\n' "$sc" "$r" "$((i + 1))" "$v" "$tps" >>"$results/raw.tsv"
+    done
+  done
+done
+
+step "per-request WAL and key-table statistics (-t $stat_tx per client, synchronous_commit = off)"
+printf 'variant\ttx\twal_bytes\twal_records\tn_tup_ins\tn_tup_upd\tn_tup_hot_upd\tn_tup_del\tn_dead_tup\tn_live_tup\tkey_rows\tkey_heap_bytes\tkey_index_bytes\n' >"$results/stats.tsv"
+for v in "${variants[@]}"; do
+  case $v in
+    ideal) table=bench.ideal_keys ;;
+    extension) table=idempotency.keys ;;
+    plpgsql) table=peer.keys ;;
+    *) table= ;;
+  esac
+  reset_tables
+  [[ -n $table ]] && psql_ -c "SELECT pg_stat_reset_single_table_counters('$table'::regclass)" >/dev/null
+  psql_ -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+  sleep 1
+  lsn0=$(psql_ -At -c "SELECT pg_current_wal_lsn()")
+  log="$results/logs/stats-$v.log"
+  rc=0
+  PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$stat_tx" \
+    -f "$here/$v.sql" >"$log" 2>&1 || rc=$?
+  processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log")
+  if [[ $rc -ne 0 || ${processed:-0} -ne $((clients * stat_tx)) ]] || grep -q -i -E 'aborted|error' "$log"; then
+    echo "!! stats-$v: pgbench exit $rc, processed ${processed:-?} (see $log)" >&2
+    echo "stats-$v	rc=$rc processed=${processed:-?}" >>"$results/problems.txt"
+  fi
+  lsn1=$(psql_ -At -c "SELECT pg_current_wal_lsn()")
+  sleep 2  # let the exiting backends' statistics arrive
+  if [[ -n $table ]]; then
+    tstats=$(psql_ -At -F $'\t' -c "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup, n_live_tup,
+        (SELECT count(*) FROM $table), pg_relation_size('$table'::regclass), pg_indexes_size('$table'::regclass)
+      FROM pg_stat_user_tables WHERE relid = '$table'::regclass")
+  else
+    tstats=$'-\t-\t-\t-\t-\t-\t-\t-\t-'
+  fi
+  walrow=$(psql_ -At -F $'\t' -c "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')::bigint, wal_records FROM pg_stat_wal")
+  printf '%s\t%s\t%s\t%s\n' "$v" "${processed:-0}" "$walrow" "$tstats" >>"$results/stats.tsv"
+  echo "  $v: $(tail -1 "$results/stats.tsv" | cut -f2-)"
+done
+
+# Errors the server logged (there should be none).
+# pg_cron starts before scripts/pgcluster.sh creates its database: that FATAL
+# at startup is expected and left out.
+grep -E 'ERROR|FATAL|PANIC' "$pgdir/server.log" | grep -v 'database "idem_cron" does not exist' \
+  >"$results/server-errors.txt" || true
+
+step "summary"
+elapsed=$(($(date +%s) - start_time))
+python3 - "$results" "$rounds" "$duration" "$clients" "$jobs" "$stat_tx" "$elapsed" <<'PY' | tee "$results/summary.md"
+import csv, statistics, sys, os
+res, rounds, duration, clients, jobs, stat_tx, elapsed = sys.argv[1:]
+rows = list(csv.DictReader(open(os.path.join(res, "raw.tsv")), delimiter="\t"))
+variants = ["base", "floor", "ideal", "extension", "plpgsql"]
+settings = []
+for r in rows:
+    if r["sync_commit"] not in settings:
+        settings.append(r["sync_commit"])
+print(f"{clients} clients, {jobs} pgbench threads, prepared mode, {rounds} rounds x {duration} s per variant, "
+      f"fresh random key per transaction; wall time {int(elapsed)//60} min {int(elapsed)%60} s\n")
+med = {}
+for sc in settings:
+    for v in variants:
+        xs = [float(r["tps"]) for r in rows if r["sync_commit"] == sc and r["variant"] == v]
+        med[sc, v] = (statistics.median(xs), min(xs), max(xs), len(xs))
+print("Median TPS (min-max over rounds):\n")
+print("| variant | " + " | ".join(f"synchronous_commit = {sc}" for sc in settings) + " |")
+print("|---|" + "---:|" * len(settings))
+for v in variants:
+    print(f"| {v} | " + " | ".join(f"{med[sc, v][0]:.0f} ({med[sc, v][1]:.0f}-{med[sc, v][2]:.0f})" for sc in settings) + " |")
+
+def paired(sc, a, b):
+    # per-round ratio a/b (same round), median over rounds
+    ra = {r["round"]: float(r["tps"]) for r in rows if r["sync_commit"] == sc and r["variant"] == a}
+    rb = {r["round"]: float(r["tps"]) for r in rows if r["sync_commit"] == sc and r["variant"] == b}
+    return statistics.median(ra[k] / rb[k] for k in ra if k in rb and rb[k] > 0)
+
+ratios = [("extension", "ideal"), ("extension", "plpgsql"), ("extension", "floor"), ("ideal", "floor"),
+          ("plpgsql", "floor"), ("floor", "base")]
+print("\nRatios of the medians (in brackets: median of the per-round ratios):\n")
+print("| ratio | " + " | ".join(f"synchronous_commit = {sc}" for sc in settings) + " |")
+print("|---|" + "---:|" * len(settings))
+for a, b in ratios:
+    print(f"| {a} / {b} | " + " | ".join(
+        f"{med[sc, a][0] / med[sc, b][0]:.3f} ({paired(sc, a, b):.3f})" for sc in settings) + " |")
+
+print("\nGoals:\n")
+def verdict(ok): return "met" if ok else "NOT met"
+if "off" in settings:
+    x = med["off", "extension"][0] / med["off", "ideal"][0]
+    y = med["off", "extension"][0] / med["off", "plpgsql"][0]
+    print(f"* synchronous_commit = off: extension / ideal = {x:.3f} (goal >= 0.95): {verdict(x >= 0.95)}")
+    print(f"* synchronous_commit = off: extension / plpgsql = {y:.3f} (goal >= 1.3): {verdict(y >= 1.3)}")
+if "on" in settings:
+    z = med["on", "extension"][0] / med["on", "ideal"][0]
+    print(f"* synchronous_commit = on: extension / ideal = {z:.3f} (goal >= 0.95, within 5%): {verdict(z >= 0.95)}")
+
+st = list(csv.DictReader(open(os.path.join(res, "stats.tsv")), delimiter="\t"))
+print(f"\nPer request, from a fixed-count run ({clients} x {stat_tx} transactions, synchronous_commit = off, "
+      "tables empty before; key-table counters reset before, read after):\n")
+print("| variant | WAL bytes / request | WAL records / request | key table n_tup_ins | n_tup_upd | n_tup_hot_upd | n_tup_del | n_dead_tup | key rows | key table heap + index bytes / request |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for s in st:
+    n = int(s["tx"]) or 1
+    if s["n_tup_ins"] == "-":
+        tail = "| - " * 7
+    else:
+        size = (int(s["key_heap_bytes"]) + int(s["key_index_bytes"])) / n
+        tail = "".join(f"| {s[c]} " for c in ["n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "n_dead_tup", "key_rows"]) + f"| {size:.0f} "
+    print(f"| {s['variant']} | {int(s['wal_bytes']) / n:.0f} | {int(s['wal_records']) / n:.2f} " + tail + "|")
+
+problems = os.path.join(res, "problems.txt")
+errors = os.path.join(res, "server-errors.txt")
+print()
+if os.path.exists(problems):
+    print("PROBLEMS (pgbench errors or failed transactions):")
+    print(open(problems).read())
+else:
+    print("No pgbench run reported an error or a failed transaction.")
+if os.path.exists(errors) and os.path.getsize(errors) > 0:
+    print(f"Server log errors ({errors}):")
+    print("".join(open(errors).readlines()[:10]))
+else:
+    print("The server logged no ERROR, FATAL or PANIC.")
+PY
