@@ -1,0 +1,144 @@
+// pg_idempotency client library: runs an application handler through the
+// extension's transactional protocol and maps the outcome to HTTP.
+//
+//   idem::Client client(connection);
+//   idem::Response response = client.handle(request, [&](pqxx::work& tx) {
+//       auto id = tx.exec_params1("INSERT INTO orders ... RETURNING id", ...)[0].as<long>();
+//       idem::Response created{201};
+//       created.body = ...;
+//       created.set_header("Location", "/orders/" + std::to_string(id));
+//       return created;
+//   });
+//
+// One Client per connection, one connection per thread (libpqxx connections
+// are not thread-safe).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "idem/http.hpp"
+
+namespace idem {
+
+/// A SHA-256 request fingerprint (the same bytes as idempotency.fingerprint()).
+using Digest = std::array<unsigned char, 32>;
+
+/// An incoming HTTP request, as far as idempotency is concerned.
+struct Request {
+    /// Whoever the key belongs to: user id, API key id, tenant. Keys never cross principals.
+    std::string principal;
+    /// The Idempotency-Key header, if the client sent one.
+    std::optional<std::string> key;
+    /// HTTP method ("POST").
+    std::string method;
+    /// Request target ("/orders").
+    std::string path;
+    /// Request body bytes, if any.
+    std::optional<std::string> body;
+    /// A digest the caller computed already (then `body` and `exclude` are not used).
+    std::optional<Digest> digest;
+    /// RFC 6901 pointers of body members left out of the fingerprint (timestamps, nonces).
+    std::vector<std::string> exclude;
+    /// Operation name stored with the key; empty means "METHOD path".
+    std::string action;
+};
+
+/// Computes the request fingerprint with the shared core, exactly as
+/// idempotency.fingerprint() does on the server. Throws std::invalid_argument
+/// for a method that is not an HTTP token, a path with a line feed or a bad
+/// pointer, and idem::BodyError for a JSON body nested too deeply.
+Digest fingerprint(const Request& request, std::size_t max_json_depth = 1000);
+
+/// Thrown by fingerprint() when the body cannot be fingerprinted.
+class BodyError : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+/// The application's handler: runs inside the transaction that holds the key
+/// and returns the response. It may throw; then nothing is stored.
+using Handler = std::function<Response(pqxx::work&)>;
+
+/// How the client behaves.
+struct Options {
+    /// Methods that must carry an Idempotency-Key (400 without one). Other methods
+    /// run without the protocol unless the client sends a key anyway.
+    std::vector<std::string> methods_requiring_key{"POST", "PATCH"};
+    /// Response headers stored with the key and replayed (names, case-insensitive).
+    std::vector<std::string> kept_headers{"Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"};
+    /// How long begin() waits for a transaction holding the same key; empty: the
+    /// server's idempotency.wait_timeout.
+    std::optional<std::chrono::milliseconds> wait;
+    /// How long a key counts; empty: the server's idempotency.key_ttl.
+    std::optional<std::chrono::seconds> ttl;
+    /// Attempts in all for one request when the database reports a serialization
+    /// failure (40001) or a deadlock (40P01). Each attempt runs the handler anew
+    /// with a fresh response.
+    int max_attempts = 3;
+    /// Retry-After for in_progress answers when no lease end is known.
+    std::chrono::seconds retry_after{1};
+    /// Statuses that are stored, in the syntax of idempotency.final_statuses
+    /// ("2xx,400,409"). Empty: read the server's setting once, on first use.
+    std::string final_statuses;
+    /// Prefix of the problem `type` URIs (RFC 9457 allows relative references).
+    std::string problem_type_base = "/problems/";
+    /// Longest key accepted before asking the server (keep in line with idempotency.max_key_length).
+    std::size_t max_key_length = 255;
+};
+
+/// Counts of outcomes since the client was created (for metrics).
+struct Counters {
+    unsigned long long started = 0, replayed = 0, mismatched = 0, in_progress = 0, secret_replayed = 0,
+                       stored_errors = 0, not_stored = 0, retries = 0, rejected_keys = 0;
+};
+
+/// Runs handlers through begin / handler / complete on one connection.
+class Client {
+public:
+    /// The connection must stay open for the client's lifetime; it may point at
+    /// PostgreSQL or at pgbouncer in transaction pooling mode (the client keeps no
+    /// session state and uses no named prepared statements).
+    explicit Client(pqxx::connection_base& connection, Options options = {});
+
+    /// Handles one request:
+    ///  - no key where one is required, or a malformed key: 400 problem;
+    ///  - started: runs the handler in the transaction that holds the key. A final
+    ///    success is stored with complete() and committed with the handler's
+    ///    writes; a final error (4xx) is rolled back and stored with save_final();
+    ///    anything else (401, 429, 3xx, 5xx) is rolled back and not stored;
+    ///  - replay: the stored status, kept headers and body, Idempotent-Replay: true;
+    ///  - mismatch: 422; in_progress: 409 with Retry-After; secret_replay: 409.
+    /// Serialization failures and deadlocks are retried (Options::max_attempts);
+    /// when attempts run out the last pqxx::serialization_failure or
+    /// pqxx::deadlock_detected propagates. A commit whose outcome is unknown
+    /// (pqxx::in_doubt_error, 40003) is never retried and propagates, as do the
+    /// handler's own exceptions (then nothing is stored).
+    Response handle(const Request& request, const Handler& handler);
+
+    /// Outcome counts so far.
+    const Counters& counters() const noexcept { return counters_; }
+
+    /// Whether a response with this status is stored (Options::final_statuses or the server's).
+    bool is_final(int status);
+
+private:
+    Response run_attempt(const Request& request, const std::string& key, const Digest& digest, const Handler& handler);
+    Response replay_response(const pqxx::row& row) const;
+    std::string kept_headers_json(const Response& response) const;
+    const std::vector<bool>& final_table();
+
+    pqxx::connection_base& connection_;
+    Options options_;
+    std::vector<bool> final_;  // index status - 100; empty until known
+    Counters counters_;
+};
+
+}  // namespace idem

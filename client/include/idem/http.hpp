@@ -1,0 +1,61 @@
+// HTTP side of pg_idempotency's client: responses, headers, problem bodies.
+// No database here; tested on its own.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace idem {
+
+/// HTTP header fields in order; names compare case-insensitively.
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+/// True when two header names are equal ignoring ASCII case.
+bool header_name_equal(std::string_view a, std::string_view b) noexcept;
+
+/// An HTTP response produced by a handler or by the client library.
+struct Response {
+    /// HTTP status code (100..599).
+    int status = 200;
+    /// Header fields to send.
+    Headers headers;
+    /// Body bytes, sent and stored as they are.
+    std::string body;
+    /// True when this response is a stored one played back for a retry.
+    bool replayed = false;
+    /// Id of the resource the request created, stored with the key (for support and mismatch reports).
+    std::optional<std::string> resource_id;
+    /// The response carries a secret (a new API key, say): it is sent once and never stored.
+    bool one_time_secret = false;
+
+    /// The value of the first header with this name, or nullptr.
+    const std::string* header(std::string_view name) const noexcept;
+    /// Replaces every header with this name by one with `value`.
+    void set_header(std::string_view name, std::string value);
+};
+
+/// The problem types of RFC 9457 bodies that the client library produces.
+enum class Problem {
+    key_missing,        ///< 400: the method needs an Idempotency-Key and none was sent
+    key_malformed,      ///< 400: the key is empty, too long or has bad characters
+    body_invalid,       ///< 400: the body cannot be fingerprinted (JSON nested too deep)
+    key_reuse,          ///< 422: the key was used for another request
+    request_in_progress,///< 409: the first request with this key is still running
+    one_time_secret,    ///< 409: the response held a secret and was not kept
+};
+
+/// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.
+const char* problem_slug(Problem problem) noexcept;
+
+/// The HTTP status of a problem type.
+int problem_status(Problem problem) noexcept;
+
+/// Builds an `application/problem+json` response (RFC 9457) with `type`
+/// (`type_base` + slug), `title`, `status` and `detail`, serialized with
+/// nlohmann_json.
+Response problem_response(Problem problem, std::string_view detail, std::string_view type_base);
+
+}  // namespace idem

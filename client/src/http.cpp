@@ -1,0 +1,87 @@
+#include "idem/http.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace idem {
+
+bool header_name_equal(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        char x = a[i], y = b[i];
+        if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+        if (x != y) return false;
+    }
+    return true;
+}
+
+const std::string* Response::header(std::string_view name) const noexcept {
+    for (const auto& field : headers)
+        if (header_name_equal(field.first, name)) return &field.second;
+    return nullptr;
+}
+
+void Response::set_header(std::string_view name, std::string value) {
+    Headers kept;
+    kept.reserve(headers.size() + 1);
+    for (auto& field : headers)
+        if (!header_name_equal(field.first, name)) kept.push_back(std::move(field));
+    kept.emplace_back(std::string(name), std::move(value));
+    headers = std::move(kept);
+}
+
+const char* problem_slug(Problem problem) noexcept {
+    switch (problem) {
+        case Problem::key_missing: return "idempotency-key-missing";
+        case Problem::key_malformed: return "idempotency-key-malformed";
+        case Problem::body_invalid: return "request-body-invalid";
+        case Problem::key_reuse: return "idempotency-key-reuse";
+        case Problem::request_in_progress: return "request-in-progress";
+        case Problem::one_time_secret: return "one-time-secret";
+    }
+    return "about:blank";
+}
+
+int problem_status(Problem problem) noexcept {
+    switch (problem) {
+        case Problem::key_missing:
+        case Problem::key_malformed:
+        case Problem::body_invalid: return 400;
+        case Problem::key_reuse: return 422;
+        case Problem::request_in_progress:
+        case Problem::one_time_secret: return 409;
+    }
+    return 500;
+}
+
+namespace {
+
+const char* problem_title(Problem problem) {
+    switch (problem) {
+        case Problem::key_missing: return "Idempotency-Key header is missing";
+        case Problem::key_malformed: return "Idempotency-Key header is malformed";
+        case Problem::body_invalid: return "Request body cannot be fingerprinted";
+        case Problem::key_reuse: return "Idempotency-Key was used for another request";
+        case Problem::request_in_progress: return "A request with this Idempotency-Key is in progress";
+        case Problem::one_time_secret: return "The response to this request was sent once and not kept";
+    }
+    return "Error";
+}
+
+}  // namespace
+
+Response problem_response(Problem problem, std::string_view detail, std::string_view type_base) {
+    Response response;
+    response.status = problem_status(problem);
+    nlohmann::json body = {
+        {"type", std::string(type_base) + problem_slug(problem)},
+        {"title", problem_title(problem)},
+        {"status", response.status},
+        {"detail", std::string(detail)},
+    };
+    response.body = body.dump();
+    response.headers.emplace_back("Content-Type", "application/problem+json");
+    return response;
+}
+
+}  // namespace idem
