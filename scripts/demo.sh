@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds and installs the extension, starts
-# a throwaway PostgreSQL 15 cluster and shows pg_idempotency at work. Stops
-# everything it started.
+# The demo: installs what is missing, builds and installs the extension and the
+# example service, starts a throwaway PostgreSQL 15 cluster, shows the SQL
+# functions, then starts examples/orders-service on a loopback port and plays a
+# scripted HTTP session with curl. Stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 make -s -j"$(nproc)" && make -s install
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DIDEM_BUILD_BENCH=OFF >/dev/null
+cmake --build build-demo -j"$(nproc)" --target orders-service >/dev/null
 
 cluster=$(mktemp -d /tmp/idem-demo.XXXXXX)
-trap 'scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT
+service_pid=""
+trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null; scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT
 scripts/pgcluster.sh start "$cluster/pg" "${IDEM_DEMO_PORT:-$((20000 + RANDOM % 20000))}"
 # shellcheck disable=SC1091
 source "$cluster/pg/env"
@@ -53,3 +57,54 @@ SELECT count(*) AS orders FROM orders;
 SELECT idempotency.jcs('{"amount":1,"amount":2}');
 SELECT idempotency.jcs('[1e400]');
 SQL
+
+# --- The HTTP session -------------------------------------------------------
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE shop" -d postgres
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION idempotency" -d shop
+http_port=$((PGPORT + 1))
+build-demo/orders-service --port "$http_port" --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" \
+  2>"$cluster/service.log" &
+service_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
+url="http://127.0.0.1:$http_port"
+
+# Prints the status line, the headers that matter and the body of a response.
+show() {
+  awk 'NR == 1 { sub(/\r$/, ""); print "  " $0; next }
+       /^\r?$/ { body = 1; next }
+       body { print "  " $0; next }
+       tolower($0) ~ /^(idempotent-replay|location|retry-after|content-type):/ { sub(/\r$/, ""); print "  " $0 }'
+}
+post() {  # post KEY BODY [QUERY]
+  curl -s -i -X POST "$url/orders${3:-}" -H "Authorization: Bearer user-42" -H "Idempotency-Key: $1" \
+    -H "Content-Type: application/json" --data "$2"
+  echo
+}
+
+echo
+echo "== HTTP: examples/orders-service on $url"
+echo
+echo "-- 1. POST /orders with Idempotency-Key: order-1"
+post order-1 '{"item":"book","quantity":1}' | show
+echo
+echo "-- 2. The client retries (same key, same order, other spelling): the stored response, byte for byte"
+post order-1 '{ "quantity": 1, "item": "book" }' | show
+echo
+echo "-- 3. The same key with another order: 422"
+post order-1 '{"item":"pen","quantity":3}' | show
+echo
+echo "-- 4. Two concurrent POSTs with Idempotency-Key: order-2 (the handler takes 1.5 s)"
+post order-2 '{"item":"lamp","quantity":1}' '?delay_ms=1500' >"$cluster/first.txt" &
+first_pid=$!
+sleep 0.3
+post order-2 '{"item":"lamp","quantity":1}' '?delay_ms=1500' >"$cluster/second.txt"
+wait "$first_pid"
+echo "   first:"
+show <"$cluster/first.txt"
+echo "   second (waited for the first, then replayed):"
+show <"$cluster/second.txt"
+echo
+echo "-- 5. Orders in the database: one per key"
+curl -s "$url/orders/count"
+echo
+

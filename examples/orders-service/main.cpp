@@ -1,0 +1,177 @@
+// orders-service: a small HTTP API whose POST /orders is idempotent through
+// pg_idempotency's client library.
+//
+//   orders-service --port 8080 --dsn "host=... dbname=..."
+//
+//   POST /orders          body {"item": "...", "quantity": n}; needs an
+//                         Idempotency-Key; Authorization: Bearer <principal>.
+//                         ?delay_ms=N makes the handler take N ms longer (to
+//                         show concurrent retries).
+//   POST /plain/orders    the same handler without the idempotency wrapper
+//                         (for the benchmark that measures the wrapper's cost)
+//   GET  /orders/count    {"orders": n}
+//   GET  /health          "ok"
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <idem/client.hpp>
+
+namespace {
+
+std::string dsn;
+
+// libpqxx connections are not thread-safe: one connection and one client per
+// worker thread of the HTTP server.
+struct Worker {
+    pqxx::connection connection{dsn};
+    idem::Client client{connection};
+};
+
+Worker& worker() {
+    thread_local std::unique_ptr<Worker> instance;
+    if (!instance || !instance->connection.is_open()) instance = std::make_unique<Worker>();
+    return *instance;
+}
+
+void send(httplib::Response& out, const idem::Response& response) {
+    out.status = response.status;
+    std::string content_type = "application/octet-stream";
+    for (const auto& [name, value] : response.headers) {
+        if (idem::header_name_equal(name, "Content-Type")) content_type = value;
+        else out.set_header(name.c_str(), value);
+    }
+    out.set_content(response.body, content_type.c_str());
+}
+
+idem::Response problem(int status, const std::string& title, const std::string& detail) {
+    idem::Response response;
+    response.status = status;
+    response.body = nlohmann::json{{"type", "about:blank"}, {"title", title}, {"status", status}, {"detail", detail}}.dump();
+    response.headers = {{"Content-Type", "application/problem+json"}};
+    return response;
+}
+
+// The application's handler: validate, insert the order, answer 201.
+idem::Handler create_order(const std::string& principal, const std::string& body, int delay_ms) {
+    return [principal, body, delay_ms](pqxx::work& tx) -> idem::Response {
+        nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
+        if (input.is_discarded() || !input.is_object() || !input.contains("item") || !input["item"].is_string() ||
+            input["item"].get<std::string>().empty())
+            return problem(400, "Invalid order", "The body must be a JSON object with a non-empty \"item\" string.");
+        const int quantity = input.value("quantity", 1);
+        if (quantity < 1 || quantity > 1000) return problem(422, "Invalid quantity", "quantity must be 1 to 1000.");
+        if (delay_ms > 0) tx.exec_params("SELECT pg_sleep($1::float8 / 1000)", delay_ms);
+        pqxx::row row = tx.exec_params1(
+            "INSERT INTO orders (principal, item, quantity) VALUES ($1, $2, $3) RETURNING id, created_at::text",
+            principal, input["item"].get<std::string>(), quantity);
+        const long id = row[0].as<long>();
+        idem::Response response;
+        response.status = 201;
+        response.body = nlohmann::json{{"id", id},
+                                       {"item", input["item"]},
+                                       {"quantity", quantity},
+                                       {"created_at", row[1].as<std::string>()}}
+                            .dump();
+        response.headers = {{"Content-Type", "application/json"}, {"Location", "/orders/" + std::to_string(id)}};
+        response.resource_id = std::to_string(id);
+        return response;
+    };
+}
+
+std::string principal_of(const httplib::Request& request) {
+    const std::string auth = request.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0) return auth.substr(prefix.size());
+    return {};
+}
+
+void handle_order(const httplib::Request& in, httplib::Response& out, bool idempotent) {
+    const std::string principal = principal_of(in);
+    if (principal.empty()) {
+        send(out, problem(401, "Unauthorized", "Send Authorization: Bearer <token>."));
+        return;
+    }
+    const int delay_ms = in.has_param("delay_ms") ? std::atoi(in.get_param_value("delay_ms").c_str()) : 0;
+    try {
+        Worker& w = worker();
+        if (!idempotent) {
+            pqxx::work tx(w.connection);
+            idem::Response response = create_order(principal, in.body, delay_ms)(tx);
+            if (response.status < 300) tx.commit();
+            send(out, response);
+            return;
+        }
+        idem::Request request;
+        request.principal = principal;
+        if (in.has_header("Idempotency-Key")) request.key = in.get_header_value("Idempotency-Key");
+        request.method = in.method;
+        request.path = in.path;
+        request.body = in.body;
+        send(out, w.client.handle(request, create_order(principal, in.body, delay_ms)));
+    } catch (const pqxx::broken_connection& e) {
+        send(out, problem(503, "Database unavailable", "Retry the request."));
+        out.set_header("Retry-After", "1");
+    } catch (const pqxx::transaction_rollback& e) {
+        send(out, problem(503, "Busy", "The request conflicted with another one; retry it."));
+        out.set_header("Retry-After", "1");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "orders-service: %s\n", e.what());
+        send(out, problem(500, "Internal error", "The request failed; it is safe to retry with the same key."));
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int port = 8080;
+    int threads = 8;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        std::string flag = argv[i];
+        if (flag == "--port") port = std::atoi(argv[i + 1]);
+        else if (flag == "--dsn") dsn = argv[i + 1];
+        else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
+        else {
+            std::fprintf(stderr, "usage: orders-service [--port N] [--dsn CONNINFO] [--threads N]\n");
+            return 2;
+        }
+    }
+    try {
+        pqxx::connection setup(dsn);
+        pqxx::work tx(setup);
+        tx.exec("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL, "
+                "item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
+        tx.commit();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "orders-service: cannot prepare the database: %s\n", e.what());
+        return 1;
+    }
+
+    httplib::Server server;
+    server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    server.Post("/orders", [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, true); });
+    server.Post("/plain/orders",
+                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, false); });
+    server.Get("/orders/count", [](const httplib::Request&, httplib::Response& out) {
+        try {
+            pqxx::nontransaction tx(worker().connection);
+            long count = tx.exec1("SELECT count(*) FROM orders")[0].as<long>();
+            out.set_content(nlohmann::json{{"orders", count}}.dump(), "application/json");
+        } catch (const std::exception& e) {
+            send(out, problem(503, "Database unavailable", e.what()));
+        }
+    });
+    server.Get("/health", [](const httplib::Request&, httplib::Response& out) { out.set_content("ok", "text/plain"); });
+    std::fprintf(stderr, "orders-service: listening on 127.0.0.1:%d\n", port);
+    if (!server.listen("127.0.0.1", port)) {
+        std::fprintf(stderr, "orders-service: cannot listen on port %d\n", port);
+        return 1;
+    }
+    return 0;
+}
