@@ -208,3 +208,8 @@ ROLLBACK;
 -- Nothing failed above changed a stored key.
 SELECT principal, key, state, response_status, convert_from(response_body, 'UTF8') AS body
   FROM idempotency.keys ORDER BY principal, key;
+
+-- Leave the database as we found it for the next test file.
+DELETE FROM idempotency.keys;
+DROP FUNCTION fp(text);
+DROP TABLE orders;

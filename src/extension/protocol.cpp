@@ -43,6 +43,11 @@ PG_FUNCTION_INFO_V1(idempotency_complete);
 PG_FUNCTION_INFO_V1(idempotency_save_final);
 PG_FUNCTION_INFO_V1(idempotency_is_final);
 PG_FUNCTION_INFO_V1(idempotency_forget);
+PG_FUNCTION_INFO_V1(idempotency_acquire);
+PG_FUNCTION_INFO_V1(idempotency_renew);
+PG_FUNCTION_INFO_V1(idempotency_complete_fenced);
+PG_FUNCTION_INFO_V1(idempotency_release);
+PG_FUNCTION_INFO_V1(idempotency_claim);
 }
 
 namespace idem::pg {
@@ -51,6 +56,7 @@ int key_ttl_seconds = 86400;
 int wait_timeout_ms = 5000;
 int max_key_length = 255;
 int key_format = kKeyFormatAny;
+int lease_ms = 30000;
 
 namespace {
 
@@ -176,6 +182,19 @@ Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
     ttl = *PG_GETARG_INTERVAL_P(arg);
     if (interval_usecs(&ttl) <= 0) invalid("ttl must be positive");
     return ttl;
+}
+
+// The lease argument, or idempotency.lease when NULL; must be positive.
+Interval lease_argument(FunctionCallInfo fcinfo, int arg) {
+    Interval lease;
+    if (PG_ARGISNULL(arg)) {
+        memset(&lease, 0, sizeof lease);
+        lease.time = static_cast<int64>(lease_ms) * 1000;
+        return lease;
+    }
+    lease = *PG_GETARG_INTERVAL_P(arg);
+    if (interval_usecs(&lease) <= 0) invalid("lease must be positive");
+    return lease;
 }
 
 // The wait argument in milliseconds, or idempotency.wait_timeout when NULL.
@@ -374,6 +393,30 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTr
 SPIPlanPtr lookup_plan = nullptr;
 SPIPlanPtr store_plan = nullptr;
 SPIPlanPtr forget_plan = nullptr;
+SPIPlanPtr lease_plan = nullptr;
+SPIPlanPtr renew_plan = nullptr;
+SPIPlanPtr fenced_complete_plan = nullptr;
+SPIPlanPtr release_plan = nullptr;
+SPIPlanPtr claim_plan = nullptr;
+
+// Writes the in_progress row of a lease: a new row, or a takeover of an
+// expired row or of an in_progress row whose lease ran out (fence + 1). A
+// takeover of a live key keeps its created_at and expires_at: the key's TTL
+// runs from its first use.
+const char* const kLeaseSql =
+    "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, lease_until,"
+    "       created_at, expires_at)"
+    " VALUES ($1, $2, $3, $4, 'in_progress', pg_catalog.clock_timestamp() + $5, pg_catalog.now(),"
+    "         pg_catalog.now() + $6)"
+    " ON CONFLICT (principal, key) DO UPDATE"
+    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'in_progress',"
+    "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,"
+    "       one_time_secret = false, fence = k.fence + 1, lease_until = excluded.lease_until,"
+    "       created_at = CASE WHEN k.expires_at <= pg_catalog.now() THEN excluded.created_at ELSE k.created_at END,"
+    "       expires_at = CASE WHEN k.expires_at <= pg_catalog.now() THEN excluded.expires_at ELSE k.expires_at END"
+    " WHERE k.expires_at <= pg_catalog.now()"
+    "    OR (k.state = 'in_progress' AND k.lease_until <= pg_catalog.clock_timestamp())"
+    " RETURNING fence, lease_until, created_at, expires_at";
 
 SPIPlanPtr prepared(SPIPlanPtr* slot, const char* sql, int nargs, Oid* types) {
     if (*slot == nullptr) {
@@ -531,6 +574,10 @@ void protocol_init() {
                             nullptr);
     DefineCustomIntVariable("idempotency.max_key_length", "Longest idempotency key accepted, in bytes.", nullptr,
                             &max_key_length, 255, 1, 1024, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("idempotency.lease", "Default lease of idempotency.acquire() and renew().",
+                            "A lease-held key counts as in progress until the lease runs out; then another "
+                            "acquire() may take it over (fence + 1). Clients renew at a third of it.",
+                            &lease_ms, 30000, 10, 86400 * 1000, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomEnumVariable("idempotency.key_format", "Which idempotency keys are accepted: any, uuid or uuidv7.",
                              "any accepts 1 to max_key_length bytes without control characters.", &key_format,
                              kKeyFormatAny, key_format_options, PGC_USERSET, 0, nullptr, nullptr, nullptr);
@@ -738,6 +785,213 @@ Datum idempotency_forget(PG_FUNCTION_ARGS) {
     uint64 deleted = SPI_processed;
     SPI_finish();
     PG_RETURN_BOOL(deleted > 0);
+}
+
+// ---------------------------------------------------------------------------
+// The lease protocol: for effects outside the database. Each call is meant to
+// commit on its own, right away.
+
+/// idempotency.acquire(principal, key, action, fingerprint, lease, ttl, wait) -> key_outcome
+Datum idempotency_acquire(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 4, "principal, key, action and fingerprint");
+    text* principal = PG_GETARG_TEXT_PP(0);
+    text* key = PG_GETARG_TEXT_PP(1);
+    text* action = PG_GETARG_TEXT_PP(2);
+    bytea* fingerprint = PG_GETARG_BYTEA_PP(3);
+    check_principal(principal);
+    check_key(key);
+    check_action(action);
+    check_fingerprint(fingerprint);
+    Interval lease = lease_argument(fcinfo, 4);
+    Interval ttl = ttl_argument(fcinfo, 5);
+    int wait_ms = wait_argument(fcinfo, 6);
+    PreventCommandIfReadOnly("idempotency.acquire()");
+    if (find_pending(principal, key) != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was started with begin() in this transaction")));
+
+    OutcomeRow result;
+    LOCKTAG tag;
+    key_locktag(&tag, principal, key);
+    const LockHolder holder = lock_key(&tag, wait_ms);
+    if (holder == LockHolder::none) {
+        result_init(&result, "in_progress");
+        return result_datum(fcinfo, &result);
+    }
+
+    MemoryContext caller_context = CurrentMemoryContext;
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    KeyRow row = lookup_key(principal, key, InvalidSnapshot);
+    const char* outcome = "started";
+    if (row.found && column_bool(row, kLive)) {
+        bool isnull;
+        bytea* stored = DatumGetByteaPP(column(row, kSha, &isnull));
+        if (VARSIZE_ANY_EXHDR(stored) != 32 || memcmp(VARDATA_ANY(stored), VARDATA_ANY(fingerprint), 32) != 0)
+            outcome = "mismatch";
+        else if (row_is_completed(row))
+            outcome = column_bool(row, kSecret) ? "secret_replay" : "replay";
+        else if (column_bool(row, kLeaseLive))
+            outcome = "in_progress";
+    }
+    if (strcmp(outcome, "started") == 0 && IsolationUsesXactSnapshot() &&
+        row_blocks_start(lookup_key(principal, key, GetLatestSnapshot())))
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("could not serialize access due to a concurrent use of the idempotency key"),
+                        errhint("Retry the transaction.")));
+
+    OutcomeRow written;
+    bool have_written = false;
+    if (strcmp(outcome, "started") == 0) {
+        Oid types[6] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID};
+        SPIPlanPtr plan = prepared(&lease_plan, kLeaseSql, 6, types);
+        Datum values[6] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
+                           PointerGetDatum(fingerprint), IntervalPGetDatum(&lease), IntervalPGetDatum(&ttl)};
+        int rc = SPI_execute_plan(plan, values, nullptr, false, 0);
+        if (rc != SPI_OK_INSERT_RETURNING) elog(ERROR, "taking the lease failed: %s", SPI_result_code_string(rc));
+        if (SPI_processed != 1)
+            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                            errmsg("idempotency key was taken by another transaction"), errhint("Retry.")));
+        KeyRow lease_row{true, SPI_copytuple(SPI_tuptable->vals[0]), SPI_tuptable->tupdesc};
+        MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
+        result_init(&written, "started");
+        result_copy(&written, rFence, lease_row, 1);
+        result_copy(&written, rLeaseUntil, lease_row, 2);
+        result_copy(&written, rCreated, lease_row, 3);
+        result_copy(&written, rExpires, lease_row, 4);
+        MemoryContextSwitchTo(spi_context);
+        have_written = true;
+    }
+
+    MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
+    if (have_written) {
+        result = written;
+    } else {
+        result_init(&result, outcome);
+        result_copy(&result, rCreated, row, kCreated);
+        result_copy(&result, rExpires, row, kExpires);
+        result_copy(&result, rFence, row, kFence);
+        result_copy(&result, rResourceId, row, kResourceId);
+        if (strcmp(outcome, "replay") == 0) {
+            result_copy(&result, rStatus, row, kStatus);
+            result_copy(&result, rHeaders, row, kHeaders);
+            result_copy(&result, rBody, row, kBody);
+        } else if (strcmp(outcome, "secret_replay") == 0) {
+            result_copy(&result, rStatus, row, kStatus);
+        } else if (strcmp(outcome, "in_progress") == 0) {
+            result_copy(&result, rLeaseUntil, row, kLeaseUntil);
+        }
+    }
+    Datum datum = result_datum(fcinfo, &result);
+    MemoryContextSwitchTo(spi_context);
+    SPI_finish();
+    if (!have_written) unlock_key(&tag, holder);
+    return datum;
+}
+
+namespace {
+
+// Runs one fenced statement ($1 principal, $2 key, $3 fence, more after);
+// returns the number of rows it changed.
+uint64 run_fenced(SPIPlanPtr* slot, const char* sql, int nargs, Oid* types, Datum* values, const char* nulls,
+                  int expected_rc) {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    SPIPlanPtr plan = prepared(slot, sql, nargs, types);
+    int rc = SPI_execute_plan(plan, values, nulls, false, 0);
+    if (rc != expected_rc) elog(ERROR, "fenced statement failed: %s", SPI_result_code_string(rc));
+    uint64 changed = SPI_processed;
+    SPI_finish();
+    return changed;
+}
+
+}  // namespace
+
+/// idempotency.renew(principal, key, fence, lease) -> boolean
+Datum idempotency_renew(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 3, "principal, key and fence");
+    Interval lease = lease_argument(fcinfo, 3);
+    PreventCommandIfReadOnly("idempotency.renew()");
+    Oid types[4] = {TEXTOID, TEXTOID, INT8OID, INTERVALOID};
+    Datum values[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), IntervalPGetDatum(&lease)};
+    uint64 changed = run_fenced(&renew_plan,
+                                "UPDATE idempotency.keys SET lease_until = pg_catalog.clock_timestamp() + $4"
+                                " WHERE principal = $1 AND key = $2 AND fence = $3 AND state = 'in_progress'"
+                                "   AND expires_at > pg_catalog.now()",
+                                4, types, values, nullptr, SPI_OK_UPDATE);
+    PG_RETURN_BOOL(changed == 1);
+}
+
+/// idempotency.complete(principal, key, fence, status, body, headers, resource_id, one_time_secret) -> boolean
+Datum idempotency_complete_fenced(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 4, "principal, key, fence and status");
+    int status = status_argument(fcinfo, 3);
+    check_headers(fcinfo, 5);
+    PreventCommandIfReadOnly("idempotency.complete()");
+    const bool secret = !PG_ARGISNULL(7) && PG_GETARG_BOOL(7);
+    Oid types[8] = {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID};
+    Datum values[8] = {PG_GETARG_DATUM(0),
+                       PG_GETARG_DATUM(1),
+                       PG_GETARG_DATUM(2),
+                       Int16GetDatum(static_cast<int16>(status)),
+                       secret || PG_ARGISNULL(4) ? (Datum)0 : PG_GETARG_DATUM(4),
+                       secret || PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5),
+                       PG_ARGISNULL(6) ? (Datum)0 : PG_GETARG_DATUM(6),
+                       BoolGetDatum(secret)};
+    char nulls[8] = {' ', ' ', ' ', ' ', secret || PG_ARGISNULL(4) ? 'n' : ' ', secret || PG_ARGISNULL(5) ? 'n' : ' ',
+                     PG_ARGISNULL(6) ? 'n' : ' ', ' '};
+    uint64 changed = run_fenced(&fenced_complete_plan,
+                                "UPDATE idempotency.keys SET state = 'completed', response_status = $4,"
+                                "       response_body = $5, response_headers = $6, resource_id = $7,"
+                                "       one_time_secret = $8, lease_until = NULL"
+                                " WHERE principal = $1 AND key = $2 AND fence = $3 AND state = 'in_progress'",
+                                8, types, values, nulls, SPI_OK_UPDATE);
+    if (changed != 1)
+        ereport(DEBUG1, (errmsg("idempotency: complete with a stale fence changed nothing")));
+    PG_RETURN_BOOL(changed == 1);
+}
+
+/// idempotency.release(principal, key, fence) -> boolean
+Datum idempotency_release(PG_FUNCTION_ARGS) {
+    PreventCommandIfReadOnly("idempotency.release()");
+    Oid types[3] = {TEXTOID, TEXTOID, INT8OID};
+    Datum values[3] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)};
+    // The row stays, with its lease ended, so that the next holder gets a
+    // higher fence than any earlier one and stale holders stay fenced out.
+    uint64 changed = run_fenced(&release_plan,
+                                "UPDATE idempotency.keys SET lease_until = '-infinity'"
+                                " WHERE principal = $1 AND key = $2 AND fence = $3 AND state = 'in_progress'"
+                                "   AND lease_until > '-infinity'",
+                                3, types, values, nullptr, SPI_OK_UPDATE);
+    PG_RETURN_BOOL(changed == 1);
+}
+
+/// idempotency.claim(principal, key, ttl) -> boolean
+Datum idempotency_claim(PG_FUNCTION_ARGS) {
+    require_args(fcinfo, 2, "principal and key");
+    text* principal = PG_GETARG_TEXT_PP(0);
+    text* key = PG_GETARG_TEXT_PP(1);
+    check_principal(principal);
+    check_key(key);
+    Interval ttl = ttl_argument(fcinfo, 2);
+    PreventCommandIfReadOnly("idempotency.claim()");
+    Oid types[3] = {TEXTOID, TEXTOID, INTERVALOID};
+    Datum values[3] = {PointerGetDatum(principal), PointerGetDatum(key), IntervalPGetDatum(&ttl)};
+    // A claim is a completed row with status 204, no body and an all-zero
+    // fingerprint (no request can have it), so begin()/acquire() on a claimed
+    // key answer mismatch.
+    uint64 changed = run_fenced(
+        &claim_plan,
+        "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, response_status,"
+        "       created_at, expires_at)"
+        " VALUES ($1, $2, 'claim', pg_catalog.decode(pg_catalog.repeat('00', 32), 'hex'), 'completed', 204,"
+        "         pg_catalog.now(), pg_catalog.now() + $3)"
+        " ON CONFLICT (principal, key) DO UPDATE"
+        "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'completed',"
+        "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = NULL,"
+        "       one_time_secret = false, fence = k.fence + 1, lease_until = NULL,"
+        "       created_at = excluded.created_at, expires_at = excluded.expires_at"
+        " WHERE k.expires_at <= pg_catalog.now()",
+        3, types, values, nullptr, SPI_OK_INSERT);
+    PG_RETURN_BOOL(changed == 1);
 }
 
 }  // extern "C"

@@ -1,6 +1,6 @@
 -- Structure of the key store and the protocol functions.
 BEGIN;
-SELECT plan(63);
+SELECT plan(69);
 
 -- The table, column by column.
 SELECT has_table('idempotency', 'keys', 'table idempotency.keys exists');
@@ -70,6 +70,13 @@ SELECT has_function('idempotency', 'complete', ARRAY['text', 'text', 'integer', 
 SELECT has_function('idempotency', 'save_final', ARRAY['text', 'text', 'text', 'bytea', 'integer', 'bytea', 'jsonb', 'interval'], 'save_final(...)');
 SELECT has_function('idempotency', 'is_final', ARRAY['integer'], 'is_final(integer)');
 SELECT has_function('idempotency', 'forget', ARRAY['text', 'text'], 'forget(text, text)');
+SELECT has_function('idempotency', 'acquire', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'acquire(...)');
+SELECT has_function('idempotency', 'renew', ARRAY['text', 'text', 'bigint', 'interval'], 'renew(...)');
+SELECT has_function('idempotency', 'complete', ARRAY['text', 'text', 'bigint', 'integer', 'bytea', 'jsonb', 'text', 'boolean'], 'complete(..., fence, ...)');
+SELECT has_function('idempotency', 'release', ARRAY['text', 'text', 'bigint'], 'release(...)');
+SELECT has_function('idempotency', 'claim', ARRAY['text', 'text', 'interval'], 'claim(...)');
+SELECT ok(NOT has_function_privilege('public', 'idempotency.acquire(text,text,text,bytea,interval,interval,interval)', 'EXECUTE'),
+          'PUBLIC cannot execute acquire');
 SELECT function_returns('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'],
                         'idempotency.key_outcome', 'begin returns idempotency.key_outcome');
 

@@ -1,0 +1,91 @@
+-- The lease protocol: acquire / renew / complete(fence) / release / claim.
+\set VERBOSITY sqlstate
+CREATE FUNCTION fp(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
+    AS $$ SELECT idempotency.fingerprint('POST', '/v1/call', convert_to(t, 'UTF8')) $$;
+
+-- acquire starts a lease: an in_progress row with fence 1, committed at once.
+SELECT outcome, fence, lease_until > clock_timestamp() AS leased, expires_at - created_at AS ttl
+  FROM idempotency.acquire('alice', 'l-1', 'charge', fp('{"amount":5}'), lease => '10 min');
+SELECT state, fence, response_status FROM idempotency.keys WHERE key = 'l-1';
+-- While the lease is live, acquire and begin both answer in_progress (with lease_until).
+SELECT outcome, fence, lease_until IS NOT NULL AS has_lease_until
+  FROM idempotency.acquire('alice', 'l-1', 'charge', fp('{"amount":5}'), wait => '0');
+BEGIN;
+SELECT outcome, lease_until IS NOT NULL AS has_lease_until
+  FROM idempotency.begin('alice', 'l-1', 'charge', fp('{"amount":5}'), wait => '0');
+ROLLBACK;
+-- Another request under the key is a mismatch, lease or not.
+SELECT outcome FROM idempotency.acquire('alice', 'l-1', 'charge', fp('{"amount":6}'));
+-- renew extends the lease only for the current fence.
+SELECT idempotency.renew('alice', 'l-1', 1, '10 min') AS renewed, idempotency.renew('alice', 'l-1', 7) AS wrong_fence;
+-- complete with the fence stores the response; any status can be stored here.
+SELECT idempotency.complete('alice', 'l-1', fence => 1, status => 502, body => convert_to('upstream said no', 'UTF8'),
+                            headers => '{"Content-Type":"text/plain"}');
+SELECT outcome, response_status, convert_from(response_body, 'UTF8') AS body, response_headers, fence
+  FROM idempotency.acquire('alice', 'l-1', 'charge', fp('{"amount":5}'));
+-- A completed key cannot be completed, renewed or released again.
+SELECT idempotency.complete('alice', 'l-1', fence => 1, status => 200) AS again,
+       idempotency.renew('alice', 'l-1', 1) AS renew_done, idempotency.release('alice', 'l-1', 1) AS release_done;
+
+-- An expired lease is taken over with fence + 1; the stale holder is fenced out.
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-2', 'charge', fp('{}'), lease => '50 ms');
+SELECT pg_sleep(0.1);
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-2', 'charge', fp('{}'), lease => '10 min');
+SELECT idempotency.renew('alice', 'l-2', 1) AS stale_renew,
+       idempotency.complete('alice', 'l-2', fence => 1, status => 200, body => convert_to('stale', 'UTF8')) AS stale_complete,
+       idempotency.release('alice', 'l-2', 1) AS stale_release;
+SELECT state, fence, response_body FROM idempotency.keys WHERE key = 'l-2';
+SELECT idempotency.complete('alice', 'l-2', fence => 2, status => 200, body => convert_to('fresh', 'UTF8')) AS current_complete;
+SELECT convert_from(response_body, 'UTF8') AS body, fence FROM idempotency.keys WHERE key = 'l-2';
+
+-- begin on a key whose lease ran out starts, and complete replaces the row (fence + 1).
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-3', 'charge', fp('{}'), lease => '50 ms');
+SELECT pg_sleep(0.1);
+BEGIN;
+SELECT outcome, fence FROM idempotency.begin('alice', 'l-3', 'charge', fp('{}'));
+SELECT idempotency.complete('alice', 'l-3', 201, convert_to('by begin', 'UTF8'));
+COMMIT;
+SELECT state, fence, convert_from(response_body, 'UTF8') AS body FROM idempotency.keys WHERE key = 'l-3';
+
+-- release ends the lease so that a retry runs again, with a higher fence.
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-4', 'charge', fp('{}'));
+SELECT idempotency.release('alice', 'l-4', 1) AS released, idempotency.release('alice', 'l-4', 1) AS released_twice;
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-4', 'charge', fp('{}'));
+SELECT idempotency.renew('alice', 'l-4', 1) AS old_fence_renew;
+
+-- one_time_secret through the fenced complete.
+SELECT outcome FROM idempotency.acquire('alice', 'l-5', 'create_key', fp('{}'));
+SELECT idempotency.complete('alice', 'l-5', fence => 1, status => 201, body => convert_to('sk_123', 'UTF8'), one_time_secret => true);
+SELECT outcome, response_status, response_body FROM idempotency.acquire('alice', 'l-5', 'create_key', fp('{}'));
+
+-- claim: true for the first caller within the window.
+SELECT idempotency.claim('alice', 'job-1') AS first, idempotency.claim('alice', 'job-1') AS second,
+       idempotency.claim('bob', 'job-1') AS other_principal;
+SELECT idempotency.claim('alice', 'job-2', ttl => '50 ms') AS short;
+SELECT pg_sleep(0.1);
+SELECT idempotency.claim('alice', 'job-2') AS after_expiry;
+SELECT outcome FROM idempotency.acquire('alice', 'job-1', 'charge', fp('{}'));
+
+-- The lease setting and argument checks.
+SET idempotency.lease = '2 s';
+SELECT (lease_until - clock_timestamp()) BETWEEN interval '1 s' AND interval '2 s' AS default_lease
+  FROM idempotency.acquire('alice', 'l-6', 'charge', fp('{}'));
+RESET idempotency.lease;
+SET idempotency.lease = 0;
+SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), lease => '0');
+SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), lease => '-1 s');
+SELECT idempotency.renew('alice', 'l-6', NULL);
+SELECT idempotency.renew('alice', 'l-6', 1, '0');
+SELECT idempotency.complete('alice', 'l-6', fence => 1, status => 600);
+SELECT idempotency.claim('alice', '');
+BEGIN;
+SELECT outcome FROM idempotency.begin('alice', 'l-8', 'charge', fp('{}'));
+SELECT idempotency.acquire('alice', 'l-8', 'charge', fp('{}'));
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT idempotency.acquire('alice', 'l-9', 'charge', fp('{}'));
+ROLLBACK;
+
+-- Leave the database as we found it for the next test file.
+DELETE FROM idempotency.keys;
+DROP FUNCTION fp(text);
