@@ -20,15 +20,20 @@
 # stay counted. Prints medians and ratios; everything lands in
 # bench/protocol/results/ (raw.tsv, pgbench logs, summary.md).
 #
-# Environment: ROUNDS (5), DURATION (10), WARMUP (3), CLIENTS (4), JOBS (2),
-# STAT_TX (2000), SETTINGS ("off on"). Needs python3 for the summary.
+# Each run also records how much CPU the rest of the machine (anything but this
+# cluster and pgbench) used meanwhile ("other CPU"), to flag disturbed runs.
+#
+# Environment: ROUNDS (10), DURATION (5), WARMUP (2), CLIENTS (4), JOBS (2),
+# STAT_TX (2000), SETTINGS ("off on"), VARIANTS ("base floor ideal extension
+# plpgsql"; the diagnostic variants extension_noset and ideal_upsert can be
+# added, see README.md). Needs python3 for the summary.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-rounds=${ROUNDS:-5}
-duration=${DURATION:-10}
-warmup=${WARMUP:-3}
+rounds=${ROUNDS:-10}
+duration=${DURATION:-5}
+warmup=${WARMUP:-2}
 clients=${CLIENTS:-4}
 jobs=${JOBS:-2}
 stat_tx=${STAT_TX:-2000}
@@ -36,7 +41,9 @@ settings=${SETTINGS:-"off on"}
 pgdir=${PROTO_PGDIR:-/tmp/protobench}
 pgport=${PROTO_PGPORT:-55450}
 results=$here/results
-variants=(base floor ideal extension plpgsql)
+read -r -a variants <<<"${VARIANTS:-base floor ideal extension plpgsql}"
+hz=$(getconf CLK_TCK)
+ncpu=$(nproc)
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -63,6 +70,7 @@ psql_ <<SQL
 CREATE EXTENSION idempotency;
 \i $here/setup.sql
 \i $here/plpgsql_peer.sql
+\i $here/diagnostics.sql
 ALTER TABLE bench.effects SET (autovacuum_enabled = off);
 ALTER TABLE bench.ideal_keys SET (autovacuum_enabled = off);
 ALTER TABLE idempotency.keys SET (autovacuum_enabled = off);
@@ -88,14 +96,34 @@ reset_tables() {
   psql_ -c "TRUNCATE bench.effects, bench.ideal_keys, idempotency.keys, peer.keys RESTART IDENTITY" -c "CHECKPOINT"
 }
 
-# run SETTING VARIANT LABEL pgbench-args... : one pgbench run, log kept, TPS printed.
+# CPU ticks (user + nice + system) of the whole machine, and of this cluster
+# (postmaster and its children, with the children it has reaped).
+cpu_busy() { awk '/^cpu /{print $2 + $3 + $4}' /proc/stat; }
+pg_ticks() {
+  local pm
+  pm=$(head -1 "$pgdir/data/postmaster.pid")
+  { echo "$pm"; ps -o pid= --ppid "$pm"; } | while read -r p; do
+    sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
+  done | awk '{s += $12 + $13 + $14 + $15} END {print s + 0}'
+}
+# Reaped-children ticks of the calling (sub)shell: pgbench's CPU.
+self_child_ticks() { sed 's/^.*) //' "/proc/$BASHPID/stat" | awk '{print $14 + $15}'; }
+
+# run SETTING VARIANT LABEL pgbench-args... : one pgbench run from empty tables,
+# log kept; prints "TPS OTHER_CPU_PERCENT".
 run() {
   local sc=$1 v=$2 label=$3
   shift 3
   local log="$results/logs/$label.log" rc=0
   reset_tables
+  local b0 p0 s0 t0 b1 p1 s1 t1
+  b0=$(cpu_busy); p0=$(pg_ticks); s0=$(self_child_ticks); t0=$(date +%s.%N)
   PGOPTIONS="-c synchronous_commit=$sc" pgbench -n -M prepared -c "$clients" -j "$jobs" "$@" \
     -f "$here/$v.sql" >"$log" 2>&1 || rc=$?
+  t1=$(date +%s.%N); b1=$(cpu_busy); p1=$(pg_ticks); s1=$(self_child_ticks)
+  local other
+  other=$(awk -v b="$((b1 - b0))" -v p="$((p1 - p0))" -v s="$((s1 - s0))" -v t0="$t0" -v t1="$t1" \
+    -v hz="$hz" -v n="$ncpu" 'BEGIN {x = 100 * (b - p - s) / ((t1 - t0) * hz * n); printf "%.1f", (x < 0 ? 0 : x)}')
   local tps failed aborted
   tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$log")
   failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$log")
@@ -105,22 +133,23 @@ run() {
     grep -i -E 'aborted|error' "$log" | head -5 >&2 || true
     echo "$label	rc=$rc failed=${failed:-?} errors=$aborted" >>"$results/problems.txt"
   fi
-  echo "${tps:-0}"
+  echo "${tps:-0} $other"
 }
 
-printf 'sync_commit\tround\tposition\tvariant\ttps\n' >"$results/raw.tsv"
+printf 'sync_commit\tround\tposition\tvariant\ttps\tother_cpu_pct\n' >"$results/raw.tsv"
 for sc in $settings; do
   step "synchronous_commit = $sc: warm-up (${warmup} s each)"
   for v in "${variants[@]}"; do
-    printf '  %-10s %10.1f tps\n' "$v" "$(run "$sc" "$v" "warmup-$sc-$v" -T "$warmup")"
+    read -r tps other <<<"$(run "$sc" "$v" "warmup-$sc-$v" -T "$warmup")"
+    printf '  %-16s %10.1f tps   other CPU %5.1f%%\n' "$v" "$tps" "$other"
   done
   for ((r = 1; r <= rounds; r++)); do
     step "synchronous_commit = $sc: round $r of $rounds (${duration} s each)"
     for ((i = 0; i < ${#variants[@]}; i++)); do
       v=${variants[$(((i + r - 1) % ${#variants[@]}))]}
-      tps=$(run "$sc" "$v" "sc-$sc-r$r-$v" -T "$duration")
-      printf '  %-10s %10.1f tps\n' "$v" "$tps"
-      printf '%s\t%d\t%d\t%s\t%s\n' "$sc" "$r" "$((i + 1))" "$v" "$tps" >>"$results/raw.tsv"
+      read -r tps other <<<"$(run "$sc" "$v" "sc-$sc-r$r-$v" -T "$duration")"
+      printf '  %-16s %10.1f tps   other CPU %5.1f%%\n' "$v" "$tps" "$other"
+      printf '%s\t%d\t%d\t%s\t%s\t%s\n' "$sc" "$r" "$((i + 1))" "$v" "$tps" "$other" >>"$results/raw.tsv"
     done
   done
 done
@@ -129,8 +158,8 @@ step "per-request WAL and key-table statistics (-t $stat_tx per client, synchron
 printf 'variant\ttx\twal_bytes\twal_records\tn_tup_ins\tn_tup_upd\tn_tup_hot_upd\tn_tup_del\tn_dead_tup\tn_live_tup\tkey_rows\tkey_heap_bytes\tkey_index_bytes\n' >"$results/stats.tsv"
 for v in "${variants[@]}"; do
   case $v in
-    ideal) table=bench.ideal_keys ;;
-    extension) table=idempotency.keys ;;
+    ideal | ideal_upsert) table=bench.ideal_keys ;;
+    extension | extension_noset) table=idempotency.keys ;;
     plpgsql) table=peer.keys ;;
     *) table= ;;
   esac
@@ -170,11 +199,11 @@ grep -E 'ERROR|FATAL|PANIC' "$pgdir/server.log" | grep -v 'database "idem_cron" 
 
 step "summary"
 elapsed=$(($(date +%s) - start_time))
-python3 - "$results" "$rounds" "$duration" "$clients" "$jobs" "$stat_tx" "$elapsed" <<'PY' | tee "$results/summary.md"
+VARIANT_LIST="${variants[*]}" python3 - "$results" "$rounds" "$duration" "$clients" "$jobs" "$stat_tx" "$elapsed" <<'PY' | tee "$results/summary.md"
 import csv, statistics, sys, os
 res, rounds, duration, clients, jobs, stat_tx, elapsed = sys.argv[1:]
 rows = list(csv.DictReader(open(os.path.join(res, "raw.tsv")), delimiter="\t"))
-variants = ["base", "floor", "ideal", "extension", "plpgsql"]
+variants = os.environ["VARIANT_LIST"].split()
 settings = []
 for r in rows:
     if r["sync_commit"] not in settings:
@@ -199,7 +228,9 @@ def paired(sc, a, b):
     return statistics.median(ra[k] / rb[k] for k in ra if k in rb and rb[k] > 0)
 
 ratios = [("extension", "ideal"), ("extension", "plpgsql"), ("extension", "floor"), ("ideal", "floor"),
-          ("plpgsql", "floor"), ("floor", "base")]
+          ("plpgsql", "floor"), ("floor", "base"),
+          ("extension_noset", "extension"), ("extension_noset", "ideal"), ("ideal_upsert", "ideal")]
+ratios = [(a, b) for a, b in ratios if a in variants and b in variants]
 print("\nRatios of the medians (in brackets: median of the per-round ratios):\n")
 print("| ratio | " + " | ".join(f"synchronous_commit = {sc}" for sc in settings) + " |")
 print("|---|" + "---:|" * len(settings))
@@ -207,29 +238,39 @@ for a, b in ratios:
     print(f"| {a} / {b} | " + " | ".join(
         f"{med[sc, a][0] / med[sc, b][0]:.3f} ({paired(sc, a, b):.3f})" for sc in settings) + " |")
 
-print("\nGoals:\n")
 def verdict(ok): return "met" if ok else "NOT met"
-if "off" in settings:
+goals = []
+if "off" in settings and {"extension", "ideal"} <= set(variants):
     x = med["off", "extension"][0] / med["off", "ideal"][0]
+    goals.append(f"* synchronous_commit = off: extension / ideal = {x:.3f} (goal >= 0.95): {verdict(x >= 0.95)}")
+if "off" in settings and {"extension", "plpgsql"} <= set(variants):
     y = med["off", "extension"][0] / med["off", "plpgsql"][0]
-    print(f"* synchronous_commit = off: extension / ideal = {x:.3f} (goal >= 0.95): {verdict(x >= 0.95)}")
-    print(f"* synchronous_commit = off: extension / plpgsql = {y:.3f} (goal >= 1.3): {verdict(y >= 1.3)}")
-if "on" in settings:
+    goals.append(f"* synchronous_commit = off: extension / plpgsql = {y:.3f} (goal >= 1.3): {verdict(y >= 1.3)}")
+if "on" in settings and {"extension", "ideal"} <= set(variants):
     z = med["on", "extension"][0] / med["on", "ideal"][0]
-    print(f"* synchronous_commit = on: extension / ideal = {z:.3f} (goal >= 0.95, within 5%): {verdict(z >= 0.95)}")
+    goals.append(f"* synchronous_commit = on: extension / ideal = {z:.3f} (goal >= 0.95, within 5%): {verdict(z >= 0.95)}")
+if goals:
+    print("\nGoals (ratios of the medians):\n")
+    print("\n".join(goals))
+
+others = [float(r["other_cpu_pct"]) for r in rows]
+busy = [r for r in rows if float(r["other_cpu_pct"]) > 10]
+print(f"\nOther CPU (the machine minus this cluster and pgbench) during the timed runs: median "
+      f"{statistics.median(others):.1f}%, max {max(others):.1f}% of {os.cpu_count()} cores; "
+      f"{len(busy)} of {len(rows)} runs above 10%" +
+      ("" if not busy else ": " + ", ".join(f"{r['sync_commit']}/r{r['round']}/{r['variant']} {float(r['other_cpu_pct']):.0f}%" for r in busy)))
 
 st = list(csv.DictReader(open(os.path.join(res, "stats.tsv")), delimiter="\t"))
 print(f"\nPer request, from a fixed-count run ({clients} x {stat_tx} transactions, synchronous_commit = off, "
       "tables empty before; key-table counters reset before, read after):\n")
-print("| variant | WAL bytes / request | WAL records / request | key table n_tup_ins | n_tup_upd | n_tup_hot_upd | n_tup_del | n_dead_tup | key rows | key table heap + index bytes / request |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| variant | WAL bytes / request | WAL records / request | key table n_tup_ins | n_tup_upd | n_tup_hot_upd | n_tup_del | n_dead_tup | key rows |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for s in st:
     n = int(s["tx"]) or 1
     if s["n_tup_ins"] == "-":
-        tail = "| - " * 7
+        tail = "| - " * 6
     else:
-        size = (int(s["key_heap_bytes"]) + int(s["key_index_bytes"])) / n
-        tail = "".join(f"| {s[c]} " for c in ["n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "n_dead_tup", "key_rows"]) + f"| {size:.0f} "
+        tail = "".join(f"| {s[c]} " for c in ["n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "n_dead_tup", "key_rows"])
     print(f"| {s['variant']} | {int(s['wal_bytes']) / n:.0f} | {int(s['wal_records']) / n:.2f} " + tail + "|")
 
 problems = os.path.join(res, "problems.txt")

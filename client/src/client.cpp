@@ -6,18 +6,67 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail.hpp"
 #include "fingerprint.hpp"
 #include "jcs.hpp"
 
 namespace idem {
 
-namespace {
+namespace detail {
 
 std::string upper(std::string text) {
     for (char& c : text)
         if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
     return text;
 }
+
+bool valid_key(const std::string& key, std::size_t max_length) {
+    if (key.empty() || key.size() > max_length) return false;
+    for (char c : key)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) return false;
+    return true;
+}
+
+std::vector<bool> fetch_final_statuses(pqxx::connection_base& connection) {
+    pqxx::nontransaction query(connection);
+    std::vector<bool> table(500, false);
+    for (const pqxx::row& row :
+         query.exec("SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"))
+        table[static_cast<std::size_t>(row[0].as<int>() - 100)] = true;
+    return table;
+}
+
+std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& [name, value] : response.headers)
+        for (const std::string& wanted : kept)
+            if (header_name_equal(name, wanted)) object[name] = value;
+    return object.dump();
+}
+
+Response stored_response(const pqxx::row& row) {
+    Response response;
+    response.status = row["response_status"].as<int>();
+    if (!row["response_headers"].is_null()) {
+        nlohmann::json headers = nlohmann::json::parse(row["response_headers"].as<std::string>());
+        for (auto it = headers.begin(); it != headers.end(); ++it)
+            if (it.value().is_string()) response.headers.emplace_back(it.key(), it.value().get<std::string>());
+    }
+    if (!row["response_body"].is_null()) {
+        pqxx::binarystring body(row["response_body"]);
+        response.body = body.str();
+    }
+    if (!row["resource_id"].is_null()) response.resource_id = row["resource_id"].as<std::string>();
+    response.replayed = true;
+    response.set_header("Idempotent-Replay", "true");
+    return response;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::upper;
 
 // Parses "2xx,400" into flags for 100..599; throws std::invalid_argument.
 std::vector<bool> parse_final_statuses(const std::string& text) {
@@ -75,16 +124,7 @@ Client::Client(pqxx::connection_base& connection, Options options)
 }
 
 const std::vector<bool>& Client::final_table() {
-    if (final_.empty()) {
-        // Ask the server's own is_final(): its settings exist only once the
-        // extension's library is loaded in the session, which this call does.
-        pqxx::nontransaction query(connection_);
-        std::vector<bool> table(500, false);
-        for (const pqxx::row& row : query.exec("SELECT s FROM pg_catalog.generate_series(100, 599) AS s "
-                                               "WHERE idempotency.is_final(s)"))
-            table[static_cast<std::size_t>(row[0].as<int>() - 100)] = true;
-        final_ = std::move(table);
-    }
+    if (final_.empty()) final_ = detail::fetch_final_statuses(connection_);
     return final_;
 }
 
@@ -93,31 +133,6 @@ bool Client::is_final(int status) {
     return final_table()[static_cast<std::size_t>(status - 100)];
 }
 
-std::string Client::kept_headers_json(const Response& response) const {
-    nlohmann::json kept = nlohmann::json::object();
-    for (const auto& [name, value] : response.headers)
-        for (const std::string& wanted : options_.kept_headers)
-            if (header_name_equal(name, wanted)) kept[name] = value;
-    return kept.dump();
-}
-
-Response Client::replay_response(const pqxx::row& row) const {
-    Response response;
-    response.status = row["response_status"].as<int>();
-    if (!row["response_headers"].is_null()) {
-        nlohmann::json headers = nlohmann::json::parse(row["response_headers"].as<std::string>());
-        for (auto it = headers.begin(); it != headers.end(); ++it)
-            if (it.value().is_string()) response.headers.emplace_back(it.key(), it.value().get<std::string>());
-    }
-    if (!row["response_body"].is_null()) {
-        pqxx::binarystring body(row["response_body"]);
-        response.body = body.str();
-    }
-    if (!row["resource_id"].is_null()) response.resource_id = row["resource_id"].as<std::string>();
-    response.replayed = true;
-    response.set_header("Idempotent-Replay", "true");
-    return response;
-}
 
 Response Client::handle(const Request& request, const Handler& handler) {
     const std::string method = upper(request.method);
@@ -136,10 +151,7 @@ Response Client::handle(const Request& request, const Handler& handler) {
         return response;
     }
     const std::string& key = *request.key;
-    bool key_ok = !key.empty() && key.size() <= options_.max_key_length;
-    for (char c : key)
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) key_ok = false;
-    if (!key_ok) {
+    if (!detail::valid_key(key, options_.max_key_length)) {
         ++counters_.rejected_keys;
         return problem_response(Problem::key_malformed,
                                 "The Idempotency-Key must be 1 to " + std::to_string(options_.max_key_length) +
@@ -206,7 +218,7 @@ Response Client::run_attempt(const Request& request, const std::string& key, con
 
     if (outcome == "replay") {
         ++counters_.replayed;
-        Response response = replay_response(outcome_row);
+        Response response = detail::stored_response(outcome_row);
         tx.commit();
         return response;
     }
@@ -253,7 +265,7 @@ Response Client::run_attempt(const Request& request, const std::string& key, con
         ++counters_.not_stored;
         return response;
     }
-    const std::string headers = kept_headers_json(response);
+    const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
     if (response.status >= 400) {
         // A final error has no effect to keep: roll back, then store it alone.
         tx.abort();

@@ -38,6 +38,7 @@ const char* problem_slug(Problem problem) noexcept {
         case Problem::key_reuse: return "idempotency-key-reuse";
         case Problem::request_in_progress: return "request-in-progress";
         case Problem::one_time_secret: return "one-time-secret";
+        case Problem::already_processed: return "request-already-processed";
     }
     return "about:blank";
 }
@@ -49,7 +50,8 @@ int problem_status(Problem problem) noexcept {
         case Problem::body_invalid: return 400;
         case Problem::key_reuse: return 422;
         case Problem::request_in_progress:
-        case Problem::one_time_secret: return 409;
+        case Problem::one_time_secret:
+        case Problem::already_processed: return 409;
     }
     return 500;
 }
@@ -64,6 +66,7 @@ const char* problem_title(Problem problem) {
         case Problem::key_reuse: return "Idempotency-Key was used for another request";
         case Problem::request_in_progress: return "A request with this Idempotency-Key is in progress";
         case Problem::one_time_secret: return "The response to this request was sent once and not kept";
+        case Problem::already_processed: return "This request was already processed";
     }
     return "Error";
 }

@@ -20,7 +20,8 @@ TEST(Problem, BodiesFollowRfc9457) {
                           Case{idem::Problem::body_invalid, 400, "request-body-invalid"},
                           Case{idem::Problem::key_reuse, 422, "idempotency-key-reuse"},
                           Case{idem::Problem::request_in_progress, 409, "request-in-progress"},
-                          Case{idem::Problem::one_time_secret, 409, "one-time-secret"}}) {
+                          Case{idem::Problem::one_time_secret, 409, "one-time-secret"},
+                          Case{idem::Problem::already_processed, 409, "request-already-processed"}}) {
         idem::Response r = idem::problem_response(c.problem, "detail \"quoted\" \xC3\xA9", "/problems/");
         EXPECT_EQ(r.status, c.status);
         ASSERT_NE(r.header("content-type"), nullptr);

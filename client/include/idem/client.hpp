@@ -131,8 +131,6 @@ public:
 
 private:
     Response run_attempt(const Request& request, const std::string& key, const Digest& digest, const Handler& handler);
-    Response replay_response(const pqxx::row& row) const;
-    std::string kept_headers_json(const Response& response) const;
     const std::vector<bool>& final_table();
 
     pqxx::connection_base& connection_;

@@ -45,6 +45,7 @@ enum class Problem {
     key_reuse,          ///< 422: the key was used for another request
     request_in_progress,///< 409: the first request with this key is still running
     one_time_secret,    ///< 409: the response held a secret and was not kept
+    already_processed,  ///< 409: lease policies once / commit_on_success: done before, result not kept
 };
 
 /// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.

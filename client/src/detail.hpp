@@ -1,0 +1,32 @@
+// Pieces shared by Client (transactional protocol) and LeaseRunner (leases).
+// Private to the library.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "idem/http.hpp"
+
+namespace idem::detail {
+
+/// 1 to max_length visible ASCII characters (what an HTTP header can carry).
+bool valid_key(const std::string& key, std::size_t max_length);
+
+/// Flags for statuses 100..599 (index status - 100) that the server stores,
+/// asked of idempotency.is_final() (its settings exist only once the extension's
+/// library is loaded in the session, which that call does).
+std::vector<bool> fetch_final_statuses(pqxx::connection_base& connection);
+
+/// The kept headers of a response as a JSON object text.
+std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept);
+
+/// A stored response from a row with response_status, response_headers (text),
+/// response_body and resource_id; marked replayed, with Idempotent-Replay: true.
+Response stored_response(const pqxx::row& row);
+
+/// Upper-case ASCII copy.
+std::string upper(std::string text);
+
+}  // namespace idem::detail

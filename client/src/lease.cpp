@@ -1,0 +1,253 @@
+#include "idem/lease.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "detail.hpp"
+
+namespace idem {
+
+const char* to_string(LeaseOutcome outcome) noexcept {
+    switch (outcome) {
+        case LeaseOutcome::fresh: return "fresh";
+        case LeaseOutcome::replayed: return "replayed";
+        case LeaseOutcome::in_progress: return "in_progress";
+        case LeaseOutcome::duplicate: return "duplicate";
+        case LeaseOutcome::mismatch: return "mismatch";
+        case LeaseOutcome::fresh_unfenced: return "fresh_unfenced";
+        case LeaseOutcome::rejected: return "rejected";
+    }
+    return "unknown";
+}
+
+namespace {
+
+std::string interval_ms(std::chrono::milliseconds value) { return std::to_string(value.count()) + " milliseconds"; }
+
+// Renews a lease from its own thread and connection until stopped. A renewal
+// that returns false means the fence no longer holds the key: the lease is
+// lost and renewing stops. A renewal that fails (network, server restart) is
+// retried at the next tick; after max_failures in a row renewing stops
+// without declaring the lease lost.
+class Renewer {
+public:
+    Renewer(std::string conninfo, std::string principal, std::string key, std::int64_t fence,
+            std::chrono::milliseconds lease, int max_failures)
+        : conninfo_(std::move(conninfo)),
+          principal_(std::move(principal)),
+          key_(std::move(key)),
+          fence_(fence),
+          lease_(lease),
+          max_failures_(max_failures) {
+        thread_ = std::thread([this] { loop(); });
+    }
+    ~Renewer() { stop(); }
+
+    void stop() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+    bool lost() const noexcept { return lost_; }
+    int renewals() const noexcept { return renewals_; }
+
+private:
+    void loop() {
+        const auto period = std::max(std::chrono::milliseconds(50), lease_ / 3);
+        std::unique_ptr<pqxx::connection> connection;
+        int failures = 0;
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!stopping_) {
+            if (wake_.wait_for(lock, period, [this] { return stopping_; })) break;
+            lock.unlock();
+            try {
+                if (!connection) connection = std::make_unique<pqxx::connection>(conninfo_);
+                pqxx::nontransaction tx(*connection);
+                const bool renewed = tx.exec_params1("SELECT idempotency.renew($1, $2, $3, $4::interval)", principal_,
+                                                     key_, fence_, interval_ms(lease_))[0]
+                                         .as<bool>();
+                failures = 0;
+                if (renewed) {
+                    ++renewals_;
+                } else {
+                    lost_ = true;
+                }
+            } catch (const std::exception&) {
+                connection.reset();
+                ++failures;
+            }
+            lock.lock();
+            if (lost_ || failures >= max_failures_) break;
+        }
+    }
+
+    std::string conninfo_, principal_, key_;
+    std::int64_t fence_;
+    std::chrono::milliseconds lease_;
+    int max_failures_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::atomic<bool> lost_{false};
+    std::atomic<int> renewals_{0};
+    std::thread thread_;
+};
+
+}  // namespace
+
+LeaseRunner::LeaseRunner(std::string conninfo, LeaseOptions options)
+    : conninfo_(std::move(conninfo)), options_(std::move(options)) {
+    if (options_.lease <= std::chrono::milliseconds(0)) throw std::invalid_argument("lease must be positive");
+}
+
+LeaseRunner::~LeaseRunner() = default;
+
+pqxx::connection& LeaseRunner::connection() {
+    if (!connection_ || !connection_->is_open()) connection_ = std::make_unique<pqxx::connection>(conninfo_);
+    return *connection_;
+}
+
+bool LeaseRunner::is_final(int status) {
+    if (final_.empty()) final_ = detail::fetch_final_statuses(connection());
+    return status >= 100 && status <= 599 && final_[static_cast<std::size_t>(status - 100)];
+}
+
+LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
+    LeaseResult result;
+    if (!request.key || !detail::valid_key(*request.key, options_.max_key_length)) {
+        result.outcome = LeaseOutcome::rejected;
+        result.response = problem_response(request.key ? Problem::key_malformed : Problem::key_missing,
+                                           "An Idempotency-Key of 1 to " + std::to_string(options_.max_key_length) +
+                                               " visible ASCII characters is required.",
+                                           options_.problem_type_base);
+        return result;
+    }
+    const std::string& key = *request.key;
+    const Digest digest = request.digest ? *request.digest : fingerprint(request);
+    const std::string action =
+        request.action.empty() ? detail::upper(request.method) + " " + request.path : request.action;
+    const std::string ttl = options_.ttl ? std::to_string(options_.ttl->count()) + " seconds" : std::string();
+    const std::string wait = options_.wait ? interval_ms(*options_.wait) : std::string();
+    if (options_.policy == Policy::remember) is_final(200);  // load the table before holding anything
+
+    pqxx::row row = [&] {
+        pqxx::nontransaction tx(connection());  // autocommit: the lease row is visible at once
+        return tx.exec_params1(
+            "SELECT outcome, fence, response_status, response_headers::text AS response_headers, response_body,"
+            "       resource_id, ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer"
+            "       AS lease_seconds"
+            "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
+            request.principal, key, action, pqxx::binarystring(digest.data(), digest.size()),
+            interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr, options_.wait ? wait.c_str() : nullptr);
+    }();
+    const std::string outcome = row["outcome"].as<std::string>();
+    if (outcome == "mismatch") {
+        result.outcome = LeaseOutcome::mismatch;
+        result.response = problem_response(Problem::key_reuse, "This Idempotency-Key was used for a different request.",
+                                           options_.problem_type_base);
+        return result;
+    }
+    if (outcome == "in_progress") {
+        result.outcome = LeaseOutcome::in_progress;
+        result.response = problem_response(Problem::request_in_progress,
+                                           "A request with this Idempotency-Key is still being processed.",
+                                           options_.problem_type_base);
+        int retry = row["lease_seconds"].is_null() ? 1 : std::max(1, row["lease_seconds"].as<int>());
+        result.response.set_header("Retry-After", std::to_string(retry));
+        return result;
+    }
+    if (outcome == "replay" || outcome == "secret_replay") {
+        if (options_.policy != Policy::remember) {
+            result.outcome = LeaseOutcome::duplicate;
+            result.response = problem_response(
+                Problem::already_processed, "A request with this Idempotency-Key was already processed; its result is not kept.",
+                options_.problem_type_base);
+            return result;
+        }
+        result.outcome = LeaseOutcome::replayed;
+        if (outcome == "replay") {
+            result.response = detail::stored_response(row);
+        } else {
+            result.response = problem_response(Problem::one_time_secret,
+                                               "The first response carried a secret and was not kept.",
+                                               options_.problem_type_base);
+            result.response.replayed = true;
+            result.response.set_header("Idempotent-Replay", "true");
+        }
+        return result;
+    }
+    if (outcome != "started") throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
+    result.fence = row["fence"].as<std::int64_t>();
+
+    // Run the body, never cancelled, while a background thread renews the lease.
+    std::unique_ptr<Renewer> renewer;
+    if (options_.renew)
+        renewer = std::make_unique<Renewer>(conninfo_, request.principal, key, result.fence, options_.lease,
+                                            options_.max_renew_failures);
+    std::exception_ptr failure;
+    Response response;
+    try {
+        response = body();
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    bool lost = false;
+    if (renewer) {
+        renewer->stop();
+        lost = renewer->lost();
+        result.renewals = renewer->renewals();
+    }
+
+    // Settle the key by the policy; every statement is fenced.
+    pqxx::nontransaction tx(connection());
+    auto mark_done = [&](int status) {
+        return tx.exec_params1("SELECT idempotency.complete($1, $2, fence => $3, status => $4)", request.principal,
+                               key, result.fence, status)[0]
+            .as<bool>();
+    };
+    auto release = [&] {
+        return tx.exec_params1("SELECT idempotency.release($1, $2, $3)", request.principal, key, result.fence)[0]
+            .as<bool>();
+    };
+    bool settled;
+    if (failure) {
+        settled = options_.policy == Policy::once ? mark_done(500) : release();
+        std::rethrow_exception(failure);
+    }
+    switch (options_.policy) {
+        case Policy::once:
+            settled = mark_done(response.status);
+            break;
+        case Policy::commit_on_success:
+            settled = response.status < 400 ? mark_done(response.status) : release();
+            break;
+        case Policy::remember:
+        default:
+            if (is_final(response.status)) {
+                settled = tx.exec_params1(
+                                "SELECT idempotency.complete($1, $2, fence => $3, status => $4, body => $5,"
+                                " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
+                                request.principal, key, result.fence, response.status,
+                                pqxx::binarystring(response.body.data(), response.body.size()),
+                                detail::kept_headers_json(response, options_.kept_headers),
+                                response.resource_id ? response.resource_id->c_str() : nullptr,
+                                response.one_time_secret)[0]
+                              .as<bool>();
+            } else {
+                settled = release();
+            }
+            break;
+    }
+    result.response = std::move(response);
+    result.outcome = (settled && !lost) ? LeaseOutcome::fresh : LeaseOutcome::fresh_unfenced;
+    return result;
+}
+
+}  // namespace idem
