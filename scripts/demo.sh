@@ -9,11 +9,13 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 make -s -j"$(nproc)" && make -s install
 cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DIDEM_BUILD_BENCH=OFF >/dev/null
-cmake --build build-demo -j"$(nproc)" --target orders-service >/dev/null
+cmake --build build-demo -j"$(nproc)" --target orders-service proxy-service >/dev/null
 
 cluster=$(mktemp -d /tmp/idem-demo.XXXXXX)
 service_pid=""
-trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null; scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT
+proxy_pid=""
+trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null; [[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null
+      scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT
 scripts/pgcluster.sh start "$cluster/pg" "${IDEM_DEMO_PORT:-$((20000 + RANDOM % 20000))}"
 # shellcheck disable=SC1091
 source "$cluster/pg/env"
@@ -106,5 +108,43 @@ show <"$cluster/second.txt"
 echo
 echo "-- 5. Orders in the database: one per key"
 curl -s "$url/orders/count"
+echo
+
+# --- The lease protocol: an API proxy in front of a slow upstream -----------
+proxy_port=$((PGPORT + 3))
+build-demo/proxy-service --port "$proxy_port" --lease-ms 1000 \
+  --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" 2>"$cluster/proxy.log" &
+proxy_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$proxy_port/health" >/dev/null && break; sleep 0.1; done
+proxy_url="http://127.0.0.1:$proxy_port"
+charge() {  # charge KEY [QUERY]
+  curl -s -i -X POST "$proxy_url/v1/call/charge${2:-}" -H "Authorization: Bearer shop-7" -H "Idempotency-Key: $1" \
+    -H "Content-Type: application/json" --data '{"amount":500}'
+  echo
+}
+show_proxy() {
+  awk 'NR == 1 { sub(/\r$/, ""); print "  " $0; next }
+       /^\r?$/ { body = 1; next }
+       body { print "  " $0; next }
+       tolower($0) ~ /^(idempotent-replay|retry-after|x-lease-outcome|x-lease-renewals):/ { sub(/\r$/, ""); print "  " $0 }'
+}
+echo
+echo "== Lease protocol: examples/proxy-service forwards POST /v1/call/charge to a payment provider once per key"
+echo
+echo "-- 6. The upstream takes 2.5 s; the lease is 1 s and is renewed every 333 ms while the call runs"
+charge pay-1 '?delay_ms=2500' >"$cluster/pay1.txt" &
+pay_pid=$!
+sleep 1.5
+echo "   a retry at 1.5 s, after the first lease would have run out, still finds the key held:"
+charge pay-1 '?delay_ms=2500' | show_proxy
+wait "$pay_pid"
+echo "   the first call:"
+show_proxy <"$cluster/pay1.txt"
+echo
+echo "-- 7. A retry afterwards gets the same charge back"
+charge pay-1 '?delay_ms=2500' | show_proxy
+echo
+echo "-- 8. Real calls the payment provider saw"
+curl -s "http://127.0.0.1:$((proxy_port + 1))/calls"
 echo
 
