@@ -35,6 +35,7 @@ port = $port
 unix_socket_directories = '$dir'
 shared_preload_libraries = 'pg_cron'
 cron.database_name = 'idem_cron'
+cron.host = '$dir'
 max_connections = 200
 fsync = off
 full_page_writes = off

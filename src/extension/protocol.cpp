@@ -57,6 +57,7 @@ int wait_timeout_ms = 5000;
 int max_key_length = 255;
 int key_format = kKeyFormatAny;
 int lease_ms = 30000;
+int cleanup_batch_size = 1000;
 
 namespace {
 
@@ -578,6 +579,10 @@ void protocol_init() {
                             "A lease-held key counts as in progress until the lease runs out; then another "
                             "acquire() may take it over (fence + 1). Clients renew at a third of it.",
                             &lease_ms, 30000, 10, 86400 * 1000, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("idempotency.cleanup_batch_size",
+                            "Rows idempotency.cleanup() deletes per batch (one transaction each).",
+                            "Larger batches delete faster; smaller ones hold fewer row locks and less WAL per commit.",
+                            &cleanup_batch_size, 1000, 1, 1000000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomEnumVariable("idempotency.key_format", "Which idempotency keys are accepted: any, uuid or uuidv7.",
                              "any accepts 1 to max_key_length bytes without control characters.", &key_format,
                              kKeyFormatAny, key_format_options, PGC_USERSET, 0, nullptr, nullptr, nullptr);

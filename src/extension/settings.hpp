@@ -13,6 +13,11 @@ extern int wait_timeout_ms;
 /// idempotency.max_key_length, in bytes.
 extern int max_key_length;
 
+/// idempotency.lease, in milliseconds: default lease of acquire() and renew().
+extern int lease_ms;
+/// idempotency.cleanup_batch_size: rows per batch of idempotency.cleanup().
+extern int cleanup_batch_size;
+
 /// Values of idempotency.key_format.
 enum KeyFormat { kKeyFormatAny = 0, kKeyFormatUuid = 1, kKeyFormatUuidV7 = 2 };
 /// idempotency.key_format: which Idempotency-Key values are accepted.

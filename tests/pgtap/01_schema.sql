@@ -1,6 +1,6 @@
 -- Structure of the key store and the protocol functions.
 BEGIN;
-SELECT plan(69);
+SELECT plan(77);
 
 -- The table, column by column.
 SELECT has_table('idempotency', 'keys', 'table idempotency.keys exists');
@@ -80,12 +80,27 @@ SELECT ok(NOT has_function_privilege('public', 'idempotency.acquire(text,text,te
 SELECT function_returns('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'],
                         'idempotency.key_outcome', 'begin returns idempotency.key_outcome');
 
--- Every function of the extension pins its search_path and has a comment.
+-- Every function of the extension pins its search_path and has a comment. The
+-- one exception is the cleanup procedure: PostgreSQL refuses COMMIT in a
+-- procedure with a SET clause, so it has none and runs as its caller.
 SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), NULL,
           'every function sets search_path = pg_catalog, pg_temp')
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
- WHERE NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
+ WHERE p.prokind <> 'p' AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
+SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), ARRAY['idempotency.cleanup(integer,interval,interval,bigint)'],
+          'the only procedure is cleanup')
+  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+ WHERE p.prokind = 'p';
+SELECT isnt_definer('idempotency', 'cleanup', ARRAY['integer', 'interval', 'interval', 'bigint'],
+                    'cleanup runs as its caller (it commits between batches)');
+SELECT has_function('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch(integer)');
+SELECT is_definer('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch is SECURITY DEFINER');
+SELECT has_function('idempotency', 'schedule_cleanup', ARRAY['text'], 'schedule_cleanup(text)');
+SELECT has_function('idempotency', 'unschedule_cleanup', ARRAY[]::text[], 'unschedule_cleanup()');
+SELECT has_function('idempotency', 'lookup', ARRAY['text', 'text'], 'lookup(text, text)');
+SELECT has_view('idempotency', 'status', 'view idempotency.status exists');
 SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), NULL, 'every function has a comment')
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
