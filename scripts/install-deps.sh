@@ -9,7 +9,7 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
-  curl wrk
+  curl wrk bc
 )
 # node (differential tests, benchmark peers) ships with the machine; Debian's
 # nodejs/npm only where it is missing (they conflict with a preinstalled node).

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Cleanup under load: 1,000,000 expired keys are deleted with
+# CALL idempotency.cleanup() while pgbench runs the transactional protocol with
+# fresh keys at a fixed rate (-R) of half the rate it reaches alone. Reports
+# cleanup rows/s and the protocol's p50/p99 latency without and with cleanup
+# running (same duration, same table size).
+#
+#   bench/cleanup/run.sh     EXPIRED=1000000 BATCH=10000 PAUSE=0 by default
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+expired=${EXPIRED:-1000000}
+batch=${BATCH:-10000}
+pause=${PAUSE:-0}
+scripts/install-deps.sh >/dev/null
+make -s && make -s install >/dev/null
+
+work=$(mktemp -d /tmp/idem-cleanupbench.XXXXXX)
+chmod 755 "$work"
+trap 'scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
+PGCLUSTER_CONF=$'fsync = on\nsynchronous_commit = off\nmax_wal_size = 4GB' \
+  scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55470}" >/dev/null
+# shellcheck disable=SC1091
+source "$work/pg/env"
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE bench"
+psql -X -q -v ON_ERROR_STOP=1 -d bench -c "CREATE EXTENSION idempotency" \
+  -c "CREATE TABLE effects (id bigserial PRIMARY KEY, client int, note text)"
+bench() { pgbench -n -M prepared -c 4 -j 2 -f bench/cleanup/protocol.sql bench "$@"; }
+
+echo "== rate alone"
+max=$(bench -T 15 2>/dev/null | awk '/^tps/ { print int($3) }')
+rate=$((max / 2))
+echo "max ${max} tps; fixed rate for the runs: ${rate} tps"
+
+echo "== loading $expired expired keys"
+psql -X -q -v ON_ERROR_STOP=1 -d bench -c "
+  INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, response_body,
+                                created_at, expires_at)
+  SELECT 'old', 'key-' || i, 'create_order', decode(repeat('00', 32), 'hex'), 'completed', 201,
+         convert_to('{\"id\":' || i || '}', 'UTF8'),
+         now() - interval '3 days', now() - interval '2 days' + (i % 86400) * interval '1 second'
+    FROM generate_series(1, $expired) AS i" -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
+
+# percentiles LOGDIR FROM TO: p50 and p99 latency (ms) of transactions that started in [FROM, TO) (epoch s)
+percentiles() {
+  cat "$1"/pgbench_log.* | awk -v from="$2" -v to="$3" '{ t = $5 + $6 / 1e6; if (t >= from && t < to) print $3 / 1000 }' |
+    sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) { print "n/a n/a 0"; exit }
+      printf "%.3f %.3f %d\n", a[int(NR * 0.50) + 1], a[int(NR * 0.99) + 1], NR }'
+}
+
+duration=${DURATION:-40}
+echo "== baseline: $duration s at $rate tps, no cleanup"
+mkdir -p "$work/base" && (cd "$work/base" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1)
+start=$(awk 'NR == 1 { print $5 + 10 }' "$work"/base/pgbench_log.* | head -1)
+read -r base_p50 base_p99 base_n <<<"$(percentiles "$work/base" "$start" "$((start + duration - 15))")"
+
+echo "== with cleanup: $duration s at $rate tps, CALL idempotency.cleanup(batch_size => $batch) after 10 s"
+mkdir -p "$work/load"
+(cd "$work/load" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1) &
+load=$!
+sleep 10
+c_start=$(date +%s.%N)
+deleted=$(psql -X -q -At -d bench -c "CALL idempotency.cleanup(batch_size => $batch, pause => '${pause} ms')")
+c_end=$(date +%s.%N)
+wait "$load"
+read -r load_p50 load_p99 load_n <<<"$(percentiles "$work/load" "$c_start" "$c_end")"
+seconds=$(echo "$c_end - $c_start" | bc -l)
+
+printf '\n%-34s %s\n' "expired keys deleted" "$deleted"
+printf '%-34s %.1f s = %.0f rows/s (goal >= 50000)\n' "cleanup time" "$seconds" "$(echo "$deleted / $seconds" | bc -l)"
+printf '%-34s %s tps (max %s)\n' "protocol rate (pgbench -R)" "$rate" "$max"
+printf '%-34s p50 %s ms, p99 %s ms (%s transactions)\n' "latency without cleanup" "$base_p50" "$base_p99" "$base_n"
+printf '%-34s p50 %s ms, p99 %s ms (%s transactions)\n' "latency while cleanup runs" "$load_p50" "$load_p99" "$load_n"
+printf '%-34s %.2f (goal <= 1.20)\n' "p99 ratio" "$(echo "$load_p99 / $base_p99" | bc -l)"
+if (( $(echo "$seconds > $duration - 12" | bc -l) )); then
+  echo "note: cleanup outlasted the load run; raise DURATION"
+fi

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Requests per second of examples/orders-service with and without the
+# idempotency wrapper: POST /orders (client library: begin, handler, complete)
+# against POST /plain/orders (the same handler in a plain transaction), fresh
+# key per request, 8 concurrent connections with wrk on loopback, interleaved
+# rounds, medians. Once with synchronous_commit off (CPU and round trips show)
+# and once with it on (fsync on).
+#
+#   bench/http/run.sh            ROUNDS=5 SECONDS_PER_RUN=10 by default
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${ROUNDS:-5}
+duration=${SECONDS_PER_RUN:-10}
+scripts/install-deps.sh >/dev/null
+make -s && make -s install >/dev/null
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-bench -j"$(nproc)" --target orders-service >/dev/null
+
+work=$(mktemp -d /tmp/idem-httpbench.XXXXXX)
+service=""
+trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
+PGCLUSTER_CONF="fsync = on" scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55460}" >/dev/null
+# shellcheck disable=SC1091
+source "$work/pg/env"
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE shop"
+psql -X -q -v ON_ERROR_STOP=1 -d shop -c "CREATE EXTENSION idempotency"
+http_port=$((PGPORT + 1))
+
+start_service() {  # start_service SYNCHRONOUS_COMMIT
+  [[ -n $service ]] && kill "$service" 2>/dev/null && wait "$service" 2>/dev/null || true
+  psql -X -q -d shop -c "ALTER DATABASE shop SET synchronous_commit = $1"
+  build-bench/orders-service --port "$http_port" --threads 8 \
+    --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" 2>>"$work/service.log" &
+  service=$!
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
+}
+
+rps() {  # rps PATH RUN-ID -> requests/s
+  WRK_PATH=$1 WRK_RUN=$2 wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua "http://127.0.0.1:$http_port" \
+    2>"$work/wrk.err" | awk '/^Requests\/sec/ { print $2 }'
+  if [[ -s $work/wrk.err ]]; then echo "wrk reported: $(sort "$work/wrk.err" | uniq -c | head -3)" >&2; fi
+}
+
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+printf '%-20s %-8s %12s %12s %8s\n' "synchronous_commit" "round" "wrapped" "plain" "ratio"
+for sc in off on; do
+  start_service "$sc"
+  rps /orders "warm-$sc" >/dev/null  # warm-up: connections, caches
+  rps /plain/orders "warm-plain-$sc" >/dev/null
+  : >"$work/wrapped.$sc"
+  : >"$work/plain.$sc"
+  for ((r = 1; r <= rounds; r++)); do
+    # Alternate which goes first, so drift does not favour one side.
+    if ((r % 2)); then
+      w=$(rps /orders "w-$sc-$r-$RANDOM"); p=$(rps /plain/orders "p-$sc-$r-$RANDOM")
+    else
+      p=$(rps /plain/orders "p-$sc-$r-$RANDOM"); w=$(rps /orders "w-$sc-$r-$RANDOM")
+    fi
+    echo "$w" >>"$work/wrapped.$sc"
+    echo "$p" >>"$work/plain.$sc"
+    printf '%-20s %-8s %12s %12s %8.3f\n' "$sc" "$r" "$w" "$p" "$(echo "$w / $p" | bc -l)"
+  done
+  mw=$(median <"$work/wrapped.$sc")
+  mp=$(median <"$work/plain.$sc")
+  printf '%-20s %-8s %12.0f %12.0f %8.3f   (goal: wrapped >= 0.85 x plain)\n' "$sc" median "$mw" "$mp" \
+    "$(echo "$mw / $mp" | bc -l)"
+done
+psql -X -q -At -d shop -c "SELECT 'orders ' || count(*) FROM orders" \
+  -c "SELECT 'keys ' || count(*) FROM idempotency.keys"
