@@ -324,6 +324,7 @@ private:
     }
     bool parse_string(const unsigned char*& p, bool is_key);
     bool parse_number(const unsigned char*& p);
+    bool parse_member_name(const unsigned char*& p);
     bool close_object(std::uint32_t index, std::uint32_t first_key);
 
     std::string_view text(const Node& n) const {
@@ -555,6 +556,19 @@ bool Document::parse_number(const unsigned char*& p) {
     return true;
 }
 
+// Parses `"name" :` (whitespace allowed around it) and records the name as a
+// key of the innermost open object.
+bool Document::parse_member_name(const unsigned char*& p) {
+    while (p < end_ && is_ws(*p)) ++p;
+    if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
+    open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
+    if (!parse_string(p, true)) return false;
+    while (p < end_ && is_ws(*p)) ++p;
+    if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
+    ++p;
+    return true;
+}
+
 bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
     auto first = open_keys_.begin() + first_key;
     auto last = open_keys_.end();
@@ -672,19 +686,7 @@ bool Document::parse(JsonError& error) {
                 }
                 stack_.pop_back();
             } else if (c == '{') {
-                // First member's name.
-                if (p >= end_ || *p != '"') {
-                    fail(JsonErrc::syntax, p);
-                    break;
-                }
-                open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
-                if (!parse_string(p, true)) break;
-                skip_ws();
-                if (p >= end_ || *p != ':') {
-                    fail(JsonErrc::syntax, p);
-                    break;
-                }
-                ++p;
+                if (!parse_member_name(p)) break;  // the first member's
                 value_done = false;
             } else {
                 value_done = false;
@@ -726,21 +728,7 @@ bool Document::parse(JsonError& error) {
                 ++p;
                 ++frame.commas;
                 ++out_size_;
-                if (is_object) {
-                    skip_ws();
-                    if (p >= end_ || *p != '"') {
-                        fail(JsonErrc::syntax, p);
-                        break;
-                    }
-                    open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
-                    if (!parse_string(p, true)) break;
-                    skip_ws();
-                    if (p >= end_ || *p != ':') {
-                        fail(JsonErrc::syntax, p);
-                        break;
-                    }
-                    ++p;
-                }
+                if (is_object && !parse_member_name(p)) break;
                 next_value = true;
                 break;
             }

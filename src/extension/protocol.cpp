@@ -555,6 +555,50 @@ Datum result_datum(FunctionCallInfo fcinfo, OutcomeRow* result) {
     return HeapTupleGetDatum(heap_form_tuple(desc, result->values, result->nulls));
 }
 
+// What a looked-up row means for a new attempt with this fingerprint:
+// started (no live row, or an in_progress row whose lease ran out), mismatch,
+// replay, secret_replay or in_progress.
+const char* outcome_for(const KeyRow& row, bytea* fingerprint) {
+    if (!row.found || !column_bool(row, kLive)) return "started";
+    bool isnull;
+    bytea* stored = DatumGetByteaPP(column(row, kSha, &isnull));
+    if (VARSIZE_ANY_EXHDR(stored) != 32 || memcmp(VARDATA_ANY(stored), VARDATA_ANY(fingerprint), 32) != 0)
+        return "mismatch";
+    if (row_is_completed(row)) return column_bool(row, kSecret) ? "secret_replay" : "replay";
+    if (column_bool(row, kLeaseLive)) return "in_progress";
+    return "started";
+}
+
+// Under REPEATABLE READ / SERIALIZABLE the transaction snapshot may predate a
+// winner that committed while we waited (or just before we looked): if the
+// latest state has a row that blocks a start, raise 40001 instead of
+// starting a second effect. Call inside an SPI connection.
+void require_snapshot_sees_winner(text* principal, text* key) {
+    if (!IsolationUsesXactSnapshot()) return;
+    if (row_blocks_start(lookup_key(principal, key, GetLatestSnapshot())))
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("could not serialize access due to a concurrent use of the idempotency key"),
+                        errhint("Retry the transaction; it will see the stored response.")));
+}
+
+// Fills the result of an outcome other than started from the stored row.
+void result_from_row(OutcomeRow* result, const char* outcome, const KeyRow& row) {
+    result_init(result, outcome);
+    result_copy(result, rCreated, row, kCreated);
+    result_copy(result, rExpires, row, kExpires);
+    result_copy(result, rFence, row, kFence);
+    result_copy(result, rResourceId, row, kResourceId);
+    if (strcmp(outcome, "replay") == 0) {
+        result_copy(result, rStatus, row, kStatus);
+        result_copy(result, rHeaders, row, kHeaders);
+        result_copy(result, rBody, row, kBody);
+    } else if (strcmp(outcome, "secret_replay") == 0) {
+        result_copy(result, rStatus, row, kStatus);
+    } else if (strcmp(outcome, "in_progress") == 0) {
+        result_copy(result, rLeaseUntil, row, kLeaseUntil);
+    }
+}
+
 }  // namespace
 
 bool is_final_status(int status) {
@@ -634,40 +678,17 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
     MemoryContext caller_context = CurrentMemoryContext;
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     KeyRow row = lookup_key(principal, key, InvalidSnapshot);
-    int64 fence = 1;
-    const char* outcome = "started";
-    if (row.found && column_bool(row, kLive)) {
-        bool isnull;
-        bytea* stored = DatumGetByteaPP(column(row, kSha, &isnull));
-        const bool same_request = VARSIZE_ANY_EXHDR(stored) == 32 &&
-                                  memcmp(VARDATA_ANY(stored), VARDATA_ANY(fingerprint), 32) == 0;
-        if (!same_request) {
-            outcome = "mismatch";
-        } else if (row_is_completed(row)) {
-            outcome = column_bool(row, kSecret) ? "secret_replay" : "replay";
-        } else if (column_bool(row, kLeaseLive)) {
-            outcome = "in_progress";
-        }
-        fence = DatumGetInt64(column(row, kFence, &isnull)) + (strcmp(outcome, "started") == 0 ? 1 : 0);
-    } else if (row.found) {
-        bool isnull;
-        fence = DatumGetInt64(column(row, kFence, &isnull)) + 1;
-    }
-
-    if (strcmp(outcome, "started") == 0 && IsolationUsesXactSnapshot()) {
-        // The transaction snapshot may predate a winner that committed while
-        // we waited (or just before we looked): check the latest state.
-        KeyRow latest = lookup_key(principal, key, GetLatestSnapshot());
-        if (row_blocks_start(latest))
-            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                            errmsg("could not serialize access due to a concurrent use of the idempotency key"),
-                            errhint("Retry the transaction; it will see the stored response.")));
-    }
+    const char* outcome = outcome_for(row, fingerprint);
+    const bool started = strcmp(outcome, "started") == 0;
+    if (started) require_snapshot_sees_winner(principal, key);
 
     // The result must outlive SPI_finish, which frees SPI's own memory.
     MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
-    result_init(&result, outcome);
-    if (strcmp(outcome, "started") == 0) {
+    if (started) {
+        // complete() writes fence 1, or the replaced row's fence + 1.
+        bool isnull;
+        const int64 fence = row.found ? DatumGetInt64(column(row, kFence, &isnull)) + 1 : 1;
+        result_init(&result, outcome);
         Datum now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
         result.values[rCreated] = now;
         result.nulls[rCreated] = false;
@@ -676,25 +697,13 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
         result.values[rFence] = Int64GetDatum(fence);
         result.nulls[rFence] = false;
     } else {
-        result_copy(&result, rCreated, row, kCreated);
-        result_copy(&result, rExpires, row, kExpires);
-        result_copy(&result, rFence, row, kFence);
-        result_copy(&result, rResourceId, row, kResourceId);
-        if (strcmp(outcome, "replay") == 0) {
-            result_copy(&result, rStatus, row, kStatus);
-            result_copy(&result, rHeaders, row, kHeaders);
-            result_copy(&result, rBody, row, kBody);
-        } else if (strcmp(outcome, "secret_replay") == 0) {
-            result_copy(&result, rStatus, row, kStatus);
-        } else if (strcmp(outcome, "in_progress") == 0) {
-            result_copy(&result, rLeaseUntil, row, kLeaseUntil);
-        }
+        result_from_row(&result, outcome, row);
     }
     Datum datum = result_datum(fcinfo, &result);
     MemoryContextSwitchTo(spi_context);
     SPI_finish();
 
-    if (strcmp(outcome, "started") == 0) {
+    if (started) {
         add_pending(principal, key, action, fingerprint, ttl);
     } else {
         // Nothing to do under this key: let waiting duplicates go on now.
@@ -827,26 +836,11 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
     MemoryContext caller_context = CurrentMemoryContext;
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     KeyRow row = lookup_key(principal, key, InvalidSnapshot);
-    const char* outcome = "started";
-    if (row.found && column_bool(row, kLive)) {
-        bool isnull;
-        bytea* stored = DatumGetByteaPP(column(row, kSha, &isnull));
-        if (VARSIZE_ANY_EXHDR(stored) != 32 || memcmp(VARDATA_ANY(stored), VARDATA_ANY(fingerprint), 32) != 0)
-            outcome = "mismatch";
-        else if (row_is_completed(row))
-            outcome = column_bool(row, kSecret) ? "secret_replay" : "replay";
-        else if (column_bool(row, kLeaseLive))
-            outcome = "in_progress";
-    }
-    if (strcmp(outcome, "started") == 0 && IsolationUsesXactSnapshot() &&
-        row_blocks_start(lookup_key(principal, key, GetLatestSnapshot())))
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("could not serialize access due to a concurrent use of the idempotency key"),
-                        errhint("Retry the transaction.")));
-
+    const char* outcome = outcome_for(row, fingerprint);
     OutcomeRow written;
     bool have_written = false;
     if (strcmp(outcome, "started") == 0) {
+        require_snapshot_sees_winner(principal, key);
         Oid types[6] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID};
         SPIPlanPtr plan = prepared(&lease_plan, kLeaseSql, 6, types);
         Datum values[6] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
@@ -868,24 +862,10 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
     }
 
     MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
-    if (have_written) {
+    if (have_written)
         result = written;
-    } else {
-        result_init(&result, outcome);
-        result_copy(&result, rCreated, row, kCreated);
-        result_copy(&result, rExpires, row, kExpires);
-        result_copy(&result, rFence, row, kFence);
-        result_copy(&result, rResourceId, row, kResourceId);
-        if (strcmp(outcome, "replay") == 0) {
-            result_copy(&result, rStatus, row, kStatus);
-            result_copy(&result, rHeaders, row, kHeaders);
-            result_copy(&result, rBody, row, kBody);
-        } else if (strcmp(outcome, "secret_replay") == 0) {
-            result_copy(&result, rStatus, row, kStatus);
-        } else if (strcmp(outcome, "in_progress") == 0) {
-            result_copy(&result, rLeaseUntil, row, kLeaseUntil);
-        }
-    }
+    else
+        result_from_row(&result, outcome, row);
     Datum datum = result_datum(fcinfo, &result);
     MemoryContextSwitchTo(spi_context);
     SPI_finish();
