@@ -209,6 +209,15 @@ ROLLBACK;
 SELECT principal, key, state, response_status, convert_from(response_body, 'UTF8') AS body
   FROM idempotency.keys ORDER BY principal, key;
 
+-- A large body (stored out of line, TOAST) replays byte for byte.
+BEGIN;
+SELECT outcome FROM idempotency.begin('alice', 'k-big', 'create_order', fp('{"big":true}'));
+SELECT idempotency.complete('alice', 'k-big', 200, (SELECT string_agg(md5(i::text), '')::bytea FROM generate_series(1, 8000) AS i));
+COMMIT;
+SELECT outcome, length(response_body),
+       md5(response_body) = (SELECT md5(string_agg(md5(i::text), '')::bytea) FROM generate_series(1, 8000) AS i) AS same_bytes
+  FROM idempotency.begin('alice', 'k-big', 'create_order', fp('{"big":true}'));
+
 -- Leave the database as we found it for the next test file.
 DELETE FROM idempotency.keys;
 DROP FUNCTION fp(text);

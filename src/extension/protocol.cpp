@@ -20,7 +20,13 @@ extern "C" {
 
 #include <limits.h>
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "executor/tuptable.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -33,7 +39,10 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
+#include "utils/fmgroids.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -391,7 +400,6 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTr
 // ---------------------------------------------------------------------------
 // Statements (prepared once per backend and kept)
 
-SPIPlanPtr lookup_plan = nullptr;
 SPIPlanPtr store_plan = nullptr;
 SPIPlanPtr forget_plan = nullptr;
 SPIPlanPtr lease_plan = nullptr;
@@ -434,12 +442,6 @@ enum LookupColumn {
     kLive, kLeaseLive
 };
 
-const char* const kLookupSql =
-    "SELECT state, request_sha256, response_status::integer, response_headers, response_body, resource_id,"
-    "       one_time_secret, created_at, expires_at, fence, lease_until,"
-    "       expires_at > pg_catalog.now(),"
-    "       lease_until IS NOT NULL AND lease_until > pg_catalog.clock_timestamp()"
-    "  FROM idempotency.keys WHERE principal = $1 AND key = $2";
 
 // Inserts the final row; replaces an expired row or an in_progress row whose
 // lease ran out, never a live one (then nothing is written).
@@ -484,22 +486,97 @@ bool row_blocks_start(const KeyRow& row) {
     return row_is_completed(row) || column_bool(row, kLeaseLive);
 }
 
-// Runs the lookup inside an SPI connection; snapshot InvalidSnapshot means the
-// transaction's own rules (a fresh snapshot per query in READ COMMITTED).
-KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
-    Oid types[2] = {TEXTOID, TEXTOID};
-    SPIPlanPtr plan = prepared(&lookup_plan, kLookupSql, 2, types);
-    Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
-    int rc = snapshot == InvalidSnapshot
-                 ? SPI_execute_plan(plan, values, nullptr, false, 1)
-                 : SPI_execute_snapshot(plan, values, nullptr, snapshot, InvalidSnapshot, true, false, 1);
-    if (rc != SPI_OK_SELECT) elog(ERROR, "key lookup failed: %s", SPI_result_code_string(rc));
-    KeyRow row{false, nullptr, nullptr};
-    if (SPI_processed > 0) {
-        row.found = true;
-        row.tuple = SPI_copytuple(SPI_tuptable->vals[0]);  // into the caller's context
-        row.desc = SPI_tuptable->tupdesc;                  // valid until SPI_finish
+// Attribute numbers of idempotency.keys.
+enum KeysColumn {
+    aPrincipal = 1, aKey, aAction, aSha, aState, aStatus, aHeaders, aBody, aResourceId, aSecret, aFence,
+    aLeaseUntil, aCreated, aExpires, aColumns = aExpires
+};
+
+// The shape of a looked-up row (LookupColumn order), made once per backend.
+TupleDesc lookup_desc() {
+    static TupleDesc desc = nullptr;
+    if (desc == nullptr) {
+        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+        TupleDesc d = CreateTemplateTupleDesc(kLeaseLive);
+        TupleDescInitEntry(d, kState, "state", TEXTOID, -1, 0);
+        TupleDescInitEntry(d, kSha, "request_sha256", BYTEAOID, -1, 0);
+        TupleDescInitEntry(d, kStatus, "response_status", INT4OID, -1, 0);
+        TupleDescInitEntry(d, kHeaders, "response_headers", JSONBOID, -1, 0);
+        TupleDescInitEntry(d, kBody, "response_body", BYTEAOID, -1, 0);
+        TupleDescInitEntry(d, kResourceId, "resource_id", TEXTOID, -1, 0);
+        TupleDescInitEntry(d, kSecret, "one_time_secret", BOOLOID, -1, 0);
+        TupleDescInitEntry(d, kCreated, "created_at", TIMESTAMPTZOID, -1, 0);
+        TupleDescInitEntry(d, kExpires, "expires_at", TIMESTAMPTZOID, -1, 0);
+        TupleDescInitEntry(d, kFence, "fence", INT8OID, -1, 0);
+        TupleDescInitEntry(d, kLeaseUntil, "lease_until", TIMESTAMPTZOID, -1, 0);
+        TupleDescInitEntry(d, kLive, "live", BOOLOID, -1, 0);
+        TupleDescInitEntry(d, kLeaseLive, "lease_live", BOOLOID, -1, 0);
+        MemoryContextSwitchTo(old);
+        desc = d;
     }
+    return desc;
+}
+
+// Looks the key up through the primary key index directly: no SPI, no
+// executor, on the path every request takes. `snapshot` InvalidSnapshot means
+// the transaction's own rules (a new snapshot per call in READ COMMITTED, so
+// a winner that committed while we waited is seen). The row is copied into
+// the current memory context.
+KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
+    Oid schema = get_namespace_oid("idempotency", false);
+    Oid table_oid = get_relname_relid("keys", schema);
+    Oid index_oid = get_relname_relid("keys_pkey", schema);
+    if (!OidIsValid(table_oid) || !OidIsValid(index_oid))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+    Relation table = table_open(table_oid, AccessShareLock);
+    Relation index = index_open(index_oid, AccessShareLock);
+    Snapshot scan_snapshot = RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
+
+    ScanKeyData keys[2];
+    ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[0], F_TEXTEQ,
+                           PointerGetDatum(principal));
+    ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[1], F_TEXTEQ,
+                           PointerGetDatum(key));
+    IndexScanDesc scan = index_beginscan(table, index, scan_snapshot, 2, 0);
+    index_rescan(scan, keys, 2, nullptr, 0);
+    TupleTableSlot* slot = table_slot_create(table, nullptr);
+
+    KeyRow row{false, nullptr, lookup_desc()};
+    if (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+        slot_getallattrs(slot);
+        Datum values[kLeaseLive];
+        bool nulls[kLeaseLive];
+        auto take = [&](int target, int source) {
+            values[target - 1] = slot->tts_values[source - 1];
+            nulls[target - 1] = slot->tts_isnull[source - 1];
+        };
+        take(kState, aState);
+        take(kSha, aSha);
+        take(kStatus, aStatus);
+        if (!nulls[kStatus - 1]) values[kStatus - 1] = Int32GetDatum(DatumGetInt16(values[kStatus - 1]));
+        take(kHeaders, aHeaders);
+        take(kBody, aBody);
+        take(kResourceId, aResourceId);
+        take(kSecret, aSecret);
+        take(kCreated, aCreated);
+        take(kExpires, aExpires);
+        take(kFence, aFence);
+        take(kLeaseUntil, aLeaseUntil);
+        const TimestampTz expires = DatumGetTimestampTz(values[kExpires - 1]);
+        values[kLive - 1] = BoolGetDatum(expires > GetCurrentTransactionStartTimestamp());  // now()
+        nulls[kLive - 1] = false;
+        const bool leased = !nulls[kLeaseUntil - 1] &&
+                            DatumGetTimestampTz(values[kLeaseUntil - 1]) > GetCurrentTimestamp();  // clock_timestamp()
+        values[kLeaseLive - 1] = BoolGetDatum(leased);
+        nulls[kLeaseLive - 1] = false;
+        row.found = true;
+        row.tuple = heap_form_tuple(row.desc, values, nulls);  // copies out of the buffer
+    }
+    ExecDropSingleTupleTableSlot(slot);
+    index_endscan(scan);
+    UnregisterSnapshot(scan_snapshot);
+    index_close(index, NoLock);  // locks are kept until the end of the transaction
+    table_close(table, NoLock);
     return row;
 }
 
@@ -675,15 +752,11 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
         return result_datum(fcinfo, &result);
     }
 
-    MemoryContext caller_context = CurrentMemoryContext;
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     KeyRow row = lookup_key(principal, key, InvalidSnapshot);
     const char* outcome = outcome_for(row, fingerprint);
     const bool started = strcmp(outcome, "started") == 0;
     if (started) require_snapshot_sees_winner(principal, key);
 
-    // The result must outlive SPI_finish, which frees SPI's own memory.
-    MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
     if (started) {
         // complete() writes fence 1, or the replaced row's fence + 1.
         bool isnull;
@@ -700,8 +773,6 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
         result_from_row(&result, outcome, row);
     }
     Datum datum = result_datum(fcinfo, &result);
-    MemoryContextSwitchTo(spi_context);
-    SPI_finish();
 
     if (started) {
         add_pending(principal, key, action, fingerprint, ttl);
@@ -834,13 +905,13 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
     }
 
     MemoryContext caller_context = CurrentMemoryContext;
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     KeyRow row = lookup_key(principal, key, InvalidSnapshot);
     const char* outcome = outcome_for(row, fingerprint);
     OutcomeRow written;
     bool have_written = false;
     if (strcmp(outcome, "started") == 0) {
         require_snapshot_sees_winner(principal, key);
+        if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
         Oid types[6] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID};
         SPIPlanPtr plan = prepared(&lease_plan, kLeaseSql, 6, types);
         Datum values[6] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
@@ -858,17 +929,15 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
         result_copy(&written, rCreated, lease_row, 3);
         result_copy(&written, rExpires, lease_row, 4);
         MemoryContextSwitchTo(spi_context);
+        SPI_finish();
         have_written = true;
     }
 
-    MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
     if (have_written)
         result = written;
     else
         result_from_row(&result, outcome, row);
     Datum datum = result_datum(fcinfo, &result);
-    MemoryContextSwitchTo(spi_context);
-    SPI_finish();
     if (!have_written) unlock_key(&tag, holder);
     return datum;
 }
