@@ -311,6 +311,7 @@ struct PendingKey {
     text* action;
     bytea* fingerprint;
     Interval ttl;
+    bool replaces;                       // begin saw a row (expired, or its lease ended) to replace
     SubTransactionId subxact;            // where begin ran (its lock belongs to it)
     SubTransactionId completed_subxact;  // where complete ran, or InvalidSubTransactionId
 };
@@ -337,7 +338,7 @@ text* copy_to_transaction(text* value) {
     return copy;
 }
 
-void add_pending(text* principal, text* key, text* action, bytea* fingerprint, const Interval& ttl) {
+void add_pending(text* principal, text* key, text* action, bytea* fingerprint, const Interval& ttl, bool replaces) {
     if (pending_count == pending_capacity) {
         int capacity = pending_capacity == 0 ? 4 : pending_capacity * 2;
         PendingKey* grown = static_cast<PendingKey*>(MemoryContextAlloc(TopTransactionContext, sizeof(PendingKey) * capacity));
@@ -351,6 +352,7 @@ void add_pending(text* principal, text* key, text* action, bytea* fingerprint, c
     entry.action = copy_to_transaction(action);
     entry.fingerprint = copy_to_transaction(fingerprint);
     entry.ttl = ttl;
+    entry.replaces = replaces;
     entry.subxact = GetCurrentSubTransactionId();
     entry.completed_subxact = InvalidSubTransactionId;
     ++pending_count;
@@ -401,6 +403,7 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTr
 // Statements (prepared once per backend and kept)
 
 SPIPlanPtr store_plan = nullptr;
+SPIPlanPtr insert_plan = nullptr;
 SPIPlanPtr forget_plan = nullptr;
 SPIPlanPtr lease_plan = nullptr;
 SPIPlanPtr renew_plan = nullptr;
@@ -457,6 +460,15 @@ const char* const kStoreSql =
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
     " WHERE k.expires_at <= pg_catalog.now()"
     "    OR (k.state = 'in_progress' AND k.lease_until <= pg_catalog.clock_timestamp())";
+
+// The common case of complete(): the key had no row when begin() looked, and
+// every writer of new key rows (begin/complete, acquire, save_final, claim)
+// holds the key lock, so a plain INSERT suffices: no speculative insertion,
+// no extra WAL record.
+const char* const kInsertSql =
+    "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,"
+    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at)"
+    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(), pg_catalog.now() + $10)";
 
 // A looked-up key row, copied out of SPI memory.
 struct KeyRow {
@@ -583,9 +595,10 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
 // Runs the store statement; returns the number of rows written (0 or 1).
 uint64 store_key(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
                  bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
-                 bool one_time_secret, const Interval* ttl) {
+                 bool one_time_secret, const Interval* ttl, bool known_absent = false) {
     Oid types[10] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID, INTERVALOID};
-    SPIPlanPtr plan = prepared(&store_plan, kStoreSql, 10, types);
+    SPIPlanPtr plan = known_absent ? prepared(&insert_plan, kInsertSql, 10, types)
+                                   : prepared(&store_plan, kStoreSql, 10, types);
     Datum values[10] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
                         PointerGetDatum(fingerprint), Int16GetDatum(static_cast<int16>(status)), headers, body,
                         resource_id, BoolGetDatum(one_time_secret), IntervalPGetDatum(ttl)};
@@ -624,11 +637,19 @@ void result_copy(OutcomeRow* result, ResultColumn target, const KeyRow& row, int
     result->nulls[target] = isnull;
 }
 
+// The result row type, looked up once per call site and kept in fn_extra.
 Datum result_datum(FunctionCallInfo fcinfo, OutcomeRow* result) {
-    TupleDesc desc;
-    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("function returning record called in context that cannot accept type record")));
-    desc = BlessTupleDesc(desc);
+    TupleDesc desc = static_cast<TupleDesc>(fcinfo->flinfo->fn_extra);
+    if (desc == nullptr) {
+        TupleDesc found;
+        if (get_call_result_type(fcinfo, nullptr, &found) != TYPEFUNC_COMPOSITE)
+            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                            errmsg("function returning a row called in a context that cannot accept it")));
+        MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+        desc = BlessTupleDesc(CreateTupleDescCopy(found));
+        MemoryContextSwitchTo(old);
+        fcinfo->flinfo->fn_extra = desc;
+    }
     return HeapTupleGetDatum(heap_form_tuple(desc, result->values, result->nulls));
 }
 
@@ -775,7 +796,7 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
     Datum datum = result_datum(fcinfo, &result);
 
     if (started) {
-        add_pending(principal, key, action, fingerprint, ttl);
+        add_pending(principal, key, action, fingerprint, ttl, row.found);
     } else {
         // Nothing to do under this key: let waiting duplicates go on now.
         unlock_key(&tag, holder);
@@ -809,7 +830,7 @@ Datum idempotency_complete(PG_FUNCTION_ARGS) {
                                secret || PG_ARGISNULL(4) ? (Datum)0 : PG_GETARG_DATUM(4), secret || PG_ARGISNULL(4),
                                secret || PG_ARGISNULL(3) ? (Datum)0 : PG_GETARG_DATUM(3), secret || PG_ARGISNULL(3),
                                PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), secret,
-                               &entry->ttl);
+                               &entry->ttl, !entry->replaces);
     SPI_finish();
     if (written != 1)
         ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -1027,6 +1048,12 @@ Datum idempotency_claim(PG_FUNCTION_ARGS) {
     check_key(key);
     Interval ttl = ttl_argument(fcinfo, 2);
     PreventCommandIfReadOnly("idempotency.claim()");
+    // Like every writer of new key rows, hold the key lock. A transaction that
+    // holds the key now is waited for (idempotency.wait_timeout): if it commits
+    // a row the claim fails, if it rolls back the claim can still succeed.
+    LOCKTAG tag;
+    key_locktag(&tag, principal, key);
+    if (lock_key(&tag, wait_timeout_ms) == LockHolder::none) PG_RETURN_BOOL(false);
     Oid types[3] = {TEXTOID, TEXTOID, INTERVALOID};
     Datum values[3] = {PointerGetDatum(principal), PointerGetDatum(key), IntervalPGetDatum(&ttl)};
     // A claim is a completed row with status 204, no body and an all-zero
