@@ -17,8 +17,9 @@
 # fixed-count run (-t STAT_TX per client) for per-request WAL bytes and
 # records and, in the key tables, n_tup_ins/upd/hot_upd/del and n_dead_tup.
 # Autovacuum is disabled on the bench tables (reloption) so that dead tuples
-# stay counted. Prints medians and ratios; everything lands in
-# bench/protocol/results/ (raw.tsv, pgbench logs, summary.md).
+# stay counted. Prints medians and ratios, and the server's CPU time per
+# transaction; everything lands in bench/protocol/results/ (raw.tsv,
+# attempts.tsv, stats.tsv, pgbench logs, summary.md).
 #
 # Each run also records how much CPU the rest of the machine (any process but
 # this cluster, pgbench and kernel threads) used meanwhile ("other CPU"); a run
@@ -26,9 +27,10 @@
 # repeated, at most RETRIES (default 2) times, and the last attempt is kept.
 #
 # Environment: ROUNDS (10), DURATION (5), WARMUP (2), CLIENTS (4), JOBS (2),
-# STAT_TX (2000), SETTINGS ("off on"), VARIANTS ("base floor ideal extension
-# plpgsql"; the diagnostic variants extension_noset and ideal_upsert can be
-# added, see README.md). Needs python3 for the summary.
+# STAT_TX (2000), SETTINGS ("off on"), RESULTS (bench/protocol/results),
+# VARIANTS ("base floor ideal extension plpgsql"; the diagnostic variants
+# extension_noset and ideal_upsert can be added, see README.md), OTHER_MAX (10),
+# RETRIES (2). Needs python3 for the summary.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -44,7 +46,7 @@ retries=${RETRIES:-2}
 settings=${SETTINGS:-"off on"}
 pgdir=${PROTO_PGDIR:-/tmp/protobench}
 pgport=${PROTO_PGPORT:-55450}
-results=$here/results
+results=${RESULTS:-$here/results}
 read -r -a variants <<<"${VARIANTS:-base floor ideal extension plpgsql}"
 hz=$(getconf CLK_TCK)
 ncpu=$(nproc)
@@ -62,6 +64,17 @@ start_time=$(date +%s)
 step "machine"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "cores: $(nproc); cpu: $cpu; $(pgbench --version)" | tee "$results/machine.txt"
+
+# What is measured: the installed library. If it is reinstalled during the
+# run (each pgbench run opens new backends, which load the file then), the
+# results mix two builds: checked again at the end.
+solib="$(pg_config --pkglibdir)/idempotency.so"
+so_sum() { sha256sum "$solib" | cut -c1-16; }
+so_start=$(so_sum)
+{
+  echo "installed library: $solib sha256 $so_start ($(date -u -r "$solib" '+%F %T UTC'))"
+  echo "source: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD -- src extension 2>/dev/null || echo ' + uncommitted changes in src/ or extension/')"
+} | tee "$results/build.txt"
 
 step "cluster"
 PGCLUSTER_CONF="fsync = on" "$root/scripts/pgcluster.sh" start "$pgdir" "$pgport"
@@ -134,8 +147,11 @@ run() {
   local other
   other=$(awk -v b="$((b1 - b0))" -v p="$((p1 - p0 + k1 - k0))" -v s="$((s1 - s0))" -v t0="$t0" -v t1="$t1" \
     -v hz="$hz" -v n="$ncpu" 'BEGIN {x = 100 * (b - p - s) / ((t1 - t0) * hz * n); printf "%.1f", (x < 0 ? 0 : x)}')
-  local tps failed aborted
+  local tps failed aborted txs cpu_us
   tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$log")
+  txs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log")
+  # Server CPU (backends and auxiliary processes, not kernel threads) per transaction, in µs.
+  cpu_us=$(awk -v p="$((p1 - p0))" -v n="${txs:-0}" -v hz="$hz" 'BEGIN {printf "%.1f", (n > 0 ? p * 1e6 / hz / n : 0)}')
   failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$log")
   aborted=$(grep -c -i -E 'aborted|error' "$log" || true)
   if [[ $rc -ne 0 || -z $tps || ${failed:-0} -ne 0 || $aborted -ne 0 ]]; then
@@ -143,29 +159,29 @@ run() {
     grep -i -E 'aborted|error' "$log" | head -5 >&2 || true
     echo "$label	rc=$rc failed=${failed:-?} errors=$aborted" >>"$results/problems.txt"
   fi
-  echo "${tps:-0} $other"
+  echo "${tps:-0} $other $cpu_us"
 }
 
-printf 'sync_commit\tround\tposition\tvariant\ttps\tother_cpu_pct\n' >"$results/raw.tsv"
-printf 'sync_commit\tround\tvariant\tattempt\ttps\tother_cpu_pct\n' >"$results/attempts.tsv"
+printf 'sync_commit\tround\tposition\tvariant\ttps\tother_cpu_pct\tserver_cpu_us_per_tx\n' >"$results/raw.tsv"
+printf 'sync_commit\tround\tvariant\tattempt\ttps\tother_cpu_pct\tserver_cpu_us_per_tx\n' >"$results/attempts.tsv"
 for sc in $settings; do
   step "synchronous_commit = $sc: warm-up (${warmup} s each)"
   for v in "${variants[@]}"; do
-    read -r tps other <<<"$(run "$sc" "$v" "warmup-$sc-$v" -T "$warmup")"
-    printf '  %-16s %10.1f tps   other CPU %5.1f%%\n' "$v" "$tps" "$other"
+    read -r tps other cpu <<<"$(run "$sc" "$v" "warmup-$sc-$v" -T "$warmup")"
+    printf '  %-16s %10.1f tps   server CPU %6.1f µs/tx   other CPU %5.1f%%\n' "$v" "$tps" "$cpu" "$other"
   done
   for ((r = 1; r <= rounds; r++)); do
     step "synchronous_commit = $sc: round $r of $rounds (${duration} s each)"
     for ((i = 0; i < ${#variants[@]}; i++)); do
       v=${variants[$(((i + r - 1) % ${#variants[@]}))]}
       for ((attempt = 0; ; attempt++)); do
-        read -r tps other <<<"$(run "$sc" "$v" "sc-$sc-r$r-$v-a$attempt" -T "$duration")"
-        printf '  %-16s %10.1f tps   other CPU %5.1f%%\n' "$v" "$tps" "$other"
-        printf '%s\t%d\t%s\t%s\t%s\t%s\n' "$sc" "$r" "$v" "$attempt" "$tps" "$other" >>"$results/attempts.tsv"
+        read -r tps other cpu <<<"$(run "$sc" "$v" "sc-$sc-r$r-$v-a$attempt" -T "$duration")"
+        printf '  %-16s %10.1f tps   server CPU %6.1f µs/tx   other CPU %5.1f%%\n' "$v" "$tps" "$cpu" "$other"
+        printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\n' "$sc" "$r" "$v" "$attempt" "$tps" "$other" "$cpu" >>"$results/attempts.tsv"
         if ((attempt >= retries)) || awk -v o="$other" -v m="$other_max" 'BEGIN {exit !(o <= m)}'; then break; fi
         echo "     (others used more than $other_max% of the machine: run again)"
       done
-      printf '%s\t%d\t%d\t%s\t%s\t%s\n' "$sc" "$r" "$((i + 1))" "$v" "$tps" "$other" >>"$results/raw.tsv"
+      printf '%s\t%d\t%d\t%s\t%s\t%s\t%s\n' "$sc" "$r" "$((i + 1))" "$v" "$tps" "$other" "$cpu" >>"$results/raw.tsv"
     done
   done
 done
@@ -213,6 +229,13 @@ done
 grep -E 'ERROR|FATAL|PANIC' "$pgdir/server.log" | grep -v 'database "idem_cron" does not exist' \
   >"$results/server-errors.txt" || true
 
+so_end=$(so_sum)
+if [[ $so_end != "$so_start" ]]; then
+  msg="the installed library changed during the run ($so_start -> $so_end): the results mix two builds"
+  echo "!! $msg" >&2
+  echo "build	$msg" >>"$results/problems.txt"
+fi
+
 step "summary"
 elapsed=$(($(date +%s) - start_time))
 OTHER_MAX=$other_max VARIANT_LIST="${variants[*]}" python3 - "$results" "$rounds" "$duration" "$clients" "$jobs" "$stat_tx" "$elapsed" <<'PY' | tee "$results/summary.md"
@@ -224,6 +247,7 @@ settings = []
 for r in rows:
     if r["sync_commit"] not in settings:
         settings.append(r["sync_commit"])
+print(open(os.path.join(res, "build.txt")).read())
 print(f"{clients} clients, {jobs} pgbench threads, prepared mode, {rounds} rounds x {duration} s per variant, "
       f"fresh random key per transaction; wall time {int(elapsed)//60} min {int(elapsed)%60} s\n")
 med = {}
@@ -253,6 +277,19 @@ print("|---|" + "---:|" * len(settings))
 for a, b in ratios:
     print(f"| {a} / {b} | " + " | ".join(
         f"{med[sc, a][0] / med[sc, b][0]:.3f} ({paired(sc, a, b):.3f})" for sc in settings) + " |")
+
+print("\nServer CPU per transaction, µs (median over rounds; all server processes, pgbench excluded; "
+      "difference to ideal in brackets):\n")
+print("| variant | " + " | ".join(f"synchronous_commit = {sc}" for sc in settings) + " |")
+print("|---|" + "---:|" * len(settings))
+cpu = {}
+for sc in settings:
+    for v in variants:
+        cpu[sc, v] = statistics.median(float(r["server_cpu_us_per_tx"]) for r in rows if r["sync_commit"] == sc and r["variant"] == v)
+for v in variants:
+    print(f"| {v} | " + " | ".join(
+        f"{cpu[sc, v]:.1f}" + (f" ({cpu[sc, v] - cpu[sc, 'ideal']:+.1f})" if "ideal" in variants and v != "ideal" else "")
+        for sc in settings) + " |")
 
 def verdict(ok): return "met" if ok else "NOT met"
 goals = []
