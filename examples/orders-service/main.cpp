@@ -155,6 +155,10 @@ int main(int argc, char** argv) {
 
     httplib::Server server;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // Small responses must not wait for delayed ACKs (Nagle), and keep-alive
+    // connections should not be closed every few requests.
+    server.set_tcp_nodelay(true);
+    server.set_keep_alive_max_count(1000);
     server.Post("/orders", [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, true); });
     server.Post("/plain/orders",
                 [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, false); });

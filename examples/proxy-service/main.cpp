@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
 
     httplib::Server server;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // Small responses must not wait for delayed ACKs (Nagle), and keep-alive
+    // connections should not be closed every few requests.
+    server.set_tcp_nodelay(true);
+    server.set_keep_alive_max_count(1000);
     server.Post(R"(/v1/call/(.+))", proxy);
     server.Get("/health", [](const httplib::Request&, httplib::Response& out) { out.set_content("ok", "text/plain"); });
     std::fprintf(stderr, "proxy-service: listening on 127.0.0.1:%d, upstream on %d, lease %lld ms\n", port,
