@@ -2,24 +2,28 @@
 -- the status view and the support lookup.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.4.0'" to load this file. \quit
 
--- One batch: the oldest expired rows, skipping rows another transaction holds
--- (a key being reused right now), so cleanup never waits on live traffic.
+-- One batch: the oldest expired rows. No row locks are taken up front (a
+-- FOR UPDATE would write a WAL record per row before the delete writes
+-- another); a row that a live request is replacing right now makes the
+-- DELETE wait for that request, never the other way round, and the
+-- re-checked expires_at keeps the replaced row.
 CREATE FUNCTION idempotency.cleanup_batch(batch_size integer) RETURNS integer
     LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH doomed AS (
-        SELECT ctid FROM idempotency.keys
-         WHERE expires_at <= pg_catalog.now()
-         ORDER BY expires_at
-         LIMIT batch_size
-         FOR UPDATE SKIP LOCKED),
-    gone AS (
-        DELETE FROM idempotency.keys AS k USING doomed WHERE k.ctid = doomed.ctid RETURNING 1)
+    WITH gone AS (
+        DELETE FROM idempotency.keys
+         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+                   SELECT ctid FROM idempotency.keys
+                    WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                    ORDER BY expires_at
+                    LIMIT batch_size))
+           AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+        RETURNING 1)
     SELECT pg_catalog.count(*)::integer FROM gone
 $$;
 COMMENT ON FUNCTION idempotency.cleanup_batch(integer) IS
-    'Deletes up to batch_size expired keys, oldest expiry first, skipping locked rows; returns how many. Used by idempotency.cleanup';
+    'Deletes up to batch_size expired keys, oldest expiry first; returns how many. Used by idempotency.cleanup';
 
 -- The loop commits between batches. PostgreSQL refuses COMMIT in a procedure
 -- that has a SET clause or is SECURITY DEFINER, so this one has neither: it

@@ -24,7 +24,8 @@ source "$work/pg/env"
 psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE bench"
 psql -X -q -v ON_ERROR_STOP=1 -d bench -c "CREATE EXTENSION idempotency" \
   -c "CREATE TABLE effects (id bigserial PRIMARY KEY, client int, note text)"
-bench() { pgbench -n -M prepared -c 4 -j 2 -f bench/cleanup/protocol.sql bench "$@"; }
+script=$(pwd)/bench/cleanup/protocol.sql
+bench() { pgbench -n -M prepared -c 4 -j 2 -f "$script" bench "$@"; }
 
 echo "== rate alone"
 max=$(bench -T 15 2>/dev/null | awk '/^tps/ { print int($3) }')
