@@ -322,7 +322,7 @@ private:
         error_.offset = static_cast<std::size_t>(at - in_);
         return false;
     }
-    bool parse_string(const unsigned char*& p, bool is_key);
+    bool parse_string(const unsigned char*& p);
     bool parse_number(const unsigned char*& p);
     bool parse_member_name(const unsigned char*& p);
     bool close_object(std::uint32_t index, std::uint32_t first_key);
@@ -352,8 +352,7 @@ private:
     std::size_t out_size_ = 0;              // exact size of the output without exclusions
 };
 
-bool Document::parse_string(const unsigned char*& p, bool is_key) {
-    (void)is_key;
+bool Document::parse_string(const unsigned char*& p) {
     const unsigned char* const quote = p;
     const unsigned char* s = p + 1;
     std::uint8_t non_ascii = 0;
@@ -562,7 +561,7 @@ bool Document::parse_member_name(const unsigned char*& p) {
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
     open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
-    if (!parse_string(p, true)) return false;
+    if (!parse_string(p)) return false;
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
     ++p;
@@ -692,7 +691,7 @@ bool Document::parse(JsonError& error) {
                 value_done = false;
             }
         } else if (c == '"') {
-            ok = parse_string(p, false);
+            ok = parse_string(p);
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             ok = parse_number(p);
         } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {

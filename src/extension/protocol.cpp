@@ -1,5 +1,6 @@
-// The key store and the transactional protocol:
-//   idempotency.begin, complete, save_final, is_final, forget
+// The key store, the transactional protocol and the lease protocol:
+//   idempotency.begin, complete, save_final, is_final, forget,
+//   acquire, renew, complete(fence), release, claim
 //
 // How duplicates are kept apart. begin() takes a transaction-level lock whose
 // tag is derived from (principal, key) in a lock class of our own, then looks
@@ -7,7 +8,7 @@
 // complete(), in the caller's transaction. So a request costs one index
 // lookup and one insert, and leaves no dead tuple behind. A duplicate that
 // arrives meanwhile blocks on the lock; when the first transaction commits
-// its row is visible (READ COMMITTED takes a new snapshot per SPI query) and
+// its row is visible (the lookup takes a new snapshot in READ COMMITTED) and
 // the duplicate replays; when it rolls back the duplicate starts.
 //
 // This file is PostgreSQL-facing code only: no C++ object with a destructor
