@@ -1049,6 +1049,9 @@ Datum idempotency_claim(PG_FUNCTION_ARGS) {
     check_key(key);
     Interval ttl = ttl_argument(fcinfo, 2);
     PreventCommandIfReadOnly("idempotency.claim()");
+    if (find_pending(principal, key) != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was started with begin() in this transaction")));
     // Like every writer of new key rows, hold the key lock. A transaction that
     // holds the key now is waited for (idempotency.wait_timeout): if it commits
     // a row the claim fails, if it rolls back the claim can still succeed.
