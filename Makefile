@@ -12,7 +12,8 @@ OBJS = src/extension/module.o \
        src/extension/jcs_sql.o \
        src/extension/protocol.o \
        src/core/jcs.o \
-       src/core/fingerprint.o
+       src/core/fingerprint.o \
+       src/core/statuses.o
 
 # The install script of the current release is the first release's script
 # followed by every upgrade script in order, so a fresh install and an upgraded

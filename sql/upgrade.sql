@@ -25,3 +25,7 @@ SELECT pg_describe_object(classid, objid, objsubid) AS member
   FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
  ORDER BY 1;
+-- The same session looks the key table up again after it was dropped and recreated.
+BEGIN;
+SELECT outcome FROM idempotency.begin('p', 'k', 'a', idempotency.fingerprint('POST', '/x'), wait => '0');
+ROLLBACK;

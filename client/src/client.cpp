@@ -1,13 +1,13 @@
 #include "idem/client.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "detail.hpp"
 #include "fingerprint.hpp"
+#include "statuses.hpp"
 #include "jcs.hpp"
 
 namespace idem {
@@ -27,13 +27,23 @@ bool valid_key(const std::string& key, std::size_t max_length) {
     return true;
 }
 
-std::vector<bool> fetch_final_statuses(pqxx::connection_base& connection) {
-    pqxx::nontransaction query(connection);
-    std::vector<bool> table(500, false);
-    for (const pqxx::row& row :
-         query.exec("SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"))
-        table[static_cast<std::size_t>(row[0].as<int>() - 100)] = true;
+FinalStatuses parse_final_statuses(const std::string& text) {
+    core::StatusTable table;
+    if (!core::parse_status_list(text, table))
+        throw std::invalid_argument("final_statuses is not a list of status codes and classes: " + text);
     return table;
+}
+
+bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int status) {
+    if (!cache) {
+        pqxx::nontransaction query(connection);
+        core::StatusTable table{};
+        for (const pqxx::row& row :
+             query.exec("SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"))
+            table[static_cast<std::size_t>(row[0].as<int>() - 100)] = true;
+        cache = table;
+    }
+    return status >= 100 && status <= 599 && (*cache)[static_cast<std::size_t>(status - 100)];
 }
 
 std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept) {
@@ -68,36 +78,6 @@ namespace {
 
 using detail::upper;
 
-// Parses "2xx,400" into flags for 100..599; throws std::invalid_argument.
-std::vector<bool> parse_final_statuses(const std::string& text) {
-    std::vector<bool> table(500, false);
-    std::size_t i = 0;
-    while (i < text.size()) {
-        while (i < text.size() && (text[i] == ',' || text[i] == ' ' || text[i] == '\t')) ++i;
-        std::size_t start = i;
-        while (i < text.size() && text[i] != ',' && text[i] != ' ' && text[i] != '\t') ++i;
-        if (start == i) break;
-        std::string token = text.substr(start, i - start);
-        if (token.size() != 3 || token[0] < '1' || token[0] > '5')
-            throw std::invalid_argument("final_statuses: bad entry '" + token + "'");
-        if ((token[1] == 'x' || token[1] == 'X') && (token[2] == 'x' || token[2] == 'X')) {
-            int base = (token[0] - '0') * 100;
-            for (int s = base; s < base + 100; ++s) table[s - 100] = true;
-        } else if (std::isdigit(static_cast<unsigned char>(token[1])) &&
-                   std::isdigit(static_cast<unsigned char>(token[2]))) {
-            table[std::stoi(token) - 100] = true;
-        } else {
-            throw std::invalid_argument("final_statuses: bad entry '" + token + "'");
-        }
-    }
-    return table;
-}
-
-bool is_transaction_rollback(const pqxx::sql_error& error) {
-    const std::string& state = error.sqlstate();
-    return state == "40001" || state == "40P01";
-}
-
 std::string interval_ms(std::chrono::milliseconds value) { return std::to_string(value.count()) + " milliseconds"; }
 
 }  // namespace
@@ -120,19 +100,10 @@ Digest fingerprint(const Request& request, std::size_t max_json_depth) {
 Client::Client(pqxx::connection_base& connection, Options options)
     : connection_(connection), options_(std::move(options)) {
     if (options_.max_attempts < 1) throw std::invalid_argument("max_attempts must be at least 1");
-    if (!options_.final_statuses.empty()) final_ = parse_final_statuses(options_.final_statuses);
+    if (!options_.final_statuses.empty()) final_ = detail::parse_final_statuses(options_.final_statuses);
 }
 
-const std::vector<bool>& Client::final_table() {
-    if (final_.empty()) final_ = detail::fetch_final_statuses(connection_);
-    return final_;
-}
-
-bool Client::is_final(int status) {
-    if (status < 100 || status > 599) return false;
-    return final_table()[static_cast<std::size_t>(status - 100)];
-}
-
+bool Client::is_final(int status) { return detail::is_final(final_, connection_, status); }
 
 Response Client::handle(const Request& request, const Handler& handler) {
     const std::string method = upper(request.method);
@@ -168,22 +139,19 @@ Response Client::handle(const Request& request, const Handler& handler) {
             return problem_response(Problem::body_invalid, e.what(), options_.problem_type_base);
         }
     }
-    final_table();  // known before any transaction starts
+    is_final(200);  // the table is known before any transaction starts
 
     for (int attempt = 1;; ++attempt) {
         try {
             return run_attempt(request, key, digest, handler);
-        } catch (const pqxx::in_doubt_error&) {
-            throw;  // the commit may have happened: never run the handler again
-        } catch (const pqxx::statement_completion_unknown&) {
-            throw;  // 40003: same reason
         } catch (const pqxx::serialization_failure&) {  // 40001
             if (attempt >= options_.max_attempts) throw;
         } catch (const pqxx::deadlock_detected&) {  // 40P01
             if (attempt >= options_.max_attempts) throw;
-        } catch (const pqxx::sql_error& e) {
-            if (!is_transaction_rollback(e) || attempt >= options_.max_attempts) throw;
         }
+        // Anything else propagates, pqxx::in_doubt_error and 40003
+        // (statement_completion_unknown) included: the commit may have happened,
+        // so the handler must not run again.
         ++counters_.retries;
     }
 }

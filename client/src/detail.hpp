@@ -2,6 +2,8 @@
 // Private to the library.
 #pragma once
 
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,10 +16,16 @@ namespace idem::detail {
 /// 1 to max_length visible ASCII characters (what an HTTP header can carry).
 bool valid_key(const std::string& key, std::size_t max_length);
 
-/// Flags for statuses 100..599 (index status - 100) that the server stores,
-/// asked of idempotency.is_final() (its settings exist only once the extension's
+/// Which statuses are stored: flags for 100..599 (index status - 100).
+using FinalStatuses = std::optional<std::array<bool, 500>>;
+
+/// Parses an explicit list ("2xx,409"); throws std::invalid_argument when it is not one.
+FinalStatuses parse_final_statuses(const std::string& text);
+
+/// Whether `status` is stored. On first use an empty cache is filled by asking the
+/// server's idempotency.is_final() (its settings exist only once the extension's
 /// library is loaded in the session, which that call does).
-std::vector<bool> fetch_final_statuses(pqxx::connection_base& connection);
+bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int status);
 
 /// The kept headers of a response as a JSON object text.
 std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept);

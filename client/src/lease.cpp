@@ -114,10 +114,7 @@ pqxx::connection& LeaseRunner::connection() {
     return *connection_;
 }
 
-bool LeaseRunner::is_final(int status) {
-    if (final_.empty()) final_ = detail::fetch_final_statuses(connection());
-    return status >= 100 && status <= 599 && final_[static_cast<std::size_t>(status - 100)];
-}
+bool LeaseRunner::is_final(int status) { return detail::is_final(final_, connection(), status); }
 
 LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     LeaseResult result;
@@ -216,11 +213,13 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
         return tx.exec_params1("SELECT idempotency.release($1, $2, $3)", request.principal, key, result.fence)[0]
             .as<bool>();
     };
-    bool settled;
     if (failure) {
-        settled = options_.policy == Policy::once ? mark_done(500) : release();
+        // Settle by the policy; a lost fence changes nothing either way.
+        if (options_.policy == Policy::once) mark_done(500);
+        else release();
         std::rethrow_exception(failure);
     }
+    bool settled;
     switch (options_.policy) {
         case Policy::once:
             settled = mark_done(response.status);

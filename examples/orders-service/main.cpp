@@ -21,6 +21,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "httplib_response.hpp"
 #include <idem/client.hpp>
 
 namespace {
@@ -40,15 +41,7 @@ Worker& worker() {
     return *instance;
 }
 
-void send(httplib::Response& out, const idem::Response& response) {
-    out.status = response.status;
-    std::string content_type = "application/octet-stream";
-    for (const auto& [name, value] : response.headers) {
-        if (idem::header_name_equal(name, "Content-Type")) content_type = value;
-        else out.set_header(name.c_str(), value);
-    }
-    out.set_content(response.body, content_type.c_str());
-}
+using examples::send;
 
 idem::Response problem(int status, const std::string& title, const std::string& detail) {
     idem::Response response;

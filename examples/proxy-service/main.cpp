@@ -19,6 +19,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "httplib_response.hpp"
 #include <idem/lease.hpp>
 
 namespace {
@@ -39,15 +40,7 @@ idem::LeaseRunner& runner() {
     return *instance;
 }
 
-void send(httplib::Response& out, const idem::Response& response) {
-    out.status = response.status;
-    std::string content_type = "application/octet-stream";
-    for (const auto& [name, value] : response.headers) {
-        if (idem::header_name_equal(name, "Content-Type")) content_type = value;
-        else out.set_header(name.c_str(), value);
-    }
-    out.set_content(response.body, content_type.c_str());
-}
+using examples::send;
 
 // The external effect: one HTTP call upstream. Never cancelled once started.
 idem::Response call_upstream(const std::string& path, const std::string& query, const std::string& body) {

@@ -15,6 +15,7 @@
 // lives in any frame here, so a PostgreSQL error (longjmp) can unwind through
 // every function safely.
 #include "settings.hpp"
+#include "statuses.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -40,6 +41,7 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/fmgroids.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -75,8 +77,8 @@ namespace {
 // Settings
 
 char* final_statuses_setting = nullptr;
-// Parsed form of idempotency.final_statuses: final_status_table[s - 100].
-const bool* final_status_table = nullptr;
+// Parsed form of idempotency.final_statuses.
+const idem::core::StatusTable* final_status_table = nullptr;
 
 const struct config_enum_entry key_format_options[] = {
     {"any", kKeyFormatAny, false},
@@ -85,36 +87,11 @@ const struct config_enum_entry key_format_options[] = {
     {nullptr, 0, false},
 };
 
-// Parses "2xx,400,403" into a table of 500 flags (100..599). Returns false on a
-// token that is neither a status code nor a class such as "4xx".
-bool parse_final_statuses(const char* text, bool* table) {
-    memset(table, 0, 500 * sizeof(bool));
-    const char* p = text;
-    while (*p != '\0') {
-        while (*p == ' ' || *p == '\t' || *p == ',') ++p;
-        if (*p == '\0') break;
-        const char* start = p;
-        while (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t') ++p;
-        if (p - start != 3) return false;
-        if (start[0] < '1' || start[0] > '5') return false;
-        if ((start[1] == 'x' || start[1] == 'X') && (start[2] == 'x' || start[2] == 'X')) {
-            int base = (start[0] - '0') * 100;
-            for (int s = base; s < base + 100; ++s) table[s - 100] = true;
-        } else if (start[1] >= '0' && start[1] <= '9' && start[2] >= '0' && start[2] <= '9') {
-            int s = (start[0] - '0') * 100 + (start[1] - '0') * 10 + (start[2] - '0');
-            table[s - 100] = true;
-        } else {
-            return false;
-        }
-    }
-    return true;
-}
-
 bool check_final_statuses(char** newval, void** extra, GucSource source) {
     // GUC "extra" data is allocated with malloc and freed by the GUC machinery.
-    bool* table = static_cast<bool*>(malloc(500 * sizeof(bool)));
+    auto* table = static_cast<idem::core::StatusTable*>(malloc(sizeof(idem::core::StatusTable)));
     if (table == nullptr) return false;
-    if (!parse_final_statuses(*newval, table)) {
+    if (!idem::core::parse_status_list(*newval, *table)) {
         free(table);
         GUC_check_errdetail("Use a comma-separated list of status codes (409) and classes (2xx), 100 to 599.");
         return false;
@@ -123,7 +100,9 @@ bool check_final_statuses(char** newval, void** extra, GucSource source) {
     return true;
 }
 
-void assign_final_statuses(const char* newval, void* extra) { final_status_table = static_cast<const bool*>(extra); }
+void assign_final_statuses(const char* newval, void* extra) {
+    final_status_table = static_cast<const idem::core::StatusTable*>(extra);
+}
 
 // ---------------------------------------------------------------------------
 // Argument checks
@@ -332,6 +311,34 @@ PendingKey* find_pending(text* principal, text* key) {
     return nullptr;
 }
 
+// The leading arguments of every call that names a request: principal, key,
+// action and fingerprint (arguments 0 to 3), checked.
+struct RequestArgs {
+    text* principal;
+    text* key;
+    text* action;
+    bytea* fingerprint;
+};
+
+RequestArgs request_args(FunctionCallInfo fcinfo) {
+    require_args(fcinfo, 4, "principal, key, action and fingerprint");
+    RequestArgs args{PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2), PG_GETARG_BYTEA_PP(3)};
+    check_principal(args.principal);
+    check_key(args.key);
+    check_action(args.action);
+    check_fingerprint(args.fingerprint);
+    return args;
+}
+
+// save_final, acquire and claim write key rows of their own; in the
+// transaction that began the key with begin() that would collide with complete().
+void refuse_if_begun(text* principal, text* key, const char* function) {
+    if (find_pending(principal, key) != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was started with begin() in this transaction"),
+                        errhint("%s cannot be used for it here; finish it with idempotency.complete().", function)));
+}
+
 text* copy_to_transaction(text* value) {
     Size size = VARSIZE_ANY(value);
     text* copy = static_cast<text*>(MemoryContextAlloc(TopTransactionContext, size));
@@ -499,6 +506,18 @@ bool row_blocks_start(const KeyRow& row) {
     return row_is_completed(row) || column_bool(row, kLeaseLive);
 }
 
+// The key table and its primary key, looked up once and forgotten whenever
+// the relation cache says either changed (DROP/CREATE EXTENSION, REINDEX...).
+Oid keys_table_oid = InvalidOid;
+Oid keys_index_oid = InvalidOid;
+
+void forget_key_relations(Datum arg, Oid relid) {
+    if (relid == InvalidOid || relid == keys_table_oid || relid == keys_index_oid) {
+        keys_table_oid = InvalidOid;
+        keys_index_oid = InvalidOid;
+    }
+}
+
 // Attribute numbers of idempotency.keys.
 enum KeysColumn {
     aPrincipal = 1, aKey, aAction, aSha, aState, aStatus, aHeaders, aBody, aResourceId, aSecret, aFence,
@@ -536,13 +555,15 @@ TupleDesc lookup_desc() {
 // a winner that committed while we waited is seen). The row is copied into
 // the current memory context.
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
-    Oid schema = get_namespace_oid("idempotency", false);
-    Oid table_oid = get_relname_relid("keys", schema);
-    Oid index_oid = get_relname_relid("keys_pkey", schema);
-    if (!OidIsValid(table_oid) || !OidIsValid(index_oid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
-    Relation table = table_open(table_oid, AccessShareLock);
-    Relation index = index_open(index_oid, AccessShareLock);
+    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid)) {
+        Oid schema = get_namespace_oid("idempotency", false);
+        keys_table_oid = get_relname_relid("keys", schema);
+        keys_index_oid = get_relname_relid("keys_pkey", schema);
+        if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid))
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+    }
+    Relation table = table_open(keys_table_oid, AccessShareLock);
+    Relation index = index_open(keys_index_oid, AccessShareLock);
     Snapshot scan_snapshot = RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
 
     ScanKeyData keys[2];
@@ -702,7 +723,7 @@ void result_from_row(OutcomeRow* result, const char* outcome, const KeyRow& row)
 
 bool is_final_status(int status) {
     if (status < 100 || status > 599 || final_status_table == nullptr) return false;
-    return final_status_table[status - 100];
+    return (*final_status_table)[static_cast<std::size_t>(status - 100)];
 }
 
 void protocol_init() {
@@ -735,6 +756,7 @@ void protocol_init() {
                                "by default) are not stored, so a retry runs again.",
                                &final_statuses_setting, "2xx,400,403,404,409,410,412,413,415,422", PGC_USERSET, 0,
                                check_final_statuses, assign_final_statuses, nullptr);
+    CacheRegisterRelcacheCallback(forget_key_relations, (Datum)0);
     RegisterXactCallback(on_transaction_event, nullptr);
     RegisterSubXactCallback(on_subtransaction_event, nullptr);
 }
@@ -747,15 +769,7 @@ extern "C" {
 
 /// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
 Datum idempotency_begin(PG_FUNCTION_ARGS) {
-    require_args(fcinfo, 4, "principal, key, action and fingerprint");
-    text* principal = PG_GETARG_TEXT_PP(0);
-    text* key = PG_GETARG_TEXT_PP(1);
-    text* action = PG_GETARG_TEXT_PP(2);
-    bytea* fingerprint = PG_GETARG_BYTEA_PP(3);
-    check_principal(principal);
-    check_key(key);
-    check_action(action);
-    check_fingerprint(fingerprint);
+    const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     Interval ttl = ttl_argument(fcinfo, 4);
     int wait_ms = wait_argument(fcinfo, 5);
     PreventCommandIfReadOnly("idempotency.begin()");
@@ -843,23 +857,13 @@ Datum idempotency_complete(PG_FUNCTION_ARGS) {
 
 /// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl) -> boolean
 Datum idempotency_save_final(PG_FUNCTION_ARGS) {
-    require_args(fcinfo, 5, "principal, key, action, fingerprint and status");
-    text* principal = PG_GETARG_TEXT_PP(0);
-    text* key = PG_GETARG_TEXT_PP(1);
-    text* action = PG_GETARG_TEXT_PP(2);
-    bytea* fingerprint = PG_GETARG_BYTEA_PP(3);
-    check_principal(principal);
-    check_key(key);
-    check_action(action);
-    check_fingerprint(fingerprint);
+    const auto [principal, key, action, fingerprint] = request_args(fcinfo);
+    require_args(fcinfo, 5, "status");
     int status = status_argument(fcinfo, 4);
     check_headers(fcinfo, 6);
     Interval ttl = ttl_argument(fcinfo, 7);
     PreventCommandIfReadOnly("idempotency.save_final()");
-    if (find_pending(principal, key) != nullptr)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was started in this transaction"),
-                        errhint("Use idempotency.complete() in the transaction that called begin(); save_final() is for after a rollback.")));
+    refuse_if_begun(principal, key, "idempotency.save_final()");
     if (!is_final_status(status)) PG_RETURN_BOOL(false);
 
     LOCKTAG tag;
@@ -900,22 +904,12 @@ Datum idempotency_forget(PG_FUNCTION_ARGS) {
 
 /// idempotency.acquire(principal, key, action, fingerprint, lease, ttl, wait) -> key_outcome
 Datum idempotency_acquire(PG_FUNCTION_ARGS) {
-    require_args(fcinfo, 4, "principal, key, action and fingerprint");
-    text* principal = PG_GETARG_TEXT_PP(0);
-    text* key = PG_GETARG_TEXT_PP(1);
-    text* action = PG_GETARG_TEXT_PP(2);
-    bytea* fingerprint = PG_GETARG_BYTEA_PP(3);
-    check_principal(principal);
-    check_key(key);
-    check_action(action);
-    check_fingerprint(fingerprint);
+    const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     Interval lease = lease_argument(fcinfo, 4);
     Interval ttl = ttl_argument(fcinfo, 5);
     int wait_ms = wait_argument(fcinfo, 6);
     PreventCommandIfReadOnly("idempotency.acquire()");
-    if (find_pending(principal, key) != nullptr)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was started with begin() in this transaction")));
+    refuse_if_begun(principal, key, "idempotency.acquire()");
 
     OutcomeRow result;
     LOCKTAG tag;
@@ -1049,9 +1043,7 @@ Datum idempotency_claim(PG_FUNCTION_ARGS) {
     check_key(key);
     Interval ttl = ttl_argument(fcinfo, 2);
     PreventCommandIfReadOnly("idempotency.claim()");
-    if (find_pending(principal, key) != nullptr)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was started with begin() in this transaction")));
+    refuse_if_begun(principal, key, "idempotency.claim()");
     // Like every writer of new key rows, hold the key lock. A transaction that
     // holds the key now is waited for (idempotency.wait_timeout): if it commits
     // a row the claim fails, if it rolls back the claim can still succeed.

@@ -4,25 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-test}
-db=idem_shop
-work=$(mktemp -d)
-service_pid=""
-trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null; rm -rf "$work"; psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
-psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION idempotency"
+# shellcheck source=lib/service.bash
+source tests/integration/lib/service.bash
+fresh_database idem_shop
 port=$((PGPORT + 2))
-"$build/orders-service" --port "$port" --dsn "host=$PGHOST port=$PGPORT dbname=$db user=${PGUSER:-postgres}" 2>"$work/service.log" &
-service_pid=$!
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+start_service "$port" "$build/orders-service"
 url="http://127.0.0.1:$port"
 
-failures=0
-passes=0
-check() {  # check DESCRIPTION CONDITION...
-  local what=$1
-  shift
-  if "$@"; then echo "ok - $what"; passes=$((passes + 1)); else echo "not ok - $what"; failures=$((failures + 1)); fi
-}
 # request OUT KEY BODY [QUERY] [AUTH]: writes headers to OUT.h and the body to OUT.b; prints the status
 request() {
   local out=$1 key=$2 body=$3 query=${4:-} auth=${5:-Bearer user-1}
@@ -32,7 +20,6 @@ request() {
   [[ -n $key ]] && args+=(-H "Idempotency-Key: $key")
   curl "${args[@]}"
 }
-header() { grep -i "^$2:" "$1.h" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
 s=$(request "$work/r1" key-1 '{"item":"book","quantity":2}')
 check "first POST is 201" test "$s" = 201
@@ -78,25 +65,21 @@ check "concurrent second is a replay" test "$(header "$work/c2" Idempotent-Repla
 check "concurrent bodies are identical" cmp -s "$work/c1.b" "$work/c2.b"
 
 # A key held longer than the wait: in_progress -> 409 with Retry-After.
-psql -X -q -d "$db" -c "ALTER DATABASE $db SET idempotency.wait_timeout = '100ms'"
+psql -X -q -d idem_shop -c "ALTER DATABASE idem_shop SET idempotency.wait_timeout = '100ms'"
 request "$work/d1" key-4 '{"item":"slow"}' '?delay_ms=1500' >"$work/d1.s" &
 first=$!
 sleep 0.3
 # A second instance: its connections open after the ALTER DATABASE, so they wait only 100 ms.
-"$build/orders-service" --port $((port + 1)) --dsn "host=$PGHOST port=$PGPORT dbname=$db user=${PGUSER:-postgres}" 2>>"$work/service.log" &
-second_service=$!
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$((port + 1))/health" >/dev/null && break; sleep 0.1; done
+start_service $((port + 1)) "$build/orders-service"
 s=$(curl -s -o "$work/d2.b" -D "$work/d2.h" -w '%{http_code}' -X POST "http://127.0.0.1:$((port + 1))/orders" \
       -H "Authorization: Bearer user-1" -H "Idempotency-Key: key-4" --data '{"item":"slow"}')
-kill "$second_service" 2>/dev/null || true
 wait "$first"
 check "a key held past the wait is 409" test "$s" = 409
 check "409 has Retry-After" test -n "$(header "$work/d2" Retry-After)"
 check "409 names request-in-progress" grep -q 'request-in-progress' "$work/d2.b"
-psql -X -q -d "$db" -c "ALTER DATABASE $db RESET idempotency.wait_timeout"
+psql -X -q -d idem_shop -c "ALTER DATABASE idem_shop RESET idempotency.wait_timeout"
 
 count=$(curl -s "$url/orders/count")
 check "one order per successful key (key-1, key-3, key-4): $count" test "$count" = '{"orders":3}'
 
-echo "$passes passed, $failures failed"
-((failures == 0))
+report

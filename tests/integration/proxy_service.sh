@@ -6,31 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-test}
-db=idem_proxy
-work=$(mktemp -d)
-pid=""
-trap '[[ -n $pid ]] && kill "$pid" 2>/dev/null; rm -rf "$work"; psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
-psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION idempotency"
+# shellcheck source=lib/service.bash
+source tests/integration/lib/service.bash
+fresh_database idem_proxy
 port=$((PGPORT + 4))
-"$build/proxy-service" --port "$port" --lease-ms 600 --dsn "host=$PGHOST port=$PGPORT dbname=$db user=${PGUSER:-postgres}" \
-  2>"$work/proxy.log" &
-pid=$!
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+start_service "$port" "$build/proxy-service" --lease-ms 600
 url="http://127.0.0.1:$port"
 
-passes=0
-failures=0
-check() {
-  local what=$1
-  shift
-  if "$@"; then echo "ok - $what"; passes=$((passes + 1)); else echo "not ok - $what"; failures=$((failures + 1)); fi
-}
 call() {  # call OUT KEY BODY [QUERY]: status on stdout
   curl -s -o "$1.b" -D "$1.h" -w '%{http_code}' -X POST "$url/v1/call/charge${4:-}" -H "Authorization: Bearer p1" \
     -H "Idempotency-Key: $2" -H "Content-Type: application/json" --data "$3"
 }
-header() { grep -i "^$2:" "$1.h" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
 call "$work/a" pay-1 '{"amount":500}' '?delay_ms=2000' >"$work/a.s" &
 first=$!
@@ -54,5 +40,4 @@ check "a second key calls upstream again" test "$s" = 201
 calls=$(curl -s "http://127.0.0.1:$((port + 1))/calls")
 check "the upstream saw one call per key: $calls" test "$calls" = '{"calls":2}'
 
-echo "$passes passed, $failures failed"
-((failures == 0))
+report

@@ -131,11 +131,10 @@ public:
 
 private:
     Response run_attempt(const Request& request, const std::string& key, const Digest& digest, const Handler& handler);
-    const std::vector<bool>& final_table();
 
     pqxx::connection_base& connection_;
     Options options_;
-    std::vector<bool> final_;  // index status - 100; empty until known
+    std::optional<std::array<bool, 500>> final_;  // index status - 100; empty until known
     Counters counters_;
 };
 

@@ -7,6 +7,7 @@
 //   switch (result.outcome) { ... }   // result.response is ready to send
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -111,7 +112,7 @@ private:
     std::string conninfo_;
     LeaseOptions options_;
     std::unique_ptr<pqxx::connection> connection_;
-    std::vector<bool> final_;
+    std::optional<std::array<bool, 500>> final_;  // index status - 100; empty until known
 };
 
 }  // namespace idem
