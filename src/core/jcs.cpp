@@ -239,6 +239,67 @@ inline char* put_utf8(char* out, std::uint32_t cp) {
     return out;
 }
 
+// A member name while its object is sorted. `prefix` holds the first 8 bytes
+// big-endian, zero-padded: between ASCII names (where byte order is UTF-16
+// order) unequal prefixes decide the order with one compare, and equal prefixes
+// fall back to the remaining bytes (a name may contain NUL, so equal prefixes
+// do not mean that the shorter name is a prefix of the longer one).
+struct MemberName {
+    std::uint64_t prefix;
+    const char* data;
+    std::uint32_t len;
+    std::uint32_t node;
+};
+
+// The first 8 bytes of s as a big-endian number, zero-padded; s is readable up
+// to `limit`, which lets most names load as one unaligned word.
+inline std::uint64_t name_prefix(std::string_view s, const char* limit) {
+    std::uint64_t word = 0;
+    if (limit - s.data() >= 8) {
+        std::memcpy(&word, s.data(), 8);
+        word = __builtin_bswap64(word);
+        if (s.size() < 8) word &= ~(~std::uint64_t{0} >> (8 * s.size()));  // keeps the name's bytes
+    } else {
+        for (std::size_t i = 0; i < 8 && i < s.size(); ++i)
+            word |= std::uint64_t{static_cast<unsigned char>(s[i])} << (56 - 8 * i);
+    }
+    return word;
+}
+
+// Member order between ASCII names: bytes.
+inline bool ascii_name_less(const MemberName& a, const MemberName& b) {
+    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    const std::uint32_t n = std::min(a.len, b.len);
+    for (std::uint32_t i = 8; i < n; ++i)
+        if (a.data[i] != b.data[i])
+            return static_cast<unsigned char>(a.data[i]) < static_cast<unsigned char>(b.data[i]);
+    return a.len < b.len;
+}
+
+// Member order in general: UTF-16 code units (RFC 8785 section 3.2.3).
+inline bool utf16_name_less(const MemberName& a, const MemberName& b) {
+    return utf16_less(std::string_view(a.data, a.len), std::string_view(b.data, b.len));
+}
+
+// Sorts names[0..count) with `less`: insertion sort for the few members of a
+// typical API object (std::sort's bookkeeping costs more there).
+template <typename Less>
+inline void sort_names(MemberName* names, std::size_t count, Less less) {
+    if (count > 16) {
+        std::sort(names, names + count, less);
+        return;
+    }
+    for (std::size_t i = 1; i < count; ++i) {
+        const MemberName value = names[i];
+        std::size_t hole = i;
+        while (hole > 0 && less(value, names[hole - 1])) {
+            names[hole] = names[hole - 1];
+            --hole;
+        }
+        names[hole] = value;
+    }
+}
+
 struct Frame {
     std::uint32_t node;
     std::uint32_t first_key;  // index into open_keys where this object's keys begin
@@ -259,6 +320,7 @@ struct Scratch {
     std::vector<Cursor> cursors;           // the writer's stack
     std::vector<std::uint32_t> members;    // sorted key node indices, per object
     std::vector<std::uint32_t> open_keys;  // key node indices of the objects being parsed
+    std::vector<MemberName> names;         // an object with many members being sorted
     std::vector<Frame> stack;
     std::string arena;                     // unescaped strings and reformatted numbers
 
@@ -275,6 +337,7 @@ struct Scratch {
         if (nodes.capacity() > kKeep) std::vector<Node>().swap(nodes);
         if (members.capacity() > kKeep) std::vector<std::uint32_t>().swap(members);
         if (open_keys.capacity() > kKeep) std::vector<std::uint32_t>().swap(open_keys);
+        if (names.capacity() > kKeep) std::vector<MemberName>().swap(names);
         if (stack.capacity() > kKeep) std::vector<Frame>().swap(stack);
         if (cursors.capacity() > kKeep) std::vector<Cursor>().swap(cursors);
         if (arena.capacity() > kKeep * 16) std::string().swap(arena);
@@ -291,6 +354,7 @@ public:
           storage_(scratch.nodes),
           members_(scratch.members),
           open_keys_(scratch.open_keys),
+          names_(scratch.names),
           stack_(scratch.stack),
           arena_(scratch.arena),
           cursors_(scratch.cursors) {
@@ -346,6 +410,7 @@ private:
     std::size_t node_capacity_ = 0;
     std::vector<std::uint32_t>& members_;
     std::vector<std::uint32_t>& open_keys_;
+    std::vector<MemberName>& names_;
     std::vector<Frame>& stack_;
     std::string& arena_;
     std::vector<Cursor>& cursors_;
@@ -574,67 +639,37 @@ bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
     const std::size_t count = static_cast<std::size_t>(last - first);
     out_size_ += count;  // the ':' of each member
     if (count > 1) {
-        auto less = [this](std::uint32_t a, std::uint32_t b) {
-            const Node& x = nodes_[a];
-            const Node& y = nodes_[b];
-            const std::string_view tx = text(x), ty = text(y);
-            if (((x.flags | y.flags) & kNonAscii) == 0) {
-                // ASCII only: byte order is UTF-16 order. Names are short; a
-                // plain loop beats a call to memcmp.
-                const std::size_t n = std::min(tx.size(), ty.size());
-                for (std::size_t i = 0; i < n; ++i)
-                    if (tx[i] != ty[i]) return static_cast<unsigned char>(tx[i]) < static_cast<unsigned char>(ty[i]);
-                return tx.size() < ty.size();
-            }
-            return utf16_less(tx, ty);
-        };
-        if (count <= 16) {
-            // Typical API objects are small: insertion sort on local copies of
-            // the names, no allocation.
-            struct Name {
-                const char* data;
-                std::uint32_t len;
-                std::uint32_t node;
-                bool ascii;
-            };
-            Name names[16];
-            for (std::size_t i = 0; i < count; ++i) {
-                const Node& n = nodes_[first[i]];
-                const std::string_view t = text(n);
-                names[i] = Name{t.data(), n.len, first[i], (n.flags & kNonAscii) == 0};
-            }
-            auto name_less = [](const Name& a, const Name& b) {
-                if (a.ascii && b.ascii) {
-                    const std::uint32_t n = std::min(a.len, b.len);
-                    for (std::uint32_t i = 0; i < n; ++i)
-                        if (a.data[i] != b.data[i])
-                            return static_cast<unsigned char>(a.data[i]) < static_cast<unsigned char>(b.data[i]);
-                    return a.len < b.len;
-                }
-                return utf16_less(std::string_view(a.data, a.len), std::string_view(b.data, b.len));
-            };
-            for (std::size_t i = 1; i < count; ++i) {
-                const Name value = names[i];
-                std::size_t hole = i;
-                while (hole > 0 && name_less(value, names[hole - 1])) {
-                    names[hole] = names[hole - 1];
-                    --hole;
-                }
-                names[hole] = value;
-            }
-            for (std::size_t i = 0; i < count; ++i) first[i] = names[i].node;
-        } else {
-            std::sort(first, last, less);
+        MemberName local[16];
+        MemberName* names = local;
+        if (count > 16) {
+            if (names_.size() < count) names_.resize(count);
+            names = names_.data();
         }
-        for (auto it = first + 1; it != last; ++it) {
-            const Node& x = nodes_[*(it - 1)];
-            const Node& y = nodes_[*it];
-            if (x.len == y.len && same_bytes(text(x), text(y))) {
+        const char* const input_limit = reinterpret_cast<const char*>(end_);
+        const char* const arena_limit = arena_.data() + arena_.size();
+        std::uint8_t flags = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+            const Node& n = nodes_[first[i]];
+            const std::string_view t = text(n);
+            const char* limit = (n.flags & kInArena) ? arena_limit : input_limit;
+            names[i] = MemberName{name_prefix(t, limit), t.data(), n.len, first[i]};
+            flags |= n.flags;
+        }
+        if (flags & kNonAscii) {
+            sort_names(names, count, utf16_name_less);
+        } else {
+            sort_names(names, count, ascii_name_less);
+        }
+        for (std::size_t i = 1; i < count; ++i) {
+            const MemberName& x = names[i - 1];
+            const MemberName& y = names[i];
+            if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
                 error_.code = JsonErrc::duplicate_name;
-                error_.offset = std::max(x.end, y.end);  // the later occurrence
+                error_.offset = std::max(nodes_[x.node].end, nodes_[y.node].end);  // the later occurrence
                 return false;
             }
         }
+        for (std::size_t i = 0; i < count; ++i) first[i] = names[i].node;
     }
     Node& object = nodes_[index];
     object.pos = members_.size();
