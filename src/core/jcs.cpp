@@ -375,7 +375,7 @@ private:
         if (node_count_ == node_capacity_) grow_nodes();
         nodes_[node_count_++] = node;
     }
-    void grow_nodes() {
+    __attribute__((noinline)) void grow_nodes() {
         storage_.resize(storage_.size() * 2);
         nodes_ = storage_.data();
         node_capacity_ = storage_.size();
@@ -387,6 +387,9 @@ private:
         return false;
     }
     bool parse_string(const unsigned char*& p);
+    __attribute__((noinline)) bool parse_string_tail(const unsigned char*& p, const unsigned char* s);
+    __attribute__((noinline)) bool parse_escaped_string(const unsigned char*& p, const unsigned char* s,
+                                                        std::uint8_t non_ascii);
     bool parse_number(const unsigned char*& p);
     bool parse_member_name(const unsigned char*& p);
     bool close_object(std::uint32_t index, std::uint32_t first_key);
@@ -417,30 +420,48 @@ private:
     std::size_t out_size_ = 0;              // exact size of the output without exclusions
 };
 
-bool Document::parse_string(const unsigned char*& p) {
+// First byte at or after s that a string cannot copy as is: '"', '\\', a
+// control byte, a byte >= 0x80; or end.
+inline const unsigned char* scan_plain(const unsigned char* s, const unsigned char* end) {
+#if defined(__SSE2__)
+    while (end - s >= 16) {
+        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+        __m128i special = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+        int mask = _mm_movemask_epi8(special);
+        if (mask != 0) return s + __builtin_ctz(static_cast<unsigned>(mask));
+        s += 16;
+    }
+#endif
+    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') ++s;
+    return s;
+}
+
+// Strings are parsed inline in the parser's loop: most are short ASCII runs
+// with no escape, found with one or two SSE2 blocks. Anything else continues
+// out of line in parse_string_tail.
+__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p) {
     const unsigned char* const quote = p;
-    const unsigned char* s = p + 1;
+    const unsigned char* s = scan_plain(p + 1, end_);
+    if (s < end_ && *s == '"') {
+        const auto len = static_cast<std::uint32_t>(s - quote - 1);
+        add_node(Node{static_cast<std::uint64_t>(quote + 1 - in_), len, static_cast<std::uint32_t>(quote - in_),
+                      kString, 0});
+        out_size_ += len + 2;
+        p = s + 1;
+        return true;
+    }
+    return parse_string_tail(p, s);
+}
+
+// The rest of parse_string from the first byte at `s` that is not plain ASCII:
+// validates UTF-8 while the string can still point into the input, and hands
+// over to parse_escaped_string at the first escape.
+bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s) {
+    const unsigned char* const quote = p;
     std::uint8_t non_ascii = 0;
-    // Fast scan: stop at '"', '\\', a control byte or a non-ASCII byte.
     for (;;) {
-#if defined(__SSE2__)
-        while (end_ - s >= 16) {
-            __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-            __m128i special = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
-            int mask = _mm_movemask_epi8(special);
-            if (mask != 0) {
-                s += __builtin_ctz(static_cast<unsigned>(mask));
-                goto found;
-            }
-            s += 16;
-        }
-#endif
-        while (s < end_ && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') ++s;
-#if defined(__SSE2__)
-    found:
-#endif
         if (s >= end_) return fail(JsonErrc::syntax, s);
         const unsigned c = *s;
         if (c == '"') {
@@ -451,7 +472,7 @@ bool Document::parse_string(const unsigned char*& p) {
             p = s + 1;
             return true;
         }
-        if (c == '\\') break;
+        if (c == '\\') return parse_escaped_string(p, s, non_ascii);
         if (c < 0x20) return fail(JsonErrc::syntax, s);
         // Non-ASCII: validate whole sequences until the next ASCII byte.
         non_ascii = kNonAscii;
@@ -460,89 +481,95 @@ bool Document::parse_string(const unsigned char*& p) {
             if (n == 0) return fail(JsonErrc::invalid_utf8, s);
             s += n;
         } while (s < end_ && *s >= 0x80);
+        s = scan_plain(s, end_);
     }
+}
 
-    // Slow path: the string has escapes. Decode it into the arena.
+// The rest of parse_string once an escape is found at `s`: decodes the string
+// into the arena. Kept out of line so that the common escape-free path stays
+// small. Output sizing is counted while decoding: each decoded byte that
+// JSON.stringify escapes adds 1 (short escapes) or 5 (\u00XX) to its length.
+bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char* s, std::uint8_t non_ascii) {
+    const unsigned char* const quote = p;
     const std::size_t start = arena_.size();
-    arena_.append(reinterpret_cast<const char*>(quote + 1), static_cast<std::size_t>(s - quote - 1));
-    bool needs_escape = false;
+    std::size_t extra = 0;
+    const unsigned char* run = quote + 1;  // bytes copied as they are, not yet appended
     char utf8[4];
     for (;;) {
+        s = scan_plain(s, end_);
         if (s >= end_) return fail(JsonErrc::syntax, s);
         const unsigned c = *s;
+        if (c >= 0x80) {
+            non_ascii = kNonAscii;
+            do {
+                std::size_t n = utf8_sequence(s, end_);
+                if (n == 0) return fail(JsonErrc::invalid_utf8, s);
+                s += n;
+            } while (s < end_ && *s >= 0x80);
+            continue;
+        }
+        arena_.append(reinterpret_cast<const char*>(run), static_cast<std::size_t>(s - run));
         if (c == '"') break;
-        if (c == '\\') {
-            if (end_ - s < 2) return fail(JsonErrc::syntax, s);
-            const unsigned e = s[1];
-            char simple = 0;
-            switch (e) {
-                case '"': simple = '"'; needs_escape = true; break;
-                case '\\': simple = '\\'; needs_escape = true; break;
-                case '/': simple = '/'; break;
-                case 'b': simple = '\b'; needs_escape = true; break;
-                case 'f': simple = '\f'; needs_escape = true; break;
-                case 'n': simple = '\n'; needs_escape = true; break;
-                case 'r': simple = '\r'; needs_escape = true; break;
-                case 't': simple = '\t'; needs_escape = true; break;
-                case 'u': break;
-                default: return fail(JsonErrc::syntax, s);
-            }
-            if (e != 'u') {
-                arena_.push_back(simple);
-                s += 2;
-                continue;
-            }
-            auto read_hex4 = [&](const unsigned char* at, std::uint32_t& value) {
-                if (end_ - at < 4) return false;
-                value = 0;
-                for (int i = 0; i < 4; ++i) {
-                    int h = hex_value(at[i]);
-                    if (h < 0) return false;
-                    value = value << 4 | static_cast<std::uint32_t>(h);
-                }
-                return true;
-            };
-            std::uint32_t unit;
-            if (!read_hex4(s + 2, unit)) return fail(JsonErrc::syntax, s);
-            std::uint32_t cp = unit;
-            const unsigned char* escape = s;
-            s += 6;
-            if (unit >= 0xDC00 && unit <= 0xDFFF) return fail(JsonErrc::lone_surrogate, escape);
-            if (unit >= 0xD800 && unit <= 0xDBFF) {
-                std::uint32_t low;
-                if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
-                    low < 0xDC00 || low > 0xDFFF)
-                    return fail(JsonErrc::lone_surrogate, escape);
-                cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-                s += 6;
-            }
-            if (cp < 0x20 || cp == '"' || cp == '\\') needs_escape = true;
-            arena_.append(utf8, static_cast<std::size_t>(put_utf8(utf8, cp) - utf8));
-            continue;
-        }
         if (c < 0x20) return fail(JsonErrc::syntax, s);
-        if (c < 0x80) {
-            const unsigned char* run = s;
-            while (s < end_ && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') ++s;
-            arena_.append(reinterpret_cast<const char*>(run), static_cast<std::size_t>(s - run));
+        // A backslash.
+        if (end_ - s < 2) return fail(JsonErrc::syntax, s);
+        const unsigned e = s[1];
+        char simple = 0;
+        switch (e) {
+            case '"': simple = '"'; break;
+            case '\\': simple = '\\'; break;
+            case '/': simple = '/'; break;
+            case 'b': simple = '\b'; break;
+            case 'f': simple = '\f'; break;
+            case 'n': simple = '\n'; break;
+            case 'r': simple = '\r'; break;
+            case 't': simple = '\t'; break;
+            case 'u': break;
+            default: return fail(JsonErrc::syntax, s);
+        }
+        if (e != 'u') {
+            arena_.push_back(simple);
+            extra += simple != '/';  // written back as the same two-byte escape
+            s += 2;
+            run = s;
             continue;
         }
-        std::size_t n = utf8_sequence(s, end_);
-        if (n == 0) return fail(JsonErrc::invalid_utf8, s);
-        arena_.append(reinterpret_cast<const char*>(s), n);
-        s += n;
+        auto read_hex4 = [&](const unsigned char* at, std::uint32_t& value) {
+            if (end_ - at < 4) return false;
+            value = 0;
+            for (int i = 0; i < 4; ++i) {
+                int h = hex_value(at[i]);
+                if (h < 0) return false;
+                value = value << 4 | static_cast<std::uint32_t>(h);
+            }
+            return true;
+        };
+        std::uint32_t unit;
+        if (!read_hex4(s + 2, unit)) return fail(JsonErrc::syntax, s);
+        std::uint32_t cp = unit;
+        const unsigned char* escape = s;
+        s += 6;
+        if (unit >= 0xDC00 && unit <= 0xDFFF) return fail(JsonErrc::lone_surrogate, escape);
+        if (unit >= 0xD800 && unit <= 0xDBFF) {
+            std::uint32_t low;
+            if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
+                low < 0xDC00 || low > 0xDFFF)
+                return fail(JsonErrc::lone_surrogate, escape);
+            cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+            s += 6;
+        }
+        if (cp == '"' || cp == '\\' || cp == '\b' || cp == '\f' || cp == '\n' || cp == '\r' || cp == '\t')
+            extra += 1;
+        else if (cp < 0x20)
+            extra += 5;
+        if (cp >= 0x80) non_ascii = kNonAscii;
+        arena_.append(utf8, static_cast<std::size_t>(put_utf8(utf8, cp) - utf8));
+        run = s;
     }
     const auto len = static_cast<std::uint32_t>(arena_.size() - start);
-    std::size_t escaped = len + 2;
-    for (std::size_t i = start; i < arena_.size(); ++i) {
-        const unsigned char b = static_cast<unsigned char>(arena_[i]);
-        if (b >= 0x80) non_ascii = kNonAscii;
-        if (needs_escape && (b < 0x20 || b == '"' || b == '\\'))
-            escaped += (b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t') ? 1 : 5;
-    }
-    out_size_ += escaped;
+    out_size_ += len + 2 + extra;
     add_node(Node{start, len, static_cast<std::uint32_t>(quote - in_), kString,
-                          static_cast<std::uint8_t>(kInArena | non_ascii | (needs_escape ? kNeedsEscape : 0))});
+                          static_cast<std::uint8_t>(kInArena | non_ascii | (extra != 0 ? kNeedsEscape : 0))});
     p = s + 1;
     return true;
 }
@@ -621,8 +648,9 @@ bool Document::parse_number(const unsigned char*& p) {
 }
 
 // Parses `"name" :` (whitespace allowed around it) and records the name as a
-// key of the innermost open object.
-bool Document::parse_member_name(const unsigned char*& p) {
+// key of the innermost open object. Inline in the parser's loop, like
+// parse_string: a call per member costs more than the work it does.
+__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p) {
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
     open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
