@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Requests per second of examples/orders-service with and without the
-# idempotency wrapper: POST /orders (client library: begin, handler, complete)
-# against POST /plain/orders (the same handler in a plain transaction), fresh
-# key per request, 8 concurrent connections with wrk on loopback, interleaved
-# rounds, medians. Once with synchronous_commit off (CPU and round trips show)
-# and once with it on (fsync on).
+# idempotency wrapper, fresh key per request, 8 concurrent connections with wrk
+# on loopback, interleaved rounds, medians:
+#   wrapped  POST /orders: the client library on an idem::Connection with a
+#            pqxx::transaction_base& handler (BEGIN + begin(), INSERT,
+#            complete() + COMMIT: three round trips)
+#   classic  POST /classic/orders: the same with a pqxx::work& handler
+#            (BEGIN, begin(), INSERT, complete(), COMMIT: five)
+#   plain    POST /plain/orders: the same handler in a plain transaction (three)
+# Once with synchronous_commit off (CPU and round trips show) and once with it
+# on (fsync on).
 #
 #   bench/http/run.sh            ROUNDS=5 SECONDS_PER_RUN=10 by default
 set -euo pipefail
@@ -13,8 +18,9 @@ rounds=${ROUNDS:-5}
 duration=${SECONDS_PER_RUN:-10}
 scripts/install-deps.sh >/dev/null
 make -s && make -s install >/dev/null
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-bench -j"$(nproc)" --target orders-service >/dev/null
+build=${BENCH_BUILD_DIR:-build-bench}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$(nproc)" --target orders-service >/dev/null
 
 work=$(mktemp -d /tmp/idem-httpbench.XXXXXX)
 service=""
@@ -29,7 +35,7 @@ http_port=$((PGPORT + 1))
 start_service() {  # start_service SYNCHRONOUS_COMMIT
   [[ -n $service ]] && kill "$service" 2>/dev/null && wait "$service" 2>/dev/null || true
   psql -X -q -d shop -c "ALTER DATABASE shop SET synchronous_commit = $1"
-  build-bench/orders-service --port "$http_port" --threads 8 \
+  "$build"/orders-service --port "$http_port" --threads 8 \
     --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" 2>>"$work/service.log" &
   service=$!
   for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
@@ -43,28 +49,30 @@ rps() {  # rps PATH RUN-ID -> requests/s
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-printf '%-20s %-8s %12s %12s %8s\n' "synchronous_commit" "round" "wrapped" "plain" "ratio"
+printf '%-18s %-7s %10s %10s %10s %9s %9s\n' "synchronous_commit" "round" "wrapped" "classic" "plain" \
+  "wrap/pl" "class/pl"
+routes=(/orders /classic/orders /plain/orders)
+names=(wrapped classic plain)
 for sc in off on; do
   start_service "$sc"
-  rps /orders "warm-$sc" >/dev/null  # warm-up: connections, caches
-  rps /plain/orders "warm-plain-$sc" >/dev/null
-  : >"$work/wrapped.$sc"
-  : >"$work/plain.$sc"
+  for i in 0 1 2; do rps "${routes[$i]}" "warm-${names[$i]}-$sc" >/dev/null; done  # connections, caches
+  for name in "${names[@]}"; do : >"$work/$name.$sc"; done
   for ((r = 1; r <= rounds; r++)); do
-    # Alternate which goes first, so drift does not favour one side.
-    if ((r % 2)); then
-      w=$(rps /orders "w-$sc-$r-$RANDOM"); p=$(rps /plain/orders "p-$sc-$r-$RANDOM")
-    else
-      p=$(rps /plain/orders "p-$sc-$r-$RANDOM"); w=$(rps /orders "w-$sc-$r-$RANDOM")
-    fi
-    echo "$w" >>"$work/wrapped.$sc"
-    echo "$p" >>"$work/plain.$sc"
-    printf '%-20s %-8s %12s %12s %8.3f\n' "$sc" "$r" "$w" "$p" "$(echo "$w / $p" | bc -l)"
+    # Rotate which goes first, so drift does not favour one side.
+    declare -A got=()
+    for ((j = 0; j < 3; j++)); do
+      i=$(((r + j) % 3))
+      got[${names[$i]}]=$(rps "${routes[$i]}" "${names[$i]}-$sc-$r-$RANDOM")
+      echo "${got[${names[$i]}]}" >>"$work/${names[$i]}.$sc"
+    done
+    printf '%-18s %-7s %10s %10s %10s %9.3f %9.3f\n' "$sc" "$r" "${got[wrapped]}" "${got[classic]}" "${got[plain]}" \
+      "$(echo "${got[wrapped]} / ${got[plain]}" | bc -l)" "$(echo "${got[classic]} / ${got[plain]}" | bc -l)"
   done
   mw=$(median <"$work/wrapped.$sc")
+  mc=$(median <"$work/classic.$sc")
   mp=$(median <"$work/plain.$sc")
-  printf '%-20s %-8s %12.0f %12.0f %8.3f   (goal: wrapped >= 0.85 x plain)\n' "$sc" median "$mw" "$mp" \
-    "$(echo "$mw / $mp" | bc -l)"
+  printf '%-18s %-7s %10.0f %10.0f %10.0f %9.3f %9.3f   (goal: wrapped >= 0.85 x plain)\n' "$sc" median \
+    "$mw" "$mc" "$mp" "$(echo "$mw / $mp" | bc -l)" "$(echo "$mc / $mp" | bc -l)"
 done
 psql -X -q -At -d shop -c "SELECT 'orders ' || count(*) FROM orders" \
   -c "SELECT 'keys ' || count(*) FROM idempotency.keys"

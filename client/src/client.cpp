@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "detail.hpp"
+#include "pipeline.hpp"
 #include "fingerprint.hpp"
 #include "statuses.hpp"
 #include "jcs.hpp"
@@ -54,22 +55,28 @@ std::string kept_headers_json(const Response& response, const std::vector<std::s
     return object.dump();
 }
 
-Response stored_response(const pqxx::row& row) {
+Response stored_response(int status, const std::optional<std::string>& headers_json,
+                         std::optional<std::string> body, std::optional<std::string> resource_id) {
     Response response;
-    response.status = row["response_status"].as<int>();
-    if (!row["response_headers"].is_null()) {
-        nlohmann::json headers = nlohmann::json::parse(row["response_headers"].as<std::string>());
+    response.status = status;
+    if (headers_json) {
+        nlohmann::json headers = nlohmann::json::parse(*headers_json);
         for (auto it = headers.begin(); it != headers.end(); ++it)
             if (it.value().is_string()) response.headers.emplace_back(it.key(), it.value().get<std::string>());
     }
-    if (!row["response_body"].is_null()) {
-        pqxx::binarystring body(row["response_body"]);
-        response.body = body.str();
-    }
-    if (!row["resource_id"].is_null()) response.resource_id = row["resource_id"].as<std::string>();
+    if (body) response.body = std::move(*body);
+    response.resource_id = std::move(resource_id);
     response.replayed = true;
     response.set_header("Idempotent-Replay", "true");
     return response;
+}
+
+Response stored_response(const pqxx::row& row) {
+    std::optional<std::string> headers, body, resource_id;
+    if (!row["response_headers"].is_null()) headers = row["response_headers"].as<std::string>();
+    if (!row["response_body"].is_null()) body = pqxx::binarystring(row["response_body"]).str();
+    if (!row["resource_id"].is_null()) resource_id = row["resource_id"].as<std::string>();
+    return stored_response(row["response_status"].as<int>(), headers, std::move(body), std::move(resource_id));
 }
 
 }  // namespace detail
@@ -97,15 +104,92 @@ Digest fingerprint(const Request& request, std::size_t max_json_depth) {
     }
 }
 
+namespace {
+
+constexpr const char* begin_sql =
+    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
+    "       resource_id, expires_at, ceil(extract(epoch FROM"
+    "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
+    "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)";
+constexpr const char* complete_sql = "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
+// Names of the prepared forms (Options::prepare_statements): *_1 through
+// libpqxx, *_p1 on the raw connection when pipelining (libpqxx does not know
+// those, so the names must differ).
+constexpr const char* begin_name = "idempotency_begin_1";
+constexpr const char* complete_name = "idempotency_complete_1";
+constexpr const char* begin_raw_name = "idempotency_begin_p1";
+constexpr const char* complete_raw_name = "idempotency_complete_p1";
+constexpr const char* save_final_sql =
+    "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7::jsonb, $8::interval)";
+
+}  // namespace
+
 Client::Client(pqxx::connection_base& connection, Options options)
     : connection_(connection), options_(std::move(options)) {
     if (options_.max_attempts < 1) throw std::invalid_argument("max_attempts must be at least 1");
     if (!options_.final_statuses.empty()) final_ = detail::parse_final_statuses(options_.final_statuses);
+    if (options_.prepare_statements) {
+        // libpqxx prepares them on the server on first use, and again after a reconnect.
+        connection_.prepare(begin_name, begin_sql);
+        connection_.prepare(complete_name, complete_sql);
+    }
+}
+
+Client::Client(Connection& connection, Options options)
+    : Client(static_cast<pqxx::connection_base&>(connection), std::move(options)) {
+    pipelined_ = &connection;
 }
 
 bool Client::is_final(int status) { return detail::is_final(final_, connection_, status); }
 
-Response Client::handle(const Request& request, const Handler& handler) {
+/// One keyed request's arguments to idempotency.begin(), complete() and
+/// save_final(), kept alive for every attempt.
+struct Client::Call {
+    const Request& request;
+    std::string key;
+    std::string action;
+    std::string digest;  // 32 raw bytes
+    std::optional<std::string> ttl, wait;
+};
+
+namespace {
+
+const char* c_str_or_null(const std::optional<std::string>& value) { return value ? value->c_str() : nullptr; }
+
+detail::Param text_or_null(const std::optional<std::string>& value) {
+    return value ? detail::Param::text(*value) : detail::Param::null();
+}
+
+// A column of a one-row libpq result in text format; empty when NULL.
+std::optional<std::string> column(const PGresult* result, const char* name) {
+    const int index = PQfnumber(result, name);
+    if (index < 0 || PQntuples(result) != 1)
+        throw std::runtime_error(std::string("idempotency.begin returned no column ") + name);
+    if (PQgetisnull(result, 0, index)) return std::nullopt;
+    return std::string(PQgetvalue(result, 0, index), static_cast<std::size_t>(PQgetlength(result, 0, index)));
+}
+
+// Decodes a bytea column sent as text (hex format).
+std::optional<std::string> bytea_column(const PGresult* result, const char* name) {
+    std::optional<std::string> text = column(result, name);
+    if (!text) return std::nullopt;
+    std::size_t length = 0;
+    unsigned char* bytes = PQunescapeBytea(reinterpret_cast<const unsigned char*>(text->c_str()), &length);
+    if (bytes == nullptr) throw std::bad_alloc();
+    std::string decoded(reinterpret_cast<const char*>(bytes), length);
+    PQfreemem(bytes);
+    return decoded;
+}
+
+std::optional<int> int_column(const PGresult* result, const char* name) {
+    std::optional<std::string> text = column(result, name);
+    if (!text) return std::nullopt;
+    return std::stoi(*text);
+}
+
+}  // namespace
+
+Response Client::handle_request(const Request& request, const Handler* handler, const TransactionHandler* any) {
     const std::string method = upper(request.method);
     const bool key_required = std::any_of(options_.methods_requiring_key.begin(), options_.methods_requiring_key.end(),
                                           [&](const std::string& m) { return upper(m) == method; });
@@ -117,7 +201,7 @@ Response Client::handle(const Request& request, const Handler& handler) {
         }
         // Not an idempotent-by-key request: just run the handler in a transaction.
         pqxx::work tx(connection_);
-        Response response = handler(tx);
+        Response response = handler != nullptr ? (*handler)(tx) : (*any)(tx);
         tx.commit();
         return response;
     }
@@ -141,9 +225,21 @@ Response Client::handle(const Request& request, const Handler& handler) {
     }
     is_final(200);  // the table is known before any transaction starts
 
+    Call call{request, key, request.action.empty() ? method + " " + request.path : request.action,
+              std::string(reinterpret_cast<const char*>(digest.data()), digest.size()), std::nullopt, std::nullopt};
+    if (options_.ttl) call.ttl = std::to_string(options_.ttl->count()) + " seconds";
+    if (options_.wait) call.wait = interval_ms(*options_.wait);
+    Handler adapted;
+    if (handler == nullptr) adapted = [any](pqxx::work& tx) { return (*any)(tx); };
+
     for (int attempt = 1;; ++attempt) {
         try {
-            return run_attempt(request, key, digest, handler);
+            // Pipelining needs the raw connection open; otherwise libpqxx's own
+            // path reconnects if it can.
+            PGconn* raw = pipelined_ != nullptr ? pipelined_->raw_connection() : nullptr;
+            if (any != nullptr && raw != nullptr && PQstatus(raw) == CONNECTION_OK)
+                return run_pipelined_attempt(call, *any);
+            return run_attempt(call, handler != nullptr ? *handler : adapted);
         } catch (const pqxx::serialization_failure&) {  // 40001
             if (attempt >= options_.max_attempts) throw;
         } catch (const pqxx::deadlock_detected&) {  // 40P01
@@ -156,50 +252,30 @@ Response Client::handle(const Request& request, const Handler& handler) {
     }
 }
 
-Response Client::run_attempt(const Request& request, const std::string& key, const Digest& digest,
-                             const Handler& handler) {
-    const std::string action = request.action.empty() ? upper(request.method) + " " + request.path : request.action;
-    const pqxx::binarystring digest_param(digest.data(), digest.size());
-    const std::string ttl = options_.ttl ? std::to_string(options_.ttl->count()) + " seconds" : std::string();
-    const std::string wait = options_.wait ? interval_ms(*options_.wait) : std::string();
+Response Client::refuse_key_on_server() {
+    ++counters_.rejected_keys;
+    return problem_response(Problem::key_malformed, "The Idempotency-Key was refused by the server.",
+                            options_.problem_type_base);
+}
 
-    pqxx::work tx(connection_);
-    std::optional<pqxx::row> begin_row;
-    try {
-        begin_row = tx.exec_params1(
-            "SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
-            "       resource_id, expires_at, ceil(extract(epoch FROM"
-            "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
-            "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)",
-            request.principal, key, action, digest_param, options_.ttl ? ttl.c_str() : nullptr,
-            options_.wait ? wait.c_str() : nullptr);
-    } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() == "22023") {  // the server's key checks (length, format)
-            ++counters_.rejected_keys;
-            return problem_response(Problem::key_malformed, "The Idempotency-Key was refused by the server.",
-                                    options_.problem_type_base);
-        }
-        throw;
+std::optional<Response> Client::answer(const std::string& outcome, std::optional<int> lease_seconds,
+                                       const std::function<Response()>& stored) {
+    if (outcome == "started") {
+        ++counters_.started;
+        return std::nullopt;
     }
-    const pqxx::row& outcome_row = *begin_row;
-    const std::string outcome = outcome_row["outcome"].as<std::string>();
-
     if (outcome == "replay") {
         ++counters_.replayed;
-        Response response = detail::stored_response(outcome_row);
-        tx.commit();
-        return response;
+        return stored();
     }
     if (outcome == "mismatch") {
         ++counters_.mismatched;
-        tx.commit();
         return problem_response(Problem::key_reuse,
                                 "This Idempotency-Key was used for a different request; use a new key for a new request.",
                                 options_.problem_type_base);
     }
     if (outcome == "secret_replay") {
         ++counters_.secret_replayed;
-        tx.commit();
         Response response = problem_response(
             Problem::one_time_secret,
             "The first response to this request carried a secret and was not kept; create a new one with a new key.",
@@ -211,45 +287,152 @@ Response Client::run_attempt(const Request& request, const std::string& key, con
     if (outcome == "in_progress") {
         ++counters_.in_progress;
         long retry = options_.retry_after.count();
-        if (!outcome_row["lease_seconds"].is_null()) retry = std::max(1, outcome_row["lease_seconds"].as<int>());
-        tx.commit();
+        if (lease_seconds) retry = std::max(1, *lease_seconds);
         Response response = problem_response(Problem::request_in_progress,
                                              "A request with this Idempotency-Key is still being processed; retry later.",
                                              options_.problem_type_base);
         response.set_header("Retry-After", std::to_string(std::max(1L, retry)));
         return response;
     }
-    if (outcome != "started") throw std::runtime_error("idempotency.begin returned an unknown outcome: " + outcome);
-    ++counters_.started;
+    throw std::runtime_error("idempotency.begin returned an unknown outcome: " + outcome);
+}
 
-    Response response = handler(tx);  // throws: tx rolls back, nothing stored
+Client::Disposition Client::dispose(const Response& response) {
     if (response.status < 100 || response.status > 599)
         throw std::invalid_argument("handler returned HTTP status " + std::to_string(response.status));
-
     if (!is_final(response.status)) {
         // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
         // retry after a token refresh, throttling or a crash takes effect once.
-        tx.abort();
         ++counters_.not_stored;
+        return Disposition::discard;
+    }
+    // A final error has no effect to keep: roll back, then store it alone.
+    return response.status >= 400 ? Disposition::store_error : Disposition::keep;
+}
+
+void Client::store_final_error(const Call& call, const Response& response, const std::string& headers) {
+    pqxx::work store(connection_);
+    store.exec_params(save_final_sql, call.request.principal, call.key, call.action,
+                      pqxx::binarystring(call.digest.data(), call.digest.size()), response.status,
+                      pqxx::binarystring(response.body.data(), response.body.size()), headers,
+                      c_str_or_null(call.ttl));
+    store.commit();
+    ++counters_.stored_errors;
+}
+
+Response Client::run_attempt(const Call& call, const Handler& handler) {
+    const pqxx::binarystring digest_param(call.digest.data(), call.digest.size());
+    pqxx::work tx(connection_);
+    std::optional<pqxx::row> begin_row;
+    try {
+        if (options_.prepare_statements)
+            begin_row = tx.exec_prepared1(begin_name, call.request.principal, call.key, call.action, digest_param,
+                                          c_str_or_null(call.ttl), c_str_or_null(call.wait));
+        else
+            begin_row = tx.exec_params1(begin_sql, call.request.principal, call.key, call.action, digest_param,
+                                        c_str_or_null(call.ttl), c_str_or_null(call.wait));
+    } catch (const pqxx::sql_error& e) {
+        if (e.sqlstate() == "22023") return refuse_key_on_server();  // the server's key checks (length, format)
+        throw;
+    }
+    const pqxx::row& row = *begin_row;
+    std::optional<int> lease_seconds;
+    if (!row["lease_seconds"].is_null()) lease_seconds = row["lease_seconds"].as<int>();
+    if (std::optional<Response> early =
+            answer(row["outcome"].as<std::string>(), lease_seconds, [&] { return detail::stored_response(row); })) {
+        tx.commit();
+        return *early;
+    }
+
+    Response response = handler(tx);  // throws: tx rolls back, nothing stored
+    const Disposition disposition = dispose(response);
+    if (disposition == Disposition::discard) {
+        tx.abort();
         return response;
     }
     const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
-    if (response.status >= 400) {
-        // A final error has no effect to keep: roll back, then store it alone.
+    if (disposition == Disposition::store_error) {
         tx.abort();
-        pqxx::work store(connection_);
-        store.exec_params(
-            "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7::jsonb, $8::interval)", request.principal, key,
-            action, digest_param, response.status, pqxx::binarystring(response.body.data(), response.body.size()),
-            headers, options_.ttl ? ttl.c_str() : nullptr);
-        store.commit();
-        ++counters_.stored_errors;
+        store_final_error(call, response, headers);
         return response;
     }
-    tx.exec_params("SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)", request.principal, key,
-                   response.status, pqxx::binarystring(response.body.data(), response.body.size()), headers,
-                   response.resource_id ? response.resource_id->c_str() : nullptr, response.one_time_secret);
+    const pqxx::binarystring body(response.body.data(), response.body.size());
+    const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
+    if (options_.prepare_statements)
+        tx.exec_prepared(complete_name, call.request.principal, call.key, response.status, body, headers, resource_id,
+                         response.one_time_secret);
+    else
+        tx.exec_params(complete_sql, call.request.principal, call.key, response.status, body, headers, resource_id,
+                       response.one_time_secret);
     tx.commit();
+    return response;
+}
+
+void Client::prepare_raw(pqxx::connectionpolicy::handle raw) {
+    const int pid = PQbackendPID(raw);
+    if (prepared_on_ == raw && prepared_pid_ == pid) return;
+    using detail::Param;
+    // Only the shapes matter here (which parameters are bytea); the values are unused.
+    const std::string none;
+    detail::prepare(raw, detail::Statement{begin_sql,
+                                           {Param::text(none), Param::text(none), Param::text(none), Param::bytes(none),
+                                            Param::null(), Param::null()},
+                                           begin_raw_name});
+    detail::prepare(raw, detail::Statement{complete_sql,
+                                           {Param::text(none), Param::text(none), Param::text(none), Param::bytes(none),
+                                            Param::text(none), Param::null(), Param::text(none)},
+                                           complete_raw_name});
+    prepared_on_ = raw;
+    prepared_pid_ = pid;
+}
+
+Response Client::run_pipelined_attempt(const Call& call, const TransactionHandler& handler) {
+    using detail::Param;
+    PGconn* raw = pipelined_->raw_connection();
+    const bool prepared = options_.prepare_statements;
+    const detail::Statement begin{begin_sql,
+                                  {Param::text(call.request.principal), Param::text(call.key), Param::text(call.action),
+                                   Param::bytes(call.digest), text_or_null(call.ttl), text_or_null(call.wait)},
+                                  prepared ? begin_raw_name : nullptr};
+    std::optional<detail::PipelinedTransaction> tx;
+    try {
+        if (prepared) prepare_raw(raw);
+        tx.emplace(connection_, raw, begin);
+    } catch (const pqxx::sql_error& e) {
+        if (e.sqlstate() == "22023") return refuse_key_on_server();
+        throw;
+    }
+    const PGresult* row = tx->first_result();
+    if (std::optional<Response> early =
+            answer(*column(row, "outcome"), int_column(row, "lease_seconds"), [&] {
+                return detail::stored_response(*int_column(row, "response_status"), column(row, "response_headers"),
+                                               bytea_column(row, "response_body"), column(row, "resource_id"));
+            })) {
+        tx->commit();
+        return *early;
+    }
+
+    Response response = handler(*tx);  // throws: tx rolls back, nothing stored
+    const Disposition disposition = dispose(response);
+    if (disposition == Disposition::discard) {
+        tx->abort();
+        return response;
+    }
+    const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
+    if (disposition == Disposition::store_error) {
+        tx->abort();
+        tx.reset();
+        store_final_error(call, response, headers);
+        return response;
+    }
+    const std::string status = std::to_string(response.status);
+    const std::string secret = response.one_time_secret ? "true" : "false";
+    const detail::Statement complete{
+        complete_sql,
+        {Param::text(call.request.principal), Param::text(call.key), Param::text(status), Param::bytes(response.body),
+         Param::text(headers), text_or_null(response.resource_id), Param::text(secret)},
+        prepared ? complete_raw_name : nullptr};
+    tx->commit_with(complete);
     return response;
 }
 

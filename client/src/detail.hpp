@@ -30,8 +30,13 @@ bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int statu
 /// The kept headers of a response as a JSON object text.
 std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept);
 
-/// A stored response from a row with response_status, response_headers (text),
-/// response_body and resource_id; marked replayed, with Idempotent-Replay: true.
+/// A stored response from its columns (empty: NULL); marked replayed, with
+/// Idempotent-Replay: true.
+Response stored_response(int status, const std::optional<std::string>& headers_json, std::optional<std::string> body,
+                         std::optional<std::string> resource_id);
+
+/// The same from a row with response_status, response_headers (text),
+/// response_body and resource_id.
 Response stored_response(const pqxx::row& row);
 
 /// Upper-case ASCII copy.

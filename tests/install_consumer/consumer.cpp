@@ -16,9 +16,11 @@ int main(int argc, char** argv) {
     std::printf("fingerprint %02x%02x...\n", digest[0], digest[1]);
     if (argc < 2) return 0;
 
-    pqxx::connection connection(argv[1]);
+    // An idem::Connection and a handler on pqxx::transaction_base&: the pipelined
+    // path, which needs libpq itself from the package's dependencies.
+    idem::Connection connection(argv[1]);
     idem::Client client(connection);
-    auto handler = [](pqxx::work&) {
+    auto handler = [](pqxx::transaction_base&) {
         idem::Response response;
         response.status = 201;
         response.body = "made";

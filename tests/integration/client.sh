@@ -52,4 +52,5 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 psql -X -q -h 127.0.0.1 -p "$bport" -d "$db" -c "SHOW pool_mode" >/dev/null 2>&1 || true
-IDEM_TEST_DSN="host=127.0.0.1 port=$bport dbname=$db user=postgres" "$build/client_integration_tests" --gtest_brief=1
+IDEM_TEST_PGBOUNCER=1 IDEM_TEST_DSN="host=127.0.0.1 port=$bport dbname=$db user=postgres" \
+  "$build/client_integration_tests" --gtest_brief=1

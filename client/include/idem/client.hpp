@@ -10,6 +10,11 @@
 //       return created;
 //   });
 //
+// A handler may also take any libpqxx transaction (pqxx::transaction_base&).
+// Then, on an idem::Connection, BEGIN travels with idempotency.begin() and
+// idempotency.complete() with COMMIT (libpq pipeline mode): the wrapper adds no
+// network round trip to the handler's own transaction.
+//
 // One Client per connection, one connection per thread (libpqxx connections
 // are not thread-safe).
 #pragma once
@@ -20,10 +25,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <pqxx/pqxx>
 
+#include "idem/connection.hpp"
 #include "idem/http.hpp"
 
 namespace idem {
@@ -67,6 +74,11 @@ public:
 /// and returns the response. It may throw; then nothing is stored.
 using Handler = std::function<Response(pqxx::work&)>;
 
+/// A handler that works with any libpqxx transaction. On an idem::Connection
+/// it runs in a transaction whose BEGIN and COMMIT carry the protocol's
+/// statements (one round trip each); elsewhere in a pqxx::work.
+using TransactionHandler = std::function<Response(pqxx::transaction_base&)>;
+
 /// How the client behaves.
 struct Options {
     /// Methods that must carry an Idempotency-Key (400 without one). Other methods
@@ -92,6 +104,13 @@ struct Options {
     std::string problem_type_base = "/problems/";
     /// Longest key accepted before asking the server (keep in line with idempotency.max_key_length).
     std::size_t max_key_length = 255;
+    /// Run idempotency.begin() and complete() as named server-side prepared
+    /// statements (idempotency_begin_1, idempotency_complete_1 and their *_p1
+    /// twins for pipelining), parsed and planned once per connection instead of
+    /// on every request. Off by default because pgbouncer in transaction pooling
+    /// mode cannot route them (before 1.21 and its max_prepared_statements);
+    /// turn it on for direct connections and session pooling.
+    bool prepare_statements = false;
 };
 
 /// Counts of outcomes since the client was created (for metrics).
@@ -108,6 +127,12 @@ public:
     /// session state and uses no named prepared statements).
     explicit Client(pqxx::connection_base& connection, Options options = {});
 
+    /// The same on an idem::Connection: TransactionHandler handlers then run
+    /// with BEGIN + idempotency.begin() and idempotency.complete() + COMMIT sent
+    /// as one round trip each (libpq pipeline mode, also through pgbouncer in
+    /// transaction pooling mode).
+    explicit Client(Connection& connection, Options options = {});
+
     /// Handles one request:
     ///  - no key where one is required, or a malformed key: 400 problem;
     ///  - started: runs the handler in the transaction that holds the key. A final
@@ -121,7 +146,18 @@ public:
     /// pqxx::deadlock_detected propagates. A commit whose outcome is unknown
     /// (pqxx::in_doubt_error, 40003) is never retried and propagates, as do the
     /// handler's own exceptions (then nothing is stored).
-    Response handle(const Request& request, const Handler& handler);
+    Response handle(const Request& request, const Handler& handler) {
+        return handle_request(request, &handler, nullptr);
+    }
+
+    /// handle() for a handler that takes pqxx::transaction_base& (see
+    /// TransactionHandler): the same outcomes, fewer round trips on an
+    /// idem::Connection.
+    template <class F, std::enable_if_t<std::is_invocable_r_v<Response, F&, pqxx::transaction_base&>, int> = 0>
+    Response handle(const Request& request, F&& handler) {
+        const TransactionHandler any(std::forward<F>(handler));
+        return handle_request(request, nullptr, &any);
+    }
 
     /// Outcome counts so far.
     const Counters& counters() const noexcept { return counters_; }
@@ -130,9 +166,26 @@ public:
     bool is_final(int status);
 
 private:
-    Response run_attempt(const Request& request, const std::string& key, const Digest& digest, const Handler& handler);
+    struct Call;
+    enum class Disposition { discard, store_error, keep };
+
+    Response handle_request(const Request& request, const Handler* handler, const TransactionHandler* any);
+    Response run_attempt(const Call& call, const Handler& handler);
+    Response run_pipelined_attempt(const Call& call, const TransactionHandler& handler);
+    std::optional<Response> answer(const std::string& outcome, std::optional<int> lease_seconds,
+                                   const std::function<Response()>& stored);
+    Disposition dispose(const Response& response);
+    void store_final_error(const Call& call, const Response& response, const std::string& headers);
+    Response refuse_key_on_server();
+
+    void prepare_raw(pqxx::connectionpolicy::handle raw);
 
     pqxx::connection_base& connection_;
+    Connection* pipelined_ = nullptr;  // set when connection_ is an idem::Connection
+    // The raw connection (and its server process) the *_p1 statements were
+    // prepared on; anything else (a reconnect) prepares them again.
+    const void* prepared_on_ = nullptr;
+    int prepared_pid_ = 0;
     Options options_;
     std::optional<std::array<bool, 500>> final_;  // index status - 100; empty until known
     Counters counters_;
