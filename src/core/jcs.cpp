@@ -319,14 +319,13 @@ struct Scratch {
     std::vector<Node> nodes;
     std::vector<Cursor> cursors;           // the writer's stack
     std::vector<std::uint32_t> members;    // sorted key node indices, per object
-    std::vector<std::uint32_t> open_keys;  // key node indices of the objects being parsed
+    std::vector<std::uint32_t> open_keys;  // key node indices of the objects being parsed (storage, see Document)
     std::vector<MemberName> names;         // an object with many members being sorted
     std::vector<Frame> stack;
     std::string arena;                     // unescaped strings and reformatted numbers
 
     void clear() {
         members.clear();
-        open_keys.clear();
         stack.clear();
         arena.clear();
         cursors.clear();
@@ -363,6 +362,9 @@ public:
         if (storage_.size() < estimate) storage_.resize(estimate);
         nodes_ = storage_.data();
         node_capacity_ = storage_.size();
+        if (open_keys_.size() < 64) open_keys_.resize(64);
+        keys_ = open_keys_.data();
+        key_capacity_ = open_keys_.size();
     }
 
     bool parse(JsonError& error);
@@ -379,6 +381,17 @@ private:
         storage_.resize(storage_.size() * 2);
         nodes_ = storage_.data();
         node_capacity_ = storage_.size();
+    }
+    // Records node `key` as a member name of the innermost open object; like
+    // add_node, without the call that vector::push_back is compiled to.
+    __attribute__((always_inline)) void add_key(std::uint32_t key) {
+        if (key_count_ == key_capacity_) grow_keys();
+        keys_[key_count_++] = key;
+    }
+    __attribute__((noinline)) void grow_keys() {
+        open_keys_.resize(open_keys_.size() * 2);
+        keys_ = open_keys_.data();
+        key_capacity_ = open_keys_.size();
     }
 
     bool fail(JsonErrc code, const unsigned char* at) {
@@ -412,7 +425,10 @@ private:
     std::size_t node_count_ = 0;
     std::size_t node_capacity_ = 0;
     std::vector<std::uint32_t>& members_;
-    std::vector<std::uint32_t>& open_keys_;
+    std::vector<std::uint32_t>& open_keys_;  // keys_ points into it; key_count_ entries are used
+    std::uint32_t* keys_ = nullptr;
+    std::size_t key_count_ = 0;
+    std::size_t key_capacity_ = 0;
     std::vector<MemberName>& names_;
     std::vector<Frame>& stack_;
     std::string& arena_;
@@ -653,7 +669,7 @@ bool Document::parse_number(const unsigned char*& p) {
 __attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p) {
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
-    open_keys_.push_back(static_cast<std::uint32_t>(node_count_));
+    add_key(static_cast<std::uint32_t>(node_count_));
     if (!parse_string(p)) return false;
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
@@ -662,8 +678,8 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
 }
 
 bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
-    auto first = open_keys_.begin() + first_key;
-    auto last = open_keys_.end();
+    std::uint32_t* const first = keys_ + first_key;
+    std::uint32_t* const last = keys_ + key_count_;
     const std::size_t count = static_cast<std::size_t>(last - first);
     out_size_ += count;  // the ':' of each member
     if (count > 1) {
@@ -704,7 +720,7 @@ bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
     object.len = static_cast<std::uint32_t>(count);
     object.end = static_cast<std::uint32_t>(node_count_);
     members_.insert(members_.end(), first, last);
-    open_keys_.resize(first_key);
+    key_count_ = first_key;
     return true;
 }
 
@@ -735,7 +751,7 @@ bool Document::parse(JsonError& error) {
             }
             const auto index = static_cast<std::uint32_t>(node_count_);
             add_node(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
-            stack_.push_back(Frame{index, static_cast<std::uint32_t>(open_keys_.size()), 0});
+            stack_.push_back(Frame{index, static_cast<std::uint32_t>(key_count_), 0});
             out_size_ += 2;
             ++p;
             skip_ws();
