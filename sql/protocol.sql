@@ -218,6 +218,31 @@ SELECT outcome, length(response_body),
        md5(response_body) = (SELECT md5(string_agg(md5(i::text), '')::bytea) FROM generate_series(1, 8000) AS i) AS same_bytes
   FROM idempotency.begin('alice', 'k-big', 'create_order', fp('{"big":true}'));
 
+-- complete() writes a new key's row directly (no INSERT statement): every
+-- column as the INSERT would set it.
+BEGIN;
+SELECT outcome FROM idempotency.begin('alice', 'k-direct', 'create_order', fp('{"d":1}'), '2 hours');
+SELECT idempotency.complete('alice', 'k-direct', 201, convert_to('direct', 'UTF8'), '{"ETag":"\"x\""}', 'r-1');
+SELECT principal, key, action, octet_length(request_sha256) AS fp_bytes, state, response_status, response_headers,
+       convert_from(response_body, 'UTF8') AS body, resource_id, one_time_secret, fence, lease_until,
+       created_at = now() AS created_now, expires_at - created_at AS ttl
+  FROM idempotency.keys WHERE key = 'k-direct';
+COMMIT;
+-- A trigger someone added on the table is honoured: complete() then uses the
+-- INSERT statement, and the trigger sees the row.
+CREATE TABLE key_audit (key text, state text);
+CREATE FUNCTION audit_key() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN INSERT INTO public.key_audit VALUES (NEW.key, NEW.state); RETURN NEW; END $$;
+CREATE TRIGGER audit AFTER INSERT ON idempotency.keys FOR EACH ROW EXECUTE FUNCTION audit_key();
+BEGIN;
+SELECT outcome FROM idempotency.begin('alice', 'k-trigger', 'create_order', fp('{"t":1}'));
+SELECT idempotency.complete('alice', 'k-trigger', 201, convert_to('seen', 'UTF8'));
+COMMIT;
+SELECT * FROM key_audit;
+DROP TRIGGER audit ON idempotency.keys;
+DROP FUNCTION audit_key();
+DROP TABLE key_audit;
+
 -- Leave the database as we found it for the next test file.
 DELETE FROM idempotency.keys;
 DROP FUNCTION fp(text);

@@ -32,10 +32,12 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
@@ -549,19 +551,24 @@ TupleDesc lookup_desc() {
     return desc;
 }
 
+// The key table's OIDs, looked up once per session (dropped by the relcache
+// callback above).
+void resolve_key_table() {
+    if (OidIsValid(keys_table_oid) && OidIsValid(keys_index_oid)) return;
+    Oid schema = get_namespace_oid("idempotency", false);
+    keys_table_oid = get_relname_relid("keys", schema);
+    keys_index_oid = get_relname_relid("keys_pkey", schema);
+    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+}
+
 // Looks the key up through the primary key index directly: no SPI, no
 // executor, on the path every request takes. `snapshot` InvalidSnapshot means
 // the transaction's own rules (a new snapshot per call in READ COMMITTED, so
 // a winner that committed while we waited is seen). The row is copied into
 // the current memory context.
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
-    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid)) {
-        Oid schema = get_namespace_oid("idempotency", false);
-        keys_table_oid = get_relname_relid("keys", schema);
-        keys_index_oid = get_relname_relid("keys_pkey", schema);
-        if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid))
-            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
-    }
+    resolve_key_table();
     Relation table = table_open(keys_table_oid, AccessShareLock);
     Relation index = index_open(keys_index_oid, AccessShareLock);
     Snapshot scan_snapshot = RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
@@ -614,10 +621,111 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
     return row;
 }
 
-// Runs the store statement; returns the number of rows written (0 or 1).
+// Inserts a completed key row without the SQL executor: a heap insert and the
+// index entries, as logical replication's apply does. Only for a key known to
+// be absent (complete() after begin() found no row). Returns false, having
+// written nothing, when the table is not the plain one the extension created
+// (triggers, row security, a column it does not know) - then the caller uses
+// the INSERT statement.
+//
+// The table's CHECK constraints are not evaluated here: every value is checked
+// by the callers before (fingerprint 32 bytes, status 100..599, headers a JSON
+// object, a positive TTL) or is fixed (state 'completed', fence 1), so they hold
+// by construction; the statement path would re-read and re-plan all seven of
+// them for every request. A duplicate key raises unique_violation as the
+// INSERT would.
+bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
+                    bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
+                    bool one_time_secret, const Interval* ttl) {
+    resolve_key_table();
+    Relation rel = table_open(keys_table_oid, RowExclusiveLock);
+    TupleDesc desc = RelationGetDescr(rel);
+    if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relrowsecurity ||
+        desc->natts > 32) {
+        table_close(rel, NoLock);
+        return false;
+    }
+    const TimestampTz now = GetCurrentTransactionStartTimestamp();
+    const Datum expires = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
+                                              IntervalPGetDatum(const_cast<Interval*>(ttl)));
+    if (DatumGetTimestampTz(expires) <= now) {  // '1 month -30 days' in February: let the CHECK say so
+        table_close(rel, NoLock);
+        return false;
+    }
+    Datum values[32];
+    bool nulls[32];
+    for (int i = 0; i < desc->natts; ++i) {
+        Form_pg_attribute att = TupleDescAttr(desc, i);
+        nulls[i] = true;
+        values[i] = (Datum)0;
+        if (att->attisdropped) continue;
+        const char* name = NameStr(att->attname);
+        auto set = [&](Datum value) {
+            values[i] = value;
+            nulls[i] = false;
+        };
+        if (strcmp(name, "principal") == 0) set(PointerGetDatum(principal));
+        else if (strcmp(name, "key") == 0) set(PointerGetDatum(key));
+        else if (strcmp(name, "action") == 0) set(PointerGetDatum(action));
+        else if (strcmp(name, "request_sha256") == 0) set(PointerGetDatum(fingerprint));
+        else if (strcmp(name, "state") == 0) set(CStringGetTextDatum("completed"));
+        else if (strcmp(name, "response_status") == 0) set(Int16GetDatum(static_cast<int16>(status)));
+        else if (strcmp(name, "response_headers") == 0) {
+            if (!headers_null) set(headers);
+        } else if (strcmp(name, "response_body") == 0) {
+            if (!body_null) set(body);
+        } else if (strcmp(name, "resource_id") == 0) {
+            if (!resource_id_null) set(resource_id);
+        } else if (strcmp(name, "one_time_secret") == 0) set(BoolGetDatum(one_time_secret));
+        else if (strcmp(name, "fence") == 0) set(Int64GetDatum(1));
+        else if (strcmp(name, "lease_until") == 0) continue;  // NULL: no lease
+        else if (strcmp(name, "created_at") == 0) set(TimestampTzGetDatum(now));
+        else if (strcmp(name, "expires_at") == 0) set(expires);
+        else {
+            table_close(rel, NoLock);  // a column added by someone else: let INSERT fill its default
+            return false;
+        }
+    }
+
+    EState* estate = CreateExecutorState();
+    RangeTblEntry* rte = makeNode(RangeTblEntry);
+    rte->rtekind = RTE_RELATION;
+    rte->relid = RelationGetRelid(rel);
+    rte->relkind = rel->rd_rel->relkind;
+    rte->rellockmode = RowExclusiveLock;
+    ExecInitRangeTable(estate, list_make1(rte));
+    ResultRelInfo* result_rel = makeNode(ResultRelInfo);
+    InitResultRelInfo(result_rel, rel, 1, nullptr, 0);
+    estate->es_output_cid = GetCurrentCommandId(true);
+    ExecOpenIndices(result_rel, false);
+
+    TupleTableSlot* slot = table_slot_create(rel, &estate->es_tupleTable);
+    ExecClearTuple(slot);
+    memcpy(slot->tts_values, values, sizeof(Datum) * desc->natts);
+    memcpy(slot->tts_isnull, nulls, sizeof(bool) * desc->natts);
+    ExecStoreVirtualTuple(slot);
+    table_tuple_insert(rel, slot, estate->es_output_cid, 0, nullptr);
+    List* recheck = ExecInsertIndexTuples(result_rel, slot, estate, false, false, nullptr, NIL);
+    list_free(recheck);
+
+    ExecCloseIndices(result_rel);
+    ExecResetTupleTable(estate->es_tupleTable, false);
+    FreeExecutorState(estate);
+    table_close(rel, NoLock);  // the lock is kept until the end of the transaction
+    CommandCounterIncrement();  // later statements of the transaction see the row, as after INSERT
+    return true;
+}
+
+// Stores a completed key; returns the number of rows written (0 or 1). A key
+// known to be absent is inserted directly (insert_key_row); otherwise the
+// upsert statement replaces only an expired row or a lapsed lease.
 uint64 store_key(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
                  bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
                  bool one_time_secret, const Interval* ttl, bool known_absent = false) {
+    if (known_absent && insert_key_row(principal, key, action, fingerprint, status, headers, headers_null, body,
+                                       body_null, resource_id, resource_id_null, one_time_secret, ttl))
+        return 1;
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     Oid types[10] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID, INTERVALOID};
     SPIPlanPtr plan = known_absent ? prepared(&insert_plan, kInsertSql, 10, types)
                                    : prepared(&store_plan, kStoreSql, 10, types);
@@ -628,7 +736,9 @@ uint64 store_key(text* principal, text* key, text* action, bytea* fingerprint, i
                       resource_id_null ? 'n' : ' ', ' ', ' '};
     int rc = SPI_execute_plan(plan, values, nulls, false, 0);
     if (rc != SPI_OK_INSERT) elog(ERROR, "storing the key failed: %s", SPI_result_code_string(rc));
-    return SPI_processed;
+    uint64 written = SPI_processed;
+    SPI_finish();
+    return written;
 }
 
 // ---------------------------------------------------------------------------
@@ -840,13 +950,11 @@ Datum idempotency_complete(PG_FUNCTION_ARGS) {
                         errhint("Roll back instead, so that a retry runs again; see idempotency.final_statuses.")));
     const bool secret = !PG_ARGISNULL(6) && PG_GETARG_BOOL(6);
 
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     uint64 written = store_key(entry->principal, entry->key, entry->action, entry->fingerprint, status,
                                secret || PG_ARGISNULL(4) ? (Datum)0 : PG_GETARG_DATUM(4), secret || PG_ARGISNULL(4),
                                secret || PG_ARGISNULL(3) ? (Datum)0 : PG_GETARG_DATUM(3), secret || PG_ARGISNULL(3),
                                PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), secret,
                                &entry->ttl, !entry->replaces);
-    SPI_finish();
     if (written != 1)
         ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                         errmsg("idempotency key was taken by another transaction"),
@@ -869,12 +977,10 @@ Datum idempotency_save_final(PG_FUNCTION_ARGS) {
     LOCKTAG tag;
     key_locktag(&tag, principal, key);
     if (lock_key(&tag, wait_timeout_ms) == LockHolder::none) PG_RETURN_BOOL(false);
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     uint64 written = store_key(principal, key, action, fingerprint, status,
                                PG_ARGISNULL(6) ? (Datum)0 : PG_GETARG_DATUM(6), PG_ARGISNULL(6),
                                PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), (Datum)0, true,
                                false, &ttl);
-    SPI_finish();
     PG_RETURN_BOOL(written == 1);
 }
 
