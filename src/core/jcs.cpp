@@ -75,30 +75,13 @@ JsonPointer JsonPointer::parse(std::string_view text) {
 // ---------------------------------------------------------------------------
 // Numbers
 
-std::size_t format_number(double value, char* buffer) noexcept {
-    if (value == 0) {  // both zeros
-        buffer[0] = '0';
-        return 1;
-    }
-    // Shortest round-trip digits (Ryu in libstdc++), then ECMAScript's layout.
-    char sci[kMaxNumberChars];
-    auto res = std::to_chars(sci, sci + sizeof sci, value, std::chars_format::scientific);
-    const char* p = sci;
-    const char* end = res.ptr;
-    char* out = buffer;
-    if (*p == '-') {
-        *out++ = '-';
-        ++p;
-    }
-    char digits[20];
-    int k = 0;
-    while (p < end && *p != 'e') {
-        if (*p != '.') digits[k++] = *p;
-        ++p;
-    }
-    int exponent = 0;
-    std::from_chars(p + 1 + (p[1] == '+'), end, exponent);
-    const int n = exponent + 1;  // value = 0.d1d2...dk * 10^n
+namespace {
+
+// Writes the decimal value (-)0.d1d2...dk × 10^n, given its significant digits
+// (k >= 1, no leading or trailing zero) in ECMAScript Number::toString's layout
+// (ECMA-262 section 6.1.6.1.20, steps 6 to 10); returns the end of the text.
+char* layout_decimal(char* out, bool negative, const char* digits, int k, int n) {
+    if (negative) *out++ = '-';
     if (k <= n && n <= 21) {
         std::memcpy(out, digits, k);
         out += k;
@@ -126,10 +109,46 @@ std::size_t format_number(double value, char* buffer) noexcept {
         }
         *out++ = 'e';
         *out++ = n - 1 >= 0 ? '+' : '-';
-        auto r = std::to_chars(out, buffer + kMaxNumberChars, n - 1 >= 0 ? n - 1 : 1 - n);
-        out = r.ptr;
+        const unsigned e = static_cast<unsigned>(n - 1 >= 0 ? n - 1 : 1 - n);  // at most 324
+        if (e >= 100) *out++ = static_cast<char>('0' + e / 100);
+        if (e >= 10) *out++ = static_cast<char>('0' + e / 10 % 10);
+        *out++ = static_cast<char>('0' + e % 10);
     }
-    return static_cast<std::size_t>(out - buffer);
+    return out;
+}
+
+}  // namespace
+
+std::size_t format_number(double value, char* buffer) noexcept {
+    if (value == 0) {  // both zeros
+        buffer[0] = '0';
+        return 1;
+    }
+    // Shortest round-trip digits (Ryu in libstdc++) as "[-]d[.ddd]e[+-]x",
+    // then ECMAScript's layout.
+    char sci[kMaxNumberChars];
+    auto res = std::to_chars(sci, sci + sizeof sci, value, std::chars_format::scientific);
+    const char* p = sci;
+    const char* const end = res.ptr;
+    const bool negative = *p == '-';
+    p += negative;
+    char digits[20];
+    digits[0] = *p++;
+    int k = 1;
+    if (*p == '.') {
+        ++p;
+        const char* e = static_cast<const char*>(std::memchr(p, 'e', static_cast<std::size_t>(end - p)));
+        std::memcpy(digits + 1, p, static_cast<std::size_t>(e - p));
+        k += static_cast<int>(e - p);
+        p = e;
+    }
+    ++p;  // 'e'
+    const bool negative_exponent = *p == '-';
+    ++p;  // to_chars always writes the exponent's sign
+    int exponent = 0;
+    for (; p < end; ++p) exponent = exponent * 10 + (*p - '0');
+    if (negative_exponent) exponent = -exponent;
+    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, exponent + 1) - buffer);
 }
 
 std::string format_number(double value) {
@@ -590,6 +609,60 @@ bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char
     return true;
 }
 
+// The canonical form of a number literal with at most 15 significant digits,
+// from its digits alone: such a literal is the shortest decimal that round-trips
+// to its double (DBL_DIG = 15: no other decimal of 15 or fewer digits reads as
+// the same double), so only ECMAScript's layout has to be applied ("1.50" ->
+// "1.5", "2.5E-3" -> "0.0025", "-0" -> "0", "6.02e23" -> "6.02e+23"). Writes
+// into buffer (kMaxNumberChars bytes) and returns the length; returns 0 when the
+// literal has more significant digits or its magnitude is near the ends of the
+// double range (where subnormals carry fewer digits and large values overflow),
+// which are left to the general path. The parts are the literal's integer digits,
+// fraction digits (possibly empty) and exponent (sign and digits, possibly empty).
+std::size_t rewrite_decimal(bool negative, const unsigned char* int_begin, const unsigned char* int_end,
+                            const unsigned char* frac_begin, const unsigned char* frac_end,
+                            const unsigned char* exp_begin, const unsigned char* exp_end, char* buffer) {
+    char digits[15];
+    int k = 0;
+    int zeros = 0;  // zeros seen since the last nonzero digit, written only if one follows
+    auto take = [&](const unsigned char* from, const unsigned char* to) {
+        for (; from < to; ++from) {
+            if (*from == '0') {
+                ++zeros;
+                continue;
+            }
+            if (k + zeros >= 15) return false;
+            for (; zeros > 0; --zeros) digits[k++] = '0';  // a few at most: no memset call
+            digits[k++] = static_cast<char>(*from);
+        }
+        return true;
+    };
+    long n;  // value = 0.digits × 10^n
+    if (*int_begin != '0') {
+        n = int_end - int_begin;
+        if (n > 400 || !take(int_begin, int_end)) return 0;
+    } else {
+        const unsigned char* first = frac_begin;
+        while (first < frac_end && *first == '0') ++first;
+        n = -(first - frac_begin);
+        frac_begin = first;
+    }
+    if (!take(frac_begin, frac_end)) return 0;
+    if (k == 0) {  // every zero, with any sign and exponent
+        buffer[0] = '0';
+        return 1;
+    }
+    if (exp_begin < exp_end) {
+        const bool negative_exponent = *exp_begin == '-';
+        exp_begin += *exp_begin == '-' || *exp_begin == '+';
+        long e = 0;
+        for (; exp_begin < exp_end && e < 100000; ++exp_begin) e = e * 10 + (*exp_begin - '0');
+        n += negative_exponent ? -e : e;
+    }
+    if (n < -300 || n > 300) return 0;
+    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
+}
+
 // First byte at or after s that is not an ASCII digit, or end. Numbers in API
 // payloads are mostly 5 to 17 digits: one SSE2 block instead of a loop.
 inline const unsigned char* scan_digits(const unsigned char* s, const unsigned char* end) {
@@ -624,26 +697,32 @@ bool Document::parse_number(const unsigned char*& p) {
     } else {
         return fail(JsonErrc::syntax, s);
     }
+    const unsigned char* const int_end = s;
     const std::size_t int_digits = static_cast<std::size_t>(s - int_begin);
     const bool int_zero = *int_begin == '0';
     std::size_t frac_digits = 0, frac_leading_zeros = 0;
     bool frac_trailing_zero = false, has_exponent = false;
+    const unsigned char* frac = s;
+    const unsigned char* frac_end = s;
     if (s < end_ && *s == '.') {
         ++s;
-        const unsigned char* frac = s;
+        frac = s;
         s = scan_digits(s, end_);
+        frac_end = s;
         frac_digits = static_cast<std::size_t>(s - frac);
         if (frac_digits == 0) return fail(JsonErrc::syntax, s);
         while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0') ++frac_leading_zeros;
         frac_trailing_zero = s[-1] == '0';
     }
+    const unsigned char* exp = s;  // the exponent's sign and digits: none unless 'e' follows
     if (s < end_ && (*s == 'e' || *s == 'E')) {
         has_exponent = true;
         ++s;
+        exp = s;
         if (s < end_ && (*s == '+' || *s == '-')) ++s;
-        const unsigned char* exp = s;
+        const unsigned char* exp_digits = s;
         while (s < end_ && *s >= '0' && *s <= '9') ++s;
-        if (s == exp) return fail(JsonErrc::syntax, s);
+        if (s == exp_digits) return fail(JsonErrc::syntax, s);
     }
     p = s;
     const std::uint32_t len = static_cast<std::uint32_t>(s - start);
@@ -667,12 +746,19 @@ bool Document::parse_number(const unsigned char*& p) {
         }
     }
 
-    double value = 0;
-    auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
-    if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return fail(JsonErrc::syntax, start);
-    if (!std::isfinite(value)) return fail(JsonErrc::number_overflow, start);  // underflow gives 0
+    // More than 15 significant digits and no trailing zero (typically a double
+    // printed by another serializer) is never a rewrite: skip trying.
+    const std::size_t significant = int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
+    const bool rewritable = significant <= 15 || frac_end[-1] == '0';
     char buffer[kMaxNumberChars];
-    std::size_t n = format_number(value, buffer);
+    std::size_t n = rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, buffer) : 0;
+    if (n == 0) {
+        double value = 0;
+        auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
+        if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return fail(JsonErrc::syntax, start);
+        if (!std::isfinite(value)) return fail(JsonErrc::number_overflow, start);  // underflow gives 0
+        n = format_number(value, buffer);
+    }
     const std::size_t at = arena_.size();
     arena_.append(buffer, n);
     add_node(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
