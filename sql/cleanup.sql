@@ -52,9 +52,29 @@ SELECT count(*) AS absent FROM idempotency.lookup('p', 'nope');
 SELECT idempotency.schedule_cleanup();
 SELECT idempotency.unschedule_cleanup();
 
+-- Each batch resumes at the latest expiry of the one before; rows sharing that
+-- expiry that did not fit are taken by the next batch, rows expiring earlier
+-- than `after` are left alone.
+INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
+SELECT 'q', 'tie-' || i, 'refund', decode(repeat('00', 32), 'hex'), 'completed', 200, '1999-01-01 00:00+00',
+       CASE WHEN i <= 2 THEN timestamptz '2000-01-01 00:00+00' ELSE timestamptz '2000-01-02 00:00+00' END
+  FROM generate_series(1, 6) AS i;
+SELECT deleted, last_expiry = '2000-01-02 00:00+00' AS at_the_tie FROM idempotency.cleanup_batch(3, NULL);
+SELECT count(*) AS left_at_the_tie FROM idempotency.keys WHERE principal = 'q' AND expires_at = '2000-01-02 00:00+00';
+INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
+VALUES ('q', 'earlier', 'refund', decode(repeat('00', 32), 'hex'), 'completed', 200, '1999-01-01 00:00+00',
+        '2000-01-01 12:00+00');
+SELECT deleted, last_expiry = '2000-01-02 00:00+00' AS same_expiry
+  FROM idempotency.cleanup_batch(10, '2000-01-02 00:00+00');
+SELECT key FROM idempotency.keys WHERE principal = 'q';
+SELECT deleted, last_expiry IS NULL AS nothing_deleted FROM idempotency.cleanup_batch(10, '2000-01-02 00:00+00');
+SELECT deleted FROM idempotency.cleanup_batch(10, NULL);
+SELECT deleted FROM idempotency.cleanup_batch(NULL, NULL);
+
 -- Operators only.
 SELECT has_table_privilege('public', 'idempotency.status', 'SELECT') AS public_status,
        has_function_privilege('public', 'idempotency.lookup(text,text)', 'EXECUTE') AS public_lookup,
-       has_function_privilege('public', 'idempotency.cleanup_batch(integer)', 'EXECUTE') AS public_batch;
+       has_function_privilege('public', 'idempotency.cleanup_batch(integer)', 'EXECUTE') AS public_batch,
+       has_function_privilege('public', 'idempotency.cleanup_batch(integer,timestamptz)', 'EXECUTE') AS public_resume;
 
 DELETE FROM idempotency.keys;

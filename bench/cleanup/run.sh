@@ -3,9 +3,11 @@
 # CALL idempotency.cleanup() while pgbench runs the transactional protocol with
 # fresh keys at a fixed rate (-R) of half the rate it reaches alone. Reports
 # cleanup rows/s and the protocol's p50/p99 latency without and with cleanup
-# running (same duration, same table size).
+# running (same duration, same table size), per round and as medians over
+# ROUNDS rounds (each: load the expired keys, a baseline run, a run with
+# cleanup, VACUUM).
 #
-#   bench/cleanup/run.sh     EXPIRED=1000000 BATCH=10000 PAUSE=0 by default
+#   bench/cleanup/run.sh     EXPIRED=1000000 BATCH=10000 PAUSE=0 ROUNDS=3 by default
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 expired=${EXPIRED:-1000000}
@@ -32,14 +34,20 @@ max=$(bench -T 15 2>/dev/null | awk '/^tps/ { print int($3) }')
 rate=$((max / 2))
 echo "max ${max} tps; fixed rate for the runs: ${rate} tps"
 
-echo "== loading $expired expired keys"
-psql -X -q -v ON_ERROR_STOP=1 -d bench -c "
-  INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, response_body,
-                                created_at, expires_at)
-  SELECT 'old', 'key-' || i, 'create_order', decode(repeat('00', 32), 'hex'), 'completed', 201,
-         convert_to('{\"id\":' || i || '}', 'UTF8'),
-         now() - interval '3 days', now() - interval '2 days' + (i % 86400) * interval '1 second'
-    FROM generate_series(1, $expired) AS i" -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
+# Autovacuum stays off for the two bench tables, so it never falls into a
+# measured run; every round ends with a VACUUM instead.
+psql -X -q -v ON_ERROR_STOP=1 -d bench -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
+  -c "ALTER TABLE effects SET (autovacuum_enabled = off)"
+
+load_expired() {
+  psql -X -q -v ON_ERROR_STOP=1 -d bench -c "
+    INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, response_body,
+                                  created_at, expires_at)
+    SELECT 'old', 'key-' || i, 'create_order', decode(repeat('00', 32), 'hex'), 'completed', 201,
+           convert_to('{\"id\":' || i || '}', 'UTF8'),
+           now() - interval '3 days', now() - interval '2 days' + (i % 86400) * interval '1 second'
+      FROM generate_series(1, $expired) AS i" -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
+}
 
 # percentiles LOGDIR FROM TO: p50 and p99 latency (ms) of transactions that started in [FROM, TO) (epoch s)
 percentiles() {
@@ -47,31 +55,43 @@ percentiles() {
     sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) { print "n/a n/a 0"; exit }
       printf "%.3f %.3f %d\n", a[int(NR * 0.50) + 1], a[int(NR * 0.99) + 1], NR }'
 }
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 duration=${DURATION:-40}
-echo "== baseline: $duration s at $rate tps, no cleanup"
-mkdir -p "$work/base" && (cd "$work/base" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1)
-start=$(awk 'NR == 1 { print $5 + 10 }' "$work"/base/pgbench_log.* | head -1)
-read -r base_p50 base_p99 base_n <<<"$(percentiles "$work/base" "$start" "$((start + duration - 15))")"
-
-echo "== with cleanup: $duration s at $rate tps, CALL idempotency.cleanup(batch_size => $batch) after 10 s"
-mkdir -p "$work/load"
-(cd "$work/load" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1) &
-load=$!
-sleep 10
-c_start=$(date +%s.%N)
-deleted=$(psql -X -q -At -d bench -c "CALL idempotency.cleanup(batch_size => $batch, pause => '${pause} ms')")
-c_end=$(date +%s.%N)
-wait "$load"
-read -r load_p50 load_p99 load_n <<<"$(percentiles "$work/load" "$c_start" "$c_end")"
-seconds=$(echo "$c_end - $c_start" | bc -l)
-
-printf '\n%-34s %s\n' "expired keys deleted" "$deleted"
-printf '%-34s %.1f s = %.0f rows/s (goal >= 50000)\n' "cleanup time" "$seconds" "$(echo "$deleted / $seconds" | bc -l)"
+rounds=${ROUNDS:-3}
+printf '%-6s %10s %9s %16s %16s %9s\n' round deleted rows/s "base p50/p99" "cleanup p50/p99" "p99 ratio"
+for ((r = 1; r <= rounds; r++)); do
+  load_expired
+  # Baseline: the middle of a run at the fixed rate, no cleanup.
+  rm -rf "$work/base" && mkdir -p "$work/base"
+  (cd "$work/base" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1)
+  start=$(awk 'NR == 1 { print $5 + 10 }' "$work"/base/pgbench_log.* | head -1)
+  read -r base_p50 base_p99 _ <<<"$(percentiles "$work/base" "$start" "$((start + duration - 15))")"
+  # The same with CALL idempotency.cleanup() starting after 10 s: the transactions
+  # that started while it ran.
+  rm -rf "$work/load" && mkdir -p "$work/load"
+  (cd "$work/load" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1) &
+  load=$!
+  sleep 10
+  c_start=$(date +%s.%N)
+  deleted=$(psql -X -q -At -d bench -c "CALL idempotency.cleanup(batch_size => $batch, pause => '${pause} ms')")
+  c_end=$(date +%s.%N)
+  wait "$load"
+  read -r load_p50 load_p99 _ <<<"$(percentiles "$work/load" "$c_start" "$c_end")"
+  seconds=$(echo "$c_end - $c_start" | bc -l)
+  rows=$(echo "$deleted / $seconds" | bc -l)
+  ratio=$(echo "$load_p99 / $base_p99" | bc -l)
+  printf '%-6s %10s %9.0f %16s %16s %9.2f\n' "$r" "$deleted" "$rows" "$base_p50/$base_p99" "$load_p50/$load_p99" "$ratio"
+  echo "$rows" >>"$work/rows"; echo "$base_p50" >>"$work/bp50"; echo "$base_p99" >>"$work/bp99"
+  echo "$load_p50" >>"$work/lp50"; echo "$load_p99" >>"$work/lp99"; echo "$ratio" >>"$work/ratio"
+  if (( $(echo "$seconds > $duration - 12" | bc -l) )); then
+    echo "note: cleanup outlasted the load run; raise DURATION"
+  fi
+  psql -X -q -d bench -c "VACUUM idempotency.keys" -c "VACUUM effects" -c "CHECKPOINT"
+done
+printf '\n%-34s %s (batch %s, pause %s ms)\n' "expired keys per round" "$expired" "$batch" "$pause"
+printf '%-34s %.0f rows/s (goal >= 50000)\n' "cleanup, median" "$(median <"$work/rows")"
 printf '%-34s %s tps (max %s)\n' "protocol rate (pgbench -R)" "$rate" "$max"
-printf '%-34s p50 %s ms, p99 %s ms (%s transactions)\n' "latency without cleanup" "$base_p50" "$base_p99" "$base_n"
-printf '%-34s p50 %s ms, p99 %s ms (%s transactions)\n' "latency while cleanup runs" "$load_p50" "$load_p99" "$load_n"
-printf '%-34s %.2f (goal <= 1.20)\n' "p99 ratio" "$(echo "$load_p99 / $base_p99" | bc -l)"
-if (( $(echo "$seconds > $duration - 12" | bc -l) )); then
-  echo "note: cleanup outlasted the load run; raise DURATION"
-fi
+printf '%-34s p50 %s ms, p99 %s ms\n' "latency without cleanup, median" "$(median <"$work/bp50")" "$(median <"$work/bp99")"
+printf '%-34s p50 %s ms, p99 %s ms\n' "latency while cleanup runs, median" "$(median <"$work/lp50")" "$(median <"$work/lp99")"
+printf '%-34s %.2f (median of the rounds; goal <= 1.20)\n' "p99 ratio" "$(median <"$work/ratio")"

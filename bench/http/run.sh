@@ -41,8 +41,9 @@ start_service() {  # start_service SYNCHRONOUS_COMMIT
   for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
 }
 
-rps() {  # rps PATH RUN-ID -> requests/s
-  WRK_PATH=$1 WRK_RUN=$2 wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua "http://127.0.0.1:$http_port" \
+rps() {  # rps PATH RUN-ID [CONNECTIONS] -> requests/s
+  local c=${3:-8}
+  WRK_PATH=$1 WRK_RUN=$2 wrk -t$((c < 2 ? c : 2)) -c"$c" -d"${duration}s" -s bench/http/fresh_keys.lua "http://127.0.0.1:$http_port" \
     2>"$work/wrk.err" | awk '/^Requests\/sec/ { print $2 }'
   if [[ -s $work/wrk.err ]]; then echo "wrk reported: $(sort "$work/wrk.err" | uniq -c | head -3)" >&2; fi
 }
@@ -73,6 +74,18 @@ for sc in off on; do
   mp=$(median <"$work/plain.$sc")
   printf '%-18s %-7s %10.0f %10.0f %10.0f %9.3f %9.3f   (goal: wrapped >= 0.85 x plain)\n' "$sc" median \
     "$mw" "$mc" "$mp" "$(echo "$mw / $mp" | bc -l)" "$(echo "$mc / $mp" | bc -l)"
+  # One client, one request at a time: the time per request, where round trips
+  # show directly (medians of the rounds, order rotated as above).
+  for name in "${names[@]}"; do : >"$work/$name.$sc.c1"; done
+  for ((r = 1; r <= rounds; r++)); do
+    for ((j = 0; j < 3; j++)); do
+      i=$(((r + j) % 3))
+      rps "${routes[$i]}" "${names[$i]}-$sc-c1-$r-$RANDOM" 1 >>"$work/${names[$i]}.$sc.c1"
+    done
+  done
+  us() { echo "1000000 / $(median <"$work/$1.$sc.c1")" | bc -l; }
+  printf '%-18s %-7s %10.1f %10.1f %10.1f   (one client: microseconds per request)\n' "$sc" "1 conn" \
+    "$(us wrapped)" "$(us classic)" "$(us plain)"
 done
 psql -X -q -At -d shop -c "SELECT 'orders ' || count(*) FROM orders" \
   -c "SELECT 'keys ' || count(*) FROM idempotency.keys"

@@ -1,6 +1,6 @@
 -- Structure of the key store and the protocol functions.
 BEGIN;
-SELECT plan(77);
+SELECT plan(79);
 
 -- The table, column by column.
 SELECT has_table('idempotency', 'keys', 'table idempotency.keys exists');
@@ -97,6 +97,9 @@ SELECT isnt_definer('idempotency', 'cleanup', ARRAY['integer', 'interval', 'inte
                     'cleanup runs as its caller (it commits between batches)');
 SELECT has_function('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch(integer)');
 SELECT is_definer('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch is SECURITY DEFINER');
+SELECT has_function('idempotency', 'cleanup_batch', ARRAY['integer', 'timestamp with time zone'], 'cleanup_batch(integer, timestamptz)');
+SELECT is_definer('idempotency', 'cleanup_batch', ARRAY['integer', 'timestamp with time zone'],
+                  'cleanup_batch(integer, timestamptz) is SECURITY DEFINER');
 SELECT has_function('idempotency', 'schedule_cleanup', ARRAY['text'], 'schedule_cleanup(text)');
 SELECT has_function('idempotency', 'unschedule_cleanup', ARRAY[]::text[], 'unschedule_cleanup()');
 SELECT has_function('idempotency', 'lookup', ARRAY['text', 'text'], 'lookup(text, text)');
