@@ -89,3 +89,7 @@ for sc in off on; do
 done
 psql -X -q -At -d shop -c "SELECT 'orders ' || count(*) FROM orders" \
   -c "SELECT 'keys ' || count(*) FROM idempotency.keys"
+if grep -qv 'listening on' "$work/service.log"; then
+  echo "the service logged (count, message):"
+  grep -v 'listening on' "$work/service.log" | sort | uniq -c | sort -rn | head -5
+fi

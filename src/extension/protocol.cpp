@@ -551,15 +551,27 @@ TupleDesc lookup_desc() {
     return desc;
 }
 
+// The OIDs of the key table and its primary key.
+struct KeyTableOids {
+    Oid table;
+    Oid index;
+};
+
 // The key table's OIDs, looked up once per session (dropped by the relcache
-// callback above).
-void resolve_key_table() {
-    if (OidIsValid(keys_table_oid) && OidIsValid(keys_index_oid)) return;
-    Oid schema = get_namespace_oid("idempotency", false);
-    keys_table_oid = get_relname_relid("keys", schema);
-    keys_index_oid = get_relname_relid("keys_pkey", schema);
-    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+// callback above). Callers use the returned copy: opening a relation accepts
+// invalidation messages, and the callback may clear the cache in between.
+KeyTableOids resolve_key_table() {
+    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid)) {
+        Oid schema = get_namespace_oid("idempotency", false);
+        Oid table = get_relname_relid("keys", schema);
+        Oid index = get_relname_relid("keys_pkey", schema);
+        if (!OidIsValid(table) || !OidIsValid(index))
+            ereport(ERROR,
+                    (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+        keys_table_oid = table;
+        keys_index_oid = index;
+    }
+    return KeyTableOids{keys_table_oid, keys_index_oid};
 }
 
 // Looks the key up through the primary key index directly: no SPI, no
@@ -568,9 +580,9 @@ void resolve_key_table() {
 // a winner that committed while we waited is seen). The row is copied into
 // the current memory context.
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
-    resolve_key_table();
-    Relation table = table_open(keys_table_oid, AccessShareLock);
-    Relation index = index_open(keys_index_oid, AccessShareLock);
+    const KeyTableOids oids = resolve_key_table();
+    Relation table = table_open(oids.table, AccessShareLock);
+    Relation index = index_open(oids.index, AccessShareLock);
     Snapshot scan_snapshot = RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
 
     ScanKeyData keys[2];
@@ -637,8 +649,7 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
 bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
                     bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
                     bool one_time_secret, const Interval* ttl) {
-    resolve_key_table();
-    Relation rel = table_open(keys_table_oid, RowExclusiveLock);
+    Relation rel = table_open(resolve_key_table().table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
     if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relrowsecurity ||
         desc->natts > 32) {
