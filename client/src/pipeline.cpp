@@ -31,6 +31,12 @@ void rollback_quietly(PGconn* connection) noexcept {
 std::vector<ResultPtr> run_pipeline(PGconn* connection, const std::vector<Statement>& statements) {
     if (connection == nullptr || PQstatus(connection) != CONNECTION_OK)
         throw pqxx::broken_connection("the connection is not open");
+    // Checked before anything is sent: a throw half way would leave the
+    // connection in pipeline mode with statements queued.
+    for (const Statement& statement : statements)
+        for (const Param& param : statement.params)
+            if (param.value && param.value->size() > static_cast<std::size_t>(INT_MAX))
+                throw std::length_error("a statement parameter is larger than 2 GiB");
     if (PQenterPipelineMode(connection) != 1) throw connection_failure(connection, "cannot enter pipeline mode");
 
     std::vector<ResultPtr> results;
@@ -47,8 +53,6 @@ std::vector<ResultPtr> run_pipeline(PGconn* connection, const std::vector<Statem
         for (std::size_t i = 0; i < n; ++i) {
             const Param& param = statement.params[i];
             if (!param.value) continue;  // NULL
-            if (param.value->size() > static_cast<std::size_t>(INT_MAX))
-                throw std::length_error("a statement parameter is larger than 2 GiB");
             values[i] = param.value->data();
             lengths[i] = static_cast<int>(param.value->size());
             if (param.binary) {

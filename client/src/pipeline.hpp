@@ -22,6 +22,8 @@ struct Param {
 
     /// A text value (std::string: NUL-terminated, as libpq needs).
     static Param text(const std::string& value) { return Param{std::string_view(value), false}; }
+    /// Not from a temporary: the statement only points at the text.
+    static Param text(std::string&&) = delete;
     /// A bytea value, sent in binary format (any bytes).
     static Param bytes(std::string_view value) { return Param{value, true}; }
     /// SQL NULL.
