@@ -8,6 +8,7 @@
 # cleanup, VACUUM).
 #
 #   bench/cleanup/run.sh     EXPIRED=1000000 BATCH=10000 PAUSE=0 ROUNDS=3 by default
+#   EXTRA_CONF=$'shared_buffers = 1GB' bench/cleanup/run.sh    more postgresql.conf lines
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 expired=${EXPIRED:-1000000}
@@ -19,7 +20,7 @@ make -s && make -s install >/dev/null
 work=$(mktemp -d /tmp/idem-cleanupbench.XXXXXX)
 chmod 755 "$work"
 trap 'scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-PGCLUSTER_CONF=$'fsync = on\nsynchronous_commit = off\nmax_wal_size = 4GB' \
+PGCLUSTER_CONF=$'fsync = on\nsynchronous_commit = off\nmax_wal_size = 4GB\n'"${EXTRA_CONF:-}" \
   scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55470}" >/dev/null
 # shellcheck disable=SC1091
 source "$work/pg/env"
