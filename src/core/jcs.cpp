@@ -362,6 +362,41 @@ struct Scratch {
     }
 };
 
+// A growable array over a borrowed (per-thread, reused) vector whose append
+// is one compare and a store: std::vector::push_back compiles to a call in the
+// parser's loop, which costs more than the work around it.
+template <class T>
+class Appender {
+public:
+    Appender(std::vector<T>& storage, std::size_t at_least) : storage_(storage) {
+        if (storage_.size() < at_least) storage_.resize(at_least);
+        data_ = storage_.data();
+        capacity_ = storage_.size();
+    }
+    __attribute__((always_inline)) void push(const T& value) {
+        if (size_ == capacity_) grow();
+        data_[size_++] = value;
+    }
+    T& operator[](std::size_t i) { return data_[i]; }
+    const T& operator[](std::size_t i) const { return data_[i]; }
+    T* data() { return data_; }
+    std::size_t size() const { return size_; }
+    /// Drops the entries from `size` on.
+    void truncate(std::size_t size) { size_ = size; }
+
+private:
+    __attribute__((noinline)) void grow() {
+        storage_.resize(storage_.size() * 2);
+        data_ = storage_.data();
+        capacity_ = storage_.size();
+    }
+
+    std::vector<T>& storage_;  // data_ points into it; size_ entries are used
+    T* data_ = nullptr;
+    std::size_t size_ = 0;
+    std::size_t capacity_ = 0;
+};
+
 class Document {
 public:
     Document(std::string_view input, const CanonicalizeOptions& options, Scratch& scratch)
@@ -369,21 +404,14 @@ public:
           end_(in_ + input.size()),
           size_(input.size()),
           options_(options),
-          storage_(scratch.nodes),
+          nodes_(scratch.nodes, size_ / 8 + 64),  // about one node per 8 input bytes
           members_(scratch.members),
-          open_keys_(scratch.open_keys),
+          keys_(scratch.open_keys, 64),
           names_(scratch.names),
           stack_(scratch.stack),
           arena_(scratch.arena),
           cursors_(scratch.cursors) {
         scratch.clear();
-        const std::size_t estimate = size_ / 8 + 64;  // about one node per 8 input bytes
-        if (storage_.size() < estimate) storage_.resize(estimate);
-        nodes_ = storage_.data();
-        node_capacity_ = storage_.size();
-        if (open_keys_.size() < 64) open_keys_.resize(64);
-        keys_ = open_keys_.data();
-        key_capacity_ = open_keys_.size();
     }
 
     bool parse(JsonError& error);
@@ -391,28 +419,6 @@ public:
     void write(std::string& out);
 
 private:
-    // Appends a node; the common case is one compare and a store.
-    __attribute__((always_inline)) void add_node(const Node& node) {
-        if (node_count_ == node_capacity_) grow_nodes();
-        nodes_[node_count_++] = node;
-    }
-    __attribute__((noinline)) void grow_nodes() {
-        storage_.resize(storage_.size() * 2);
-        nodes_ = storage_.data();
-        node_capacity_ = storage_.size();
-    }
-    // Records node `key` as a member name of the innermost open object; like
-    // add_node, without the call that vector::push_back is compiled to.
-    __attribute__((always_inline)) void add_key(std::uint32_t key) {
-        if (key_count_ == key_capacity_) grow_keys();
-        keys_[key_count_++] = key;
-    }
-    __attribute__((noinline)) void grow_keys() {
-        open_keys_.resize(open_keys_.size() * 2);
-        keys_ = open_keys_.data();
-        key_capacity_ = open_keys_.size();
-    }
-
     bool fail(JsonErrc code, const unsigned char* at) {
         error_.code = code;
         error_.offset = static_cast<std::size_t>(at - in_);
@@ -439,15 +445,9 @@ private:
     std::size_t size_;
     const CanonicalizeOptions& options_;
     JsonError error_;
-    std::vector<Node>& storage_;  // nodes_ points into it; node_count_ entries are used
-    Node* nodes_ = nullptr;
-    std::size_t node_count_ = 0;
-    std::size_t node_capacity_ = 0;
+    Appender<Node> nodes_;
     std::vector<std::uint32_t>& members_;
-    std::vector<std::uint32_t>& open_keys_;  // keys_ points into it; key_count_ entries are used
-    std::uint32_t* keys_ = nullptr;
-    std::size_t key_count_ = 0;
-    std::size_t key_capacity_ = 0;
+    Appender<std::uint32_t> keys_;  // member names (node indexes) of the open objects
     std::vector<MemberName>& names_;
     std::vector<Frame>& stack_;
     std::string& arena_;
@@ -481,7 +481,7 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
     const unsigned char* s = scan_plain(p + 1, end_);
     if (s < end_ && *s == '"') {
         const auto len = static_cast<std::uint32_t>(s - quote - 1);
-        add_node(Node{static_cast<std::uint64_t>(quote + 1 - in_), len, static_cast<std::uint32_t>(quote - in_),
+        nodes_.push(Node{static_cast<std::uint64_t>(quote + 1 - in_), len, static_cast<std::uint32_t>(quote - in_),
                       kString, 0});
         out_size_ += len + 2;
         p = s + 1;
@@ -501,7 +501,7 @@ bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s
         const unsigned c = *s;
         if (c == '"') {
             const auto len = static_cast<std::uint32_t>(s - quote - 1);
-            add_node(Node{static_cast<std::uint64_t>(quote + 1 - in_), len,
+            nodes_.push(Node{static_cast<std::uint64_t>(quote + 1 - in_), len,
                                   static_cast<std::uint32_t>(quote - in_), kString, non_ascii});
             out_size_ += len + 2;
             p = s + 1;
@@ -603,7 +603,7 @@ bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char
     }
     const auto len = static_cast<std::uint32_t>(arena_.size() - start);
     out_size_ += len + 2 + extra;
-    add_node(Node{start, len, static_cast<std::uint32_t>(quote - in_), kString,
+    nodes_.push(Node{start, len, static_cast<std::uint32_t>(quote - in_), kString,
                           static_cast<std::uint8_t>(kInArena | non_ascii | (extra != 0 ? kNeedsEscape : 0))});
     p = s + 1;
     return true;
@@ -740,7 +740,7 @@ bool Document::parse_number(const unsigned char*& p) {
             canonical = int_digits + frac_digits <= 15;
         }
         if (canonical) {
-            add_node(Node{static_cast<std::uint64_t>(start - in_), len, 0, kNumber, 0});
+            nodes_.push(Node{static_cast<std::uint64_t>(start - in_), len, 0, kNumber, 0});
             out_size_ += len;
             return true;
         }
@@ -761,7 +761,7 @@ bool Document::parse_number(const unsigned char*& p) {
     }
     const std::size_t at = arena_.size();
     arena_.append(buffer, n);
-    add_node(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
+    nodes_.push(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
     out_size_ += n;
     return true;
 }
@@ -772,7 +772,7 @@ bool Document::parse_number(const unsigned char*& p) {
 __attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p) {
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
-    add_key(static_cast<std::uint32_t>(node_count_));
+    keys_.push(static_cast<std::uint32_t>(nodes_.size()));
     if (!parse_string(p)) return false;
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
@@ -781,8 +781,8 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
 }
 
 bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
-    std::uint32_t* const first = keys_ + first_key;
-    std::uint32_t* const last = keys_ + key_count_;
+    std::uint32_t* const first = keys_.data() + first_key;
+    std::uint32_t* const last = keys_.data() + keys_.size();
     const std::size_t count = static_cast<std::size_t>(last - first);
     out_size_ += count;  // the ':' of each member
     if (count > 1) {
@@ -821,9 +821,9 @@ bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
     Node& object = nodes_[index];
     object.pos = members_.size();
     object.len = static_cast<std::uint32_t>(count);
-    object.end = static_cast<std::uint32_t>(node_count_);
+    object.end = static_cast<std::uint32_t>(nodes_.size());
     members_.insert(members_.end(), first, last);
-    key_count_ = first_key;
+    keys_.truncate(first_key);
     return true;
 }
 
@@ -852,9 +852,9 @@ bool Document::parse(JsonError& error) {
                 fail(JsonErrc::too_deep, p);
                 break;
             }
-            const auto index = static_cast<std::uint32_t>(node_count_);
-            add_node(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
-            stack_.push_back(Frame{index, static_cast<std::uint32_t>(key_count_), 0});
+            const auto index = static_cast<std::uint32_t>(nodes_.size());
+            nodes_.push(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
+            stack_.push_back(Frame{index, static_cast<std::uint32_t>(keys_.size()), 0});
             out_size_ += 2;
             ++p;
             skip_ws();
@@ -863,7 +863,7 @@ bool Document::parse(JsonError& error) {
                 if (c == '{') {
                     ok = close_object(index, stack_.back().first_key);
                 } else {
-                    nodes_[index].end = static_cast<std::uint32_t>(node_count_);
+                    nodes_[index].end = static_cast<std::uint32_t>(nodes_.size());
                 }
                 stack_.pop_back();
             } else if (c == '{') {
@@ -877,15 +877,15 @@ bool Document::parse(JsonError& error) {
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             ok = parse_number(p);
         } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
-            add_node(Node{0, 0, 0, kTrue, 0});
+            nodes_.push(Node{0, 0, 0, kTrue, 0});
             out_size_ += 4;
             p += 4;
         } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
-            add_node(Node{0, 0, 0, kFalse, 0});
+            nodes_.push(Node{0, 0, 0, kFalse, 0});
             out_size_ += 5;
             p += 5;
         } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
-            add_node(Node{0, 0, 0, kNull, 0});
+            nodes_.push(Node{0, 0, 0, kNull, 0});
             out_size_ += 4;
             p += 4;
         } else {
@@ -919,7 +919,7 @@ bool Document::parse(JsonError& error) {
                     if (!close_object(frame.node, frame.first_key)) break;
                 } else {
                     Node& array = nodes_[frame.node];
-                    array.end = static_cast<std::uint32_t>(node_count_);
+                    array.end = static_cast<std::uint32_t>(nodes_.size());
                     array.len = frame.commas + 1;  // closed after a value: never empty here
                 }
                 stack_.pop_back();
