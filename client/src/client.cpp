@@ -229,8 +229,6 @@ Response Client::handle_request(const Request& request, const Handler* handler, 
               std::string(reinterpret_cast<const char*>(digest.data()), digest.size()), std::nullopt, std::nullopt};
     if (options_.ttl) call.ttl = std::to_string(options_.ttl->count()) + " seconds";
     if (options_.wait) call.wait = interval_ms(*options_.wait);
-    Handler adapted;
-    if (handler == nullptr) adapted = [any](pqxx::work& tx) { return (*any)(tx); };
 
     for (int attempt = 1;; ++attempt) {
         try {
@@ -239,7 +237,8 @@ Response Client::handle_request(const Request& request, const Handler* handler, 
             PGconn* raw = pipelined_ != nullptr ? pipelined_->raw_connection() : nullptr;
             if (any != nullptr && raw != nullptr && PQstatus(raw) == CONNECTION_OK)
                 return run_pipelined_attempt(call, *any);
-            return run_attempt(call, handler != nullptr ? *handler : adapted);
+            if (handler != nullptr) return run_attempt(call, *handler);
+            return run_attempt(call, [any](pqxx::work& tx) { return (*any)(tx); });
         } catch (const pqxx::serialization_failure&) {  // 40001
             if (attempt >= options_.max_attempts) throw;
         } catch (const pqxx::deadlock_detected&) {  // 40P01

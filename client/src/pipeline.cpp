@@ -9,6 +9,7 @@ namespace idem::detail {
 namespace {
 
 constexpr Oid bytea_oid = 17;  // pg_type.oid of bytea, fixed in every PostgreSQL
+constexpr std::size_t kMaxParams = 16;  // the protocol's statements have at most 8
 
 pqxx::broken_connection connection_failure(PGconn* connection, const char* doing) {
     return pqxx::broken_connection(std::string(doing) + ": " + PQerrorMessage(connection));
@@ -28,28 +29,28 @@ void rollback_quietly(PGconn* connection) noexcept {
 
 }  // namespace
 
-std::vector<ResultPtr> run_pipeline(PGconn* connection, const std::vector<Statement>& statements) {
+std::vector<ResultPtr> run_pipeline(PGconn* connection, std::initializer_list<const Statement*> statements) {
     if (connection == nullptr || PQstatus(connection) != CONNECTION_OK)
         throw pqxx::broken_connection("the connection is not open");
     // Checked before anything is sent: a throw half way would leave the
     // connection in pipeline mode with statements queued.
-    for (const Statement& statement : statements)
-        for (const Param& param : statement.params)
+    for (const Statement* statement : statements) {
+        if (statement->params.size() > kMaxParams) throw std::length_error("a statement has too many parameters");
+        for (const Param& param : statement->params)
             if (param.value && param.value->size() > static_cast<std::size_t>(INT_MAX))
                 throw std::length_error("a statement parameter is larger than 2 GiB");
+    }
     if (PQenterPipelineMode(connection) != 1) throw connection_failure(connection, "cannot enter pipeline mode");
 
     std::vector<ResultPtr> results;
     results.reserve(statements.size());
-    std::vector<Oid> types;
-    std::vector<const char*> values;
-    std::vector<int> lengths, formats;
-    for (const Statement& statement : statements) {
+    for (const Statement* statement_pointer : statements) {
+        const Statement& statement = *statement_pointer;
         const std::size_t n = statement.params.size();
-        types.assign(n, 0);
-        values.assign(n, nullptr);
-        lengths.assign(n, 0);
-        formats.assign(n, 0);
+        Oid types[kMaxParams] = {};
+        const char* values[kMaxParams] = {};
+        int lengths[kMaxParams] = {};
+        int formats[kMaxParams] = {};
         for (std::size_t i = 0; i < n; ++i) {
             const Param& param = statement.params[i];
             if (!param.value) continue;  // NULL
@@ -62,11 +63,9 @@ std::vector<ResultPtr> run_pipeline(PGconn* connection, const std::vector<Statem
         }
         int sent = 0;
         if (statement.name == nullptr) {
-            sent = PQsendQueryParams(connection, statement.sql, static_cast<int>(n), types.data(), values.data(),
-                                     lengths.data(), formats.data(), 0);
+            sent = PQsendQueryParams(connection, statement.sql, static_cast<int>(n), types, values, lengths, formats, 0);
         } else {
-            sent = PQsendQueryPrepared(connection, statement.name, static_cast<int>(n), values.data(), lengths.data(),
-                                       formats.data(), 0);
+            sent = PQsendQueryPrepared(connection, statement.name, static_cast<int>(n), values, lengths, formats, 0);
         }
         if (sent != 1) throw connection_failure(connection, "cannot send a statement");
     }
@@ -127,7 +126,8 @@ PipelinedTransaction::PipelinedTransaction(pqxx::connection_base& connection, PG
 PipelinedTransaction::~PipelinedTransaction() noexcept { End(); }
 
 void PipelinedTransaction::do_begin() {
-    std::vector<ResultPtr> results = run_pipeline(raw_, {Statement{"BEGIN", {}}, *first_});
+    static const Statement begin{"BEGIN", {}};
+    std::vector<ResultPtr> results = run_pipeline(raw_, {&begin, first_});
     throw_if_failed(results[0].get(), "BEGIN");
     if (!succeeded(results[1].get())) {
         rollback_quietly(raw_);
@@ -148,12 +148,11 @@ void PipelinedTransaction::commit_with(const Statement& last) {
 }
 
 void PipelinedTransaction::do_commit() {
-    std::vector<Statement> statements;
-    if (last_ != nullptr) statements.push_back(*last_);
-    statements.push_back(Statement{"COMMIT", {}});
+    static const Statement commit_statement{"COMMIT", {}};
     std::vector<ResultPtr> results;
     try {
-        results = run_pipeline(raw_, statements);
+        results = last_ != nullptr ? run_pipeline(raw_, {last_, &commit_statement})
+                                   : run_pipeline(raw_, {&commit_statement});
     } catch (const pqxx::broken_connection& e) {
         // COMMIT may or may not have run: never let the caller retry the effect.
         throw pqxx::in_doubt_error(std::string("connection lost while committing; the transaction may have "

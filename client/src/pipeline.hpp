@@ -2,6 +2,7 @@
 // statement and the last statement with COMMIT. Private to the library.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,7 +57,7 @@ using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
 /// returns one result per statement. Statements after a failed one come back as
 /// PGRES_PIPELINE_ABORTED. Throws pqxx::broken_connection when the connection
 /// fails on the way (nothing is known then about what ran).
-std::vector<ResultPtr> run_pipeline(PGconn* connection, const std::vector<Statement>& statements);
+std::vector<ResultPtr> run_pipeline(PGconn* connection, std::initializer_list<const Statement*> statements);
 
 /// Throws the libpqxx exception for a failed result, as libpqxx would for the
 /// same SQLSTATE (serialization_failure for 40001, deadlock_detected for 40P01,
