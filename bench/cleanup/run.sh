@@ -56,7 +56,8 @@ percentiles() {
     sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) { print "n/a n/a 0"; exit }
       printf "%.3f %.3f %d\n", a[int(NR * 0.50) + 1], a[int(NR * 0.99) + 1], NR }'
 }
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=../lib.sh
+source bench/lib.sh  # median
 
 duration=${DURATION:-40}
 rounds=${ROUNDS:-3}

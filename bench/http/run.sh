@@ -48,7 +48,8 @@ rps() {  # rps PATH RUN-ID [CONNECTIONS] -> requests/s
   if [[ -s $work/wrk.err ]]; then echo "wrk reported: $(sort "$work/wrk.err" | uniq -c | head -3)" >&2; fi
 }
 
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=../lib.sh
+source bench/lib.sh  # median
 
 printf '%-18s %-7s %10s %10s %10s %9s %9s\n' "synchronous_commit" "round" "wrapped" "classic" "plain" \
   "wrap/pl" "class/pl"
