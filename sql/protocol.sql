@@ -242,6 +242,26 @@ SELECT * FROM key_audit;
 DROP TRIGGER audit ON idempotency.keys;
 DROP FUNCTION audit_key();
 DROP TABLE key_audit;
+-- A column someone added (with a default) sends complete() back to the INSERT
+-- statement, which fills the default; once the column is dropped again, the
+-- direct write skips the dropped column. The session wrote a row directly
+-- above, so both steps also check that the cached column map is forgotten.
+ALTER TABLE idempotency.keys ADD COLUMN note text DEFAULT 'added';
+BEGIN;
+SELECT outcome FROM idempotency.begin('alice', 'k-added', 'create_order', fp('{"a":1}'));
+SELECT idempotency.complete('alice', 'k-added', 201, convert_to('added', 'UTF8'));
+COMMIT;
+SELECT key, state, response_status, note FROM idempotency.keys WHERE key = 'k-added';
+ALTER TABLE idempotency.keys DROP COLUMN note;
+BEGIN;
+SELECT outcome FROM idempotency.begin('alice', 'k-dropped', 'create_order', fp('{"a":2}'), '3 hours');
+SELECT idempotency.complete('alice', 'k-dropped', 202, convert_to('dropped', 'UTF8'), NULL, 'r-2');
+COMMIT;
+SELECT key, state, response_status, convert_from(response_body, 'UTF8') AS body, resource_id, fence,
+       expires_at - created_at AS ttl
+  FROM idempotency.keys WHERE key = 'k-dropped';
+SELECT outcome, response_status, convert_from(response_body, 'UTF8') AS body
+  FROM idempotency.begin('alice', 'k-dropped', 'create_order', fp('{"a":2}'));
 
 -- Leave the database as we found it for the next test file.
 DELETE FROM idempotency.keys;

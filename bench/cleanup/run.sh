@@ -9,6 +9,13 @@
 #
 #   bench/cleanup/run.sh     EXPIRED=1000000 BATCH=10000 PAUSE=0 ROUNDS=3 by default
 #   EXTRA_CONF=$'shared_buffers = 1GB' bench/cleanup/run.sh    more postgresql.conf lines
+#   SETUP_SQL='...' bench/cleanup/run.sh     SQL run in the bench database after CREATE EXTENSION
+#
+# Per round it also prints what the run with cleanup cost the server, from
+# pg_stat_wal and pg_stat_bgwriter: WAL bytes, full-page images, WAL writes and
+# syncs, how often the WAL buffers were full, and the buffers written by
+# backends (a backend that must evict a dirty page first flushes the WAL up to
+# that page's LSN).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 expired=${EXPIRED:-1000000}
@@ -27,6 +34,9 @@ source "$work/pg/env"
 psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE bench"
 psql -X -q -v ON_ERROR_STOP=1 -d bench -c "CREATE EXTENSION idempotency" \
   -c "CREATE TABLE effects (id bigserial PRIMARY KEY, client int, note text)"
+if [[ -n ${SETUP_SQL:-} ]]; then
+  psql -X -q -v ON_ERROR_STOP=1 -d bench -c "$SETUP_SQL"
+fi
 script=$(pwd)/bench/cleanup/protocol.sql
 bench() { pgbench -n -M prepared -c 4 -j 2 -f "$script" bench "$@"; }
 
@@ -59,6 +69,20 @@ percentiles() {
 # shellcheck source=../lib.sh
 source bench/lib.sh  # median
 
+# server_stats: one line of cumulative counters (pg_stat_wal, pg_stat_bgwriter)
+server_stats() {
+  psql -X -q -At -F ' ' -d bench -c "
+    SELECT w.wal_bytes, w.wal_fpi, w.wal_write, w.wal_sync, w.wal_buffers_full,
+           b.buffers_backend, b.buffers_clean, b.buffers_checkpoint, b.checkpoints_timed + b.checkpoints_req
+      FROM pg_stat_wal AS w, pg_stat_bgwriter AS b"
+}
+# stats_delta BEFORE AFTER: the counters' differences, labelled
+stats_delta() {
+  paste -d ' ' <(tr ' ' '\n' <<<"$1") <(tr ' ' '\n' <<<"$2") | awk '{ d[NR] = $2 - $1 } END {
+    printf "       server while cleanup ran: WAL %.1f MB, %d FPI, %d WAL writes, %d WAL syncs, WAL buffers full %d, buffers written by backends %d / bgwriter %d / checkpointer %d, checkpoints %d\n",
+      d[1] / 1048576, d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9] }'
+}
+
 duration=${DURATION:-40}
 rounds=${ROUNDS:-3}
 printf '%-6s %10s %9s %16s %16s %9s\n' round deleted rows/s "base p50/p99" "cleanup p50/p99" "p99 ratio"
@@ -75,15 +99,18 @@ for ((r = 1; r <= rounds; r++)); do
   (cd "$work/load" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1) &
   load=$!
   sleep 10
+  stats_before=$(server_stats)
   c_start=$(date +%s.%N)
   deleted=$(psql -X -q -At -d bench -c "CALL idempotency.cleanup(batch_size => $batch, pause => '${pause} ms')")
   c_end=$(date +%s.%N)
+  stats_after=$(server_stats)
   wait "$load"
   read -r load_p50 load_p99 _ <<<"$(percentiles "$work/load" "$c_start" "$c_end")"
   seconds=$(echo "$c_end - $c_start" | bc -l)
   rows=$(echo "$deleted / $seconds" | bc -l)
   ratio=$(echo "$load_p99 / $base_p99" | bc -l)
   printf '%-6s %10s %9.0f %16s %16s %9.2f\n' "$r" "$deleted" "$rows" "$base_p50/$base_p99" "$load_p50/$load_p99" "$ratio"
+  stats_delta "$stats_before" "$stats_after"
   echo "$rows" >>"$work/rows"; echo "$base_p50" >>"$work/bp50"; echo "$base_p99" >>"$work/bp99"
   echo "$load_p50" >>"$work/lp50"; echo "$load_p99" >>"$work/lp99"; echo "$ratio" >>"$work/ratio"
   if (( $(echo "$seconds > $duration - 12" | bc -l) )); then

@@ -51,6 +51,7 @@ extern "C" {
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 PG_FUNCTION_INFO_V1(idempotency_begin);
 PG_FUNCTION_INFO_V1(idempotency_complete);
@@ -513,11 +514,43 @@ bool row_blocks_start(const KeyRow& row) {
 Oid keys_table_oid = InvalidOid;
 Oid keys_index_oid = InvalidOid;
 
+// What insert_key_row writes into each column of the key table.
+enum class KeyField : int8 {
+    none, principal, key, action, sha, state, status, headers, body, resource_id, secret, fence, lease_until,
+    created, expires, unknown
+};
+
+// The key table's columns as KeyFields by attribute position, worked out from
+// the column names once and forgotten with the OIDs below (any ALTER TABLE
+// sends a relcache invalidation).
+constexpr int kMaxKeyColumns = 32;
+bool key_fields_valid = false;
+int key_fields_count = 0;
+KeyField key_fields[kMaxKeyColumns];
+
 void forget_key_relations(Datum arg, Oid relid) {
     if (relid == InvalidOid || relid == keys_table_oid || relid == keys_index_oid) {
         keys_table_oid = InvalidOid;
         keys_index_oid = InvalidOid;
+        key_fields_valid = false;
     }
+}
+
+// The KeyField a column of the key table takes.
+KeyField key_field(const char* name) {
+    static const struct {
+        const char* name;
+        KeyField field;
+    } known[] = {{"principal", KeyField::principal},   {"key", KeyField::key},
+                 {"action", KeyField::action},         {"request_sha256", KeyField::sha},
+                 {"state", KeyField::state},           {"response_status", KeyField::status},
+                 {"response_headers", KeyField::headers}, {"response_body", KeyField::body},
+                 {"resource_id", KeyField::resource_id}, {"one_time_secret", KeyField::secret},
+                 {"fence", KeyField::fence},           {"lease_until", KeyField::lease_until},
+                 {"created_at", KeyField::created},    {"expires_at", KeyField::expires}};
+    for (const auto& entry : known)
+        if (strcmp(name, entry.name) == 0) return entry.field;
+    return KeyField::unknown;
 }
 
 // Attribute numbers of idempotency.keys.
@@ -652,7 +685,7 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
     Relation rel = table_open(resolve_key_table().table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
     if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relrowsecurity ||
-        desc->natts > 32) {
+        desc->natts > kMaxKeyColumns) {
         table_close(rel, NoLock);
         return false;
     }
@@ -663,38 +696,54 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
         table_close(rel, NoLock);
         return false;
     }
-    Datum values[32];
-    bool nulls[32];
+    // The column map, copied: opening the indexes below accepts invalidation
+    // messages, which may clear the cached one (the table itself cannot change
+    // shape while we hold our lock).
+    if (!key_fields_valid || key_fields_count != desc->natts) {
+        for (int i = 0; i < desc->natts; ++i) {
+            Form_pg_attribute att = TupleDescAttr(desc, i);
+            key_fields[i] = att->attisdropped ? KeyField::none : key_field(NameStr(att->attname));
+        }
+        key_fields_count = desc->natts;
+        key_fields_valid = true;
+    }
+    KeyField fields[kMaxKeyColumns];
+    memcpy(fields, key_fields, sizeof(KeyField) * desc->natts);
+
+    Datum values[kMaxKeyColumns];
+    bool nulls[kMaxKeyColumns];
     for (int i = 0; i < desc->natts; ++i) {
-        Form_pg_attribute att = TupleDescAttr(desc, i);
         nulls[i] = true;
         values[i] = (Datum)0;
-        if (att->attisdropped) continue;
-        const char* name = NameStr(att->attname);
         auto set = [&](Datum value) {
             values[i] = value;
             nulls[i] = false;
         };
-        if (strcmp(name, "principal") == 0) set(PointerGetDatum(principal));
-        else if (strcmp(name, "key") == 0) set(PointerGetDatum(key));
-        else if (strcmp(name, "action") == 0) set(PointerGetDatum(action));
-        else if (strcmp(name, "request_sha256") == 0) set(PointerGetDatum(fingerprint));
-        else if (strcmp(name, "state") == 0) set(CStringGetTextDatum("completed"));
-        else if (strcmp(name, "response_status") == 0) set(Int16GetDatum(static_cast<int16>(status)));
-        else if (strcmp(name, "response_headers") == 0) {
-            if (!headers_null) set(headers);
-        } else if (strcmp(name, "response_body") == 0) {
-            if (!body_null) set(body);
-        } else if (strcmp(name, "resource_id") == 0) {
-            if (!resource_id_null) set(resource_id);
-        } else if (strcmp(name, "one_time_secret") == 0) set(BoolGetDatum(one_time_secret));
-        else if (strcmp(name, "fence") == 0) set(Int64GetDatum(1));
-        else if (strcmp(name, "lease_until") == 0) continue;  // NULL: no lease
-        else if (strcmp(name, "created_at") == 0) set(TimestampTzGetDatum(now));
-        else if (strcmp(name, "expires_at") == 0) set(expires);
-        else {
-            table_close(rel, NoLock);  // a column added by someone else: let INSERT fill its default
-            return false;
+        switch (fields[i]) {
+            case KeyField::none: break;  // a dropped column
+            case KeyField::principal: set(PointerGetDatum(principal)); break;
+            case KeyField::key: set(PointerGetDatum(key)); break;
+            case KeyField::action: set(PointerGetDatum(action)); break;
+            case KeyField::sha: set(PointerGetDatum(fingerprint)); break;
+            case KeyField::state: set(CStringGetTextDatum("completed")); break;
+            case KeyField::status: set(Int16GetDatum(static_cast<int16>(status))); break;
+            case KeyField::headers:
+                if (!headers_null) set(headers);
+                break;
+            case KeyField::body:
+                if (!body_null) set(body);
+                break;
+            case KeyField::resource_id:
+                if (!resource_id_null) set(resource_id);
+                break;
+            case KeyField::secret: set(BoolGetDatum(one_time_secret)); break;
+            case KeyField::fence: set(Int64GetDatum(1)); break;
+            case KeyField::lease_until: break;  // NULL: no lease
+            case KeyField::created: set(TimestampTzGetDatum(now)); break;
+            case KeyField::expires: set(expires); break;
+            case KeyField::unknown:
+                table_close(rel, NoLock);  // a column added by someone else: let INSERT fill its default
+                return false;
         }
     }
 
@@ -780,8 +829,21 @@ void result_copy(OutcomeRow* result, ResultColumn target, const KeyRow& row, int
     result->nulls[target] = isnull;
 }
 
-// The result row type, looked up once per call site and kept in fn_extra.
+// The result row. Its type is the one the call expression declares, whose
+// descriptor the type cache keeps across calls and statements (fn_extra lives
+// only as long as one execution of a statement, so caching there saved
+// nothing for prepared statements). Calls without an expression (direct
+// function calls) fall back to get_call_result_type, kept in fn_extra.
 Datum result_datum(FunctionCallInfo fcinfo, OutcomeRow* result) {
+    const Oid type = get_fn_expr_rettype(fcinfo->flinfo);
+    if (OidIsValid(type) && type != RECORDOID) {
+        TupleDesc desc = lookup_rowtype_tupdesc_noerror(type, -1, true);
+        if (desc != nullptr) {
+            HeapTuple tuple = heap_form_tuple(desc, result->values, result->nulls);
+            ReleaseTupleDesc(desc);
+            return HeapTupleGetDatum(tuple);
+        }
+    }
     TupleDesc desc = static_cast<TupleDesc>(fcinfo->flinfo->fn_extra);
     if (desc == nullptr) {
         TupleDesc found;
