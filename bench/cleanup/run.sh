@@ -11,7 +11,10 @@
 #   EXTRA_CONF=$'shared_buffers = 1GB' bench/cleanup/run.sh    more postgresql.conf lines
 #   SETUP_SQL='...' bench/cleanup/run.sh     SQL run in the bench database after CREATE EXTENSION
 #
-# Per round it also prints what the run with cleanup cost the server, from
+# Per round it also prints the p99 of the run with cleanup before cleanup
+# started and after it ended (the same pgbench run and connections, so
+# machine-level drift between two runs does not enter that ratio), and what the
+# run with cleanup cost the server, from
 # pg_stat_wal and pg_stat_bgwriter: WAL bytes, full-page images, WAL writes and
 # syncs, how often the WAL buffers were full, and the buffers written by
 # backends (a backend that must evict a dirty page first flushes the WAL up to
@@ -106,10 +109,18 @@ for ((r = 1; r <= rounds; r++)); do
   stats_after=$(server_stats)
   wait "$load"
   read -r load_p50 load_p99 _ <<<"$(percentiles "$work/load" "$c_start" "$c_end")"
+  # The same run's own windows without cleanup: from 3 s after its start until
+  # cleanup began, and from cleanup's end to the end of the run.
+  l_start=$(awk 'NR == 1 { print $5 + 3 }' "$work"/load/pgbench_log.* | head -1)
+  read -r pre_p50 pre_p99 _ <<<"$(percentiles "$work/load" "$l_start" "$c_start")"
+  read -r post_p50 post_p99 _ <<<"$(percentiles "$work/load" "$c_end" "$(echo "$l_start + $duration" | bc)")"
   seconds=$(echo "$c_end - $c_start" | bc -l)
   rows=$(echo "$deleted / $seconds" | bc -l)
   ratio=$(echo "$load_p99 / $base_p99" | bc -l)
   printf '%-6s %10s %9.0f %16s %16s %9.2f\n' "$r" "$deleted" "$rows" "$base_p50/$base_p99" "$load_p50/$load_p99" "$ratio"
+  printf '       same run without cleanup: before p50/p99 %s/%s ms, after %s/%s ms; p99 while cleanup ran / before %.2f\n' \
+    "$pre_p50" "$pre_p99" "$post_p50" "$post_p99" "$(echo "$load_p99 / $pre_p99" | bc -l)"
+  echo "$(echo "$load_p99 / $pre_p99" | bc -l)" >>"$work/inrun"
   stats_delta "$stats_before" "$stats_after"
   echo "$rows" >>"$work/rows"; echo "$base_p50" >>"$work/bp50"; echo "$base_p99" >>"$work/bp99"
   echo "$load_p50" >>"$work/lp50"; echo "$load_p99" >>"$work/lp99"; echo "$ratio" >>"$work/ratio"
@@ -124,3 +135,4 @@ printf '%-34s %s tps (max %s)\n' "protocol rate (pgbench -R)" "$rate" "$max"
 printf '%-34s p50 %s ms, p99 %s ms\n' "latency without cleanup, median" "$(median <"$work/bp50")" "$(median <"$work/bp99")"
 printf '%-34s p50 %s ms, p99 %s ms\n' "latency while cleanup runs, median" "$(median <"$work/lp50")" "$(median <"$work/lp99")"
 printf '%-34s %.2f (median of the rounds; goal <= 1.20)\n' "p99 ratio" "$(median <"$work/ratio")"
+printf '%-34s %.2f (p99 while cleanup ran / p99 before it in the same run, median of the rounds)\n' "in-run p99 ratio" "$(median <"$work/inrun")"
