@@ -1,11 +1,21 @@
 // RFC 8785 canonicalizer.
 //
-// Design: one pass builds a flat tree (a vector of nodes in document order,
-// each container knowing where its subtree ends), then a second pass writes the
-// canonical form with an explicit stack. Neither pass recurses, so the depth of
-// the input is bounded only by CanonicalizeOptions::max_depth and never by the
-// C stack. Strings without escapes and numbers already in canonical form are
-// not copied while parsing: their nodes point into the input.
+// Design: a single pass parses the input and writes the canonical form as it
+// goes; there is no tree. Scalars and array elements are written where they
+// stand (an escape-free string is copied in the same 16-byte SSE2 blocks that
+// are scanned for its closing quote; a number already in canonical form is
+// copied as it is). An object's members are written in document order, each
+// recorded with its name and the output offset of its text; when the object
+// closes, the names are sorted (UTF-16 order, duplicates rejected) and, unless
+// they were already in order, the members' texts are copied in sorted order
+// through a scratch buffer back over the object's text. A nested object is
+// thus sorted before its parent moves it as one block.
+//
+// Nothing recurses: open containers live on an explicit stack, so the depth
+// of the input is bounded only by CanonicalizeOptions::max_depth and never by
+// the C stack. Excluded values (JSON pointers) are resolved during the same
+// pass (see Document::run). Output room is reserved up front from the input
+// size, which bounds everything but numbers; those check for room themselves.
 #include "jcs.hpp"
 
 #include <algorithm>
@@ -178,26 +188,11 @@ bool utf16_less(std::string_view a, std::string_view b) noexcept {
 
 namespace {
 
-enum NodeType : std::uint8_t { kNull, kFalse, kTrue, kNumber, kString, kArray, kObject };
-
-enum NodeFlags : std::uint8_t {
-    kInArena = 1,      // pos/len refer to the arena, not to the input
-    kNeedsEscape = 2,  // arena string holds bytes that must be escaped on output
-    kRemoved = 4,      // excluded by a pointer (object: flag on the key node)
-    kNonAscii = 8,     // string holds bytes >= 0x80 (member order needs the UTF-16 rule)
+enum StringFlags : std::uint8_t {
+    kInArena = 1,   // the unescaped text is in the arena, not in the input
+    kRemoved = 4,   // a member excluded by a pointer
+    kNonAscii = 8,  // holds bytes >= 0x80 (member order needs the UTF-16 rule)
 };
-
-// A value in document order. Objects store each member as a key node (a string)
-// directly followed by its value's subtree.
-struct Node {
-    std::uint64_t pos;  // scalar: offset of its text; object: first index into members_
-    std::uint32_t len;  // scalar: byte length; container: members or elements
-    std::uint32_t end;  // container: index past its subtree; string: source offset
-    std::uint8_t type;
-    std::uint8_t flags;
-};
-
-inline bool is_container(const Node& n) { return n.type == kArray || n.type == kObject; }
 
 inline bool same_bytes(std::string_view a, std::string_view b) {
     for (std::size_t i = 0; i < a.size(); ++i)
@@ -267,7 +262,7 @@ struct MemberName {
     std::uint64_t prefix;
     const char* data;
     std::uint32_t len;
-    std::uint32_t node;
+    std::uint32_t node;  // the member's ordinal in its object
 };
 
 // The first 8 bytes of s as a big-endian number, zero-padded; s is readable up
@@ -319,46 +314,53 @@ inline void sort_names(MemberName* names, std::size_t count, Less less) {
     }
 }
 
+// A member of an object being parsed, in document order. Its canonical text
+// ("name":value) is already in the output from out_pos on; the next member's
+// text follows after one comma, or the object's text ends.
+struct Member {
+    std::uint64_t out_pos;  // output offset of the name's opening quote
+    std::uint32_t key_pos;  // offset of the unescaped name in the input or the arena
+    std::uint32_t key_len;
+    std::uint32_t quote;    // input offset of the name's opening quote (error offsets)
+    std::uint8_t flags;     // StringFlags
+};
+
+// An open array or object.
 struct Frame {
-    std::uint32_t node;
-    std::uint32_t first_key;  // index into open_keys where this object's keys begin
-    std::uint32_t commas;     // separators seen so far
+    std::uint64_t out_pos;       // output offset just past the opening bracket
+    std::uint64_t rewind;        // when dropped: the output offset to return to on close
+    std::uint32_t first_member;  // object: its first entry in Document::members_
+    std::uint32_t kept;          // array: elements written so far
+    std::uint32_t index;         // array: index of the current element
+    std::uint32_t match_begin;   // pointers that reach below this container:
+    std::uint32_t match_end;     // Document::matches_[match_begin, match_end)
+    bool object;
+    bool drop;  // an array element excluded by a pointer: its text is taken back on close
 };
 
 // Buffers reused across calls on one thread, so that canonicalizing many small
 // documents does not pay for allocations each time (see release()).
-// A container being written: where the writer is inside it.
-struct Cursor {
-    std::uint32_t node;
-    std::uint32_t next;  // array: next child node; object: next member ordinal
-    bool first;
-};
-
 struct Scratch {
-    std::vector<Node> nodes;
-    std::vector<Cursor> cursors;           // the writer's stack
-    std::vector<std::uint32_t> members;    // sorted key node indices, per object
-    std::vector<std::uint32_t> open_keys;  // key node indices of the objects being parsed (storage, see Document)
-    std::vector<MemberName> names;         // an object with many members being sorted
-    std::vector<Frame> stack;
-    std::string arena;                     // unescaped strings and reformatted numbers
+    std::vector<Member> members;         // members of the open objects
+    std::vector<Frame> stack;            // the open containers
+    std::vector<MemberName> names;       // an object with many members being sorted
+    std::vector<std::uint32_t> matches;  // pointer indexes per open container (exclusions)
+    std::string arena;                   // unescaped strings
+    std::string temp;                    // an object's text while its members are reordered
 
     void clear() {
-        members.clear();
-        stack.clear();
+        matches.clear();
         arena.clear();
-        cursors.clear();
     }
     // Gives back memory after a large document instead of keeping it per thread.
     void release() {
         constexpr std::size_t kKeep = 1 << 18;
-        if (nodes.capacity() > kKeep) std::vector<Node>().swap(nodes);
-        if (members.capacity() > kKeep) std::vector<std::uint32_t>().swap(members);
-        if (open_keys.capacity() > kKeep) std::vector<std::uint32_t>().swap(open_keys);
-        if (names.capacity() > kKeep) std::vector<MemberName>().swap(names);
+        if (members.capacity() > kKeep) std::vector<Member>().swap(members);
         if (stack.capacity() > kKeep) std::vector<Frame>().swap(stack);
-        if (cursors.capacity() > kKeep) std::vector<Cursor>().swap(cursors);
+        if (names.capacity() > kKeep) std::vector<MemberName>().swap(names);
+        if (matches.capacity() > kKeep) std::vector<std::uint32_t>().swap(matches);
         if (arena.capacity() > kKeep * 16) std::string().swap(arena);
+        if (temp.capacity() > kKeep * 16) std::string().swap(temp);
     }
 };
 
@@ -379,8 +381,12 @@ public:
     }
     T& operator[](std::size_t i) { return data_[i]; }
     const T& operator[](std::size_t i) const { return data_[i]; }
+    T& back() { return data_[size_ - 1]; }
     T* data() { return data_; }
     std::size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    /// Drops the last entry.
+    void pop() { --size_; }
     /// Drops the entries from `size` on.
     void truncate(std::size_t size) { size_ = size; }
 
@@ -397,26 +403,36 @@ private:
     std::size_t capacity_ = 0;
 };
 
+// Output slack: block copies (16 bytes at a time) may write this far past the
+// end of what they copy.
+constexpr std::size_t kWriteSlack = 16;
+
+// Parses one document and writes its canonical form in the same pass.
+//
+// Output room: every construct but a number writes at most as many bytes as it
+// consumes from the input (whitespace is dropped, escapes never grow, each
+// comma written stands for one read), so the output keeps
+// `cap_ - w >= (end_ - p) + kWriteSlack` and only numbers check for room.
 class Document {
 public:
-    Document(std::string_view input, const CanonicalizeOptions& options, Scratch& scratch)
+    Document(std::string_view input, const CanonicalizeOptions& options,
+             const std::vector<JsonPointer>* exclude, Scratch& scratch, std::string& out)
         : in_(reinterpret_cast<const unsigned char*>(input.data())),
           end_(in_ + input.size()),
           size_(input.size()),
           options_(options),
-          nodes_(scratch.nodes, size_ / 8 + 64),  // about one node per 8 input bytes
-          members_(scratch.members),
-          keys_(scratch.open_keys, 64),
+          exclude_(exclude),
+          members_(scratch.members, 64),
+          stack_(scratch.stack, 16),
           names_(scratch.names),
-          stack_(scratch.stack),
+          matches_(scratch.matches),
           arena_(scratch.arena),
-          cursors_(scratch.cursors) {
+          temp_(scratch.temp),
+          out_(out) {
         scratch.clear();
     }
 
-    bool parse(JsonError& error);
-    void exclude(const JsonPointer& pointer);
-    void write(std::string& out);
+    bool run(JsonError& error);
 
 private:
     bool fail(JsonErrc code, const unsigned char* at) {
@@ -424,38 +440,53 @@ private:
         error_.offset = static_cast<std::size_t>(at - in_);
         return false;
     }
-    bool parse_string(const unsigned char*& p);
-    __attribute__((noinline)) bool parse_string_tail(const unsigned char*& p, const unsigned char* s);
+    bool parse_string(const unsigned char*& p, char*& w);
+    __attribute__((noinline)) bool parse_string_tail(const unsigned char*& p, const unsigned char* s, char*& w);
     __attribute__((noinline)) bool parse_escaped_string(const unsigned char*& p, const unsigned char* s,
-                                                        std::uint8_t non_ascii);
-    bool parse_number(const unsigned char*& p);
-    bool parse_member_name(const unsigned char*& p);
-    bool close_object(std::uint32_t index, std::uint32_t first_key);
+                                                        std::uint8_t non_ascii, char*& w);
+    bool parse_number(const unsigned char*& p, char*& w);
+    bool parse_member_name(const unsigned char*& p, char*& w);
+    bool close_object(const Frame& frame, char*& w);
+    __attribute__((noinline)) char* grow(char* w, std::size_t need);
+    __attribute__((noinline)) void descend_member(const Frame& frame);
+    __attribute__((noinline)) bool descend_element(const Frame& frame);
 
-    std::string_view text(const Node& n) const {
-        const char* base = (n.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
-        return {base + n.pos, n.len};
-    }
-    std::uint32_t next_sibling(std::uint32_t i) const {
-        return is_container(nodes_[i]) ? nodes_[i].end : i + 1;
+    std::string_view key_text(const Member& m) const {
+        const char* base = (m.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
+        return {base + m.key_pos, m.key_len};
     }
 
     const unsigned char* in_;
     const unsigned char* end_;
     std::size_t size_;
     const CanonicalizeOptions& options_;
+    const std::vector<JsonPointer>* exclude_;
     JsonError error_;
-    Appender<Node> nodes_;
-    std::vector<std::uint32_t>& members_;
-    Appender<std::uint32_t> keys_;  // member names (node indexes) of the open objects
+    Appender<Member> members_;  // members of the open objects, innermost last
+    Appender<Frame> stack_;     // the open containers, innermost last
     std::vector<MemberName>& names_;
-    std::vector<Frame>& stack_;
+    std::vector<std::uint32_t>& matches_;
     std::string& arena_;
-    std::vector<Cursor>& cursors_;
-    std::size_t out_size_ = 0;              // exact size of the output without exclusions
+    std::string& temp_;
+    std::string& out_;
+    char* base_ = nullptr;  // out_.data()
+    char* cap_ = nullptr;   // out_.data() + out_.size()
+    // The string parse_string consumed last (a member name is recorded from it).
+    std::uint32_t str_pos_ = 0;
+    std::uint32_t str_len_ = 0;
+    std::uint8_t str_flags_ = 0;
 };
 
-// First byte at or after s that a string cannot copy as is: '"', '\\', a
+// Makes room for `need` more bytes of output at w; returns w in the new buffer.
+char* Document::grow(char* w, std::size_t need) {
+    const std::size_t at = static_cast<std::size_t>(w - base_);
+    out_.resize(std::max(out_.size() * 2, at + need));
+    base_ = out_.data();
+    cap_ = base_ + out_.size();
+    return base_ + at;
+}
+
+// The first byte at or after s that a string cannot copy as is: '"', '\\', a
 // control byte, a byte >= 0x80; or end.
 inline const unsigned char* scan_plain(const unsigned char* s, const unsigned char* end) {
 #if defined(__SSE2__)
@@ -473,27 +504,58 @@ inline const unsigned char* scan_plain(const unsigned char* s, const unsigned ch
     return s;
 }
 
-// Strings are parsed inline in the parser's loop: most are short ASCII runs
-// with no escape, found with one or two SSE2 blocks. Anything else continues
-// out of line in parse_string_tail.
-__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p) {
+// Parses the string whose opening quote is at p and writes its canonical form
+// at w. Inline in the parser's loop: most strings are short ASCII runs with no
+// escape, which are copied to the output in the same 16-byte blocks that are
+// scanned for the closing quote (an escape-free, well-formed string is its own
+// canonical form). Anything else continues out of line in parse_string_tail.
+__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w) {
     const unsigned char* const quote = p;
-    const unsigned char* s = scan_plain(p + 1, end_);
+    const unsigned char* s = p + 1;
+    char* const o = w;  // the string's output; o[s - quote] is where the byte at s goes
+#if defined(__SSE2__)
+    // The block stores stay within the output's room: s + 16 <= end_ here.
+    for (;;) {
+        if (end_ - s < 16) {  // near the end of the input: the rest byte by byte
+            const unsigned char* const from = s;
+            s = scan_plain(s, end_);
+            std::memcpy(o + (from - quote), from, static_cast<std::size_t>(s - from));
+            break;
+        }
+        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + (s - quote)), v);
+        __m128i special = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+        const int mask = _mm_movemask_epi8(special);
+        if (mask != 0) {
+            s += __builtin_ctz(static_cast<unsigned>(mask));
+            break;
+        }
+        s += 16;
+    }
+#else
+    s = scan_plain(s, end_);
+    std::memcpy(o + 1, quote + 1, static_cast<std::size_t>(s - quote - 1));
+#endif
     if (s < end_ && *s == '"') {
         const auto len = static_cast<std::uint32_t>(s - quote - 1);
-        nodes_.push(Node{static_cast<std::uint64_t>(quote + 1 - in_), len, static_cast<std::uint32_t>(quote - in_),
-                      kString, 0});
-        out_size_ += len + 2;
+        o[0] = '"';
+        o[len + 1] = '"';
+        w = o + len + 2;
+        str_pos_ = static_cast<std::uint32_t>(quote + 1 - in_);
+        str_len_ = len;
+        str_flags_ = 0;
         p = s + 1;
         return true;
     }
-    return parse_string_tail(p, s);
+    return parse_string_tail(p, s, w);
 }
 
 // The rest of parse_string from the first byte at `s` that is not plain ASCII:
-// validates UTF-8 while the string can still point into the input, and hands
-// over to parse_escaped_string at the first escape.
-bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s) {
+// validates UTF-8 while the string can still be copied from the input as it
+// is, and hands over to parse_escaped_string at the first escape.
+bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s, char*& w) {
     const unsigned char* const quote = p;
     std::uint8_t non_ascii = 0;
     for (;;) {
@@ -501,13 +563,15 @@ bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s
         const unsigned c = *s;
         if (c == '"') {
             const auto len = static_cast<std::uint32_t>(s - quote - 1);
-            nodes_.push(Node{static_cast<std::uint64_t>(quote + 1 - in_), len,
-                                  static_cast<std::uint32_t>(quote - in_), kString, non_ascii});
-            out_size_ += len + 2;
+            std::memcpy(w, quote, len + 2);
+            w += len + 2;
+            str_pos_ = static_cast<std::uint32_t>(quote + 1 - in_);
+            str_len_ = len;
+            str_flags_ = non_ascii;
             p = s + 1;
             return true;
         }
-        if (c == '\\') return parse_escaped_string(p, s, non_ascii);
+        if (c == '\\') return parse_escaped_string(p, s, non_ascii, w);
         if (c < 0x20) return fail(JsonErrc::syntax, s);
         // Non-ASCII: validate whole sequences until the next ASCII byte.
         non_ascii = kNonAscii;
@@ -520,11 +584,60 @@ bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s
     }
 }
 
+// Writes s (unescaped UTF-8) as a JSON string, escaped the way ECMAScript's
+// JSON.stringify does; returns the end of what was written.
+char* write_escaped(char* w, std::string_view s) {
+    static const char hex[] = "0123456789abcdef";
+    *w++ = '"';
+    for (const char ch : s) {
+        const unsigned char c = static_cast<unsigned char>(ch);
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = ch;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+            case '"': *w++ = '"'; break;
+            case '\\': *w++ = '\\'; break;
+            case '\b': *w++ = 'b'; break;
+            case '\f': *w++ = 'f'; break;
+            case '\n': *w++ = 'n'; break;
+            case '\r': *w++ = 'r'; break;
+            case '\t': *w++ = 't'; break;
+            default:
+                *w++ = 'u';
+                *w++ = '0';
+                *w++ = '0';
+                *w++ = hex[c >> 4];
+                *w++ = hex[c & 15];
+        }
+    }
+    *w++ = '"';
+    return w;
+}
+
+// Copies s, which is readable up to `limit`; short strings move as one
+// 16-byte block (the output has kWriteSlack bytes of room past its end).
+inline char* put_short(char* w, std::string_view s, const char* limit) {
+#if defined(__SSE2__)
+    if (s.size() <= 16 && limit - s.data() >= 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(w), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
+        return w + s.size();
+    }
+#endif
+    (void)limit;
+    std::memcpy(w, s.data(), s.size());
+    return w + s.size();
+}
+
 // The rest of parse_string once an escape is found at `s`: decodes the string
-// into the arena. Kept out of line so that the common escape-free path stays
-// small. Output sizing is counted while decoding: each decoded byte that
-// JSON.stringify escapes adds 1 (short escapes) or 5 (\u00XX) to its length.
-bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char* s, std::uint8_t non_ascii) {
+// into the arena (a member name is compared in its unescaped form), then writes
+// it escaped the way JSON.stringify does. Kept out of line so that the common
+// escape-free path stays small. While decoding, `extra` counts what escaping
+// adds back: each decoded byte that JSON.stringify escapes adds 1 (short
+// escapes) or 5 (\u00XX) to its length.
+bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char* s, std::uint8_t non_ascii,
+                                    char*& w) {
     const unsigned char* const quote = p;
     const std::size_t start = arena_.size();
     std::size_t extra = 0;
@@ -602,9 +715,17 @@ bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char
         run = s;
     }
     const auto len = static_cast<std::uint32_t>(arena_.size() - start);
-    out_size_ += len + 2 + extra;
-    nodes_.push(Node{start, len, static_cast<std::uint32_t>(quote - in_), kString,
-                          static_cast<std::uint8_t>(kInArena | non_ascii | (extra != 0 ? kNeedsEscape : 0))});
+    const std::string_view text(arena_.data() + start, len);
+    if (extra != 0) {
+        w = write_escaped(w, text);
+    } else {
+        *w++ = '"';
+        w = put_short(w, text, arena_.data() + arena_.size());
+        *w++ = '"';
+    }
+    str_pos_ = static_cast<std::uint32_t>(start);
+    str_len_ = len;
+    str_flags_ = static_cast<std::uint8_t>(kInArena | non_ascii);
     p = s + 1;
     return true;
 }
@@ -680,7 +801,8 @@ inline const unsigned char* scan_digits(const unsigned char* s, const unsigned c
     return s;
 }
 
-bool Document::parse_number(const unsigned char*& p) {
+// Parses the number at p and writes its canonical form at w.
+bool Document::parse_number(const unsigned char*& p, char*& w) {
     const unsigned char* const start = p;
     const unsigned char* s = p;
     bool negative = false;
@@ -731,6 +853,7 @@ bool Document::parse_number(const unsigned char*& p) {
     // shortest decimal that round-trips (DBL_DIG = 15), so only the layout
     // matters: plain notation, no trailing fraction zero, no "-0", and not so
     // small that ECMAScript switches to exponent form (at most 5 leading zeros).
+    // It is then copied as it is (room: it is no longer than what it consumed).
     if (!has_exponent && !frac_trailing_zero) {
         bool canonical;
         if (int_zero) {
@@ -740,104 +863,223 @@ bool Document::parse_number(const unsigned char*& p) {
             canonical = int_digits + frac_digits <= 15;
         }
         if (canonical) {
-            nodes_.push(Node{static_cast<std::uint64_t>(start - in_), len, 0, kNumber, 0});
-            out_size_ += len;
+            w = put_short(w, std::string_view(reinterpret_cast<const char*>(start), len),
+                          reinterpret_cast<const char*>(end_));
             return true;
         }
     }
 
+    // Written directly into the output, which may be longer than the literal
+    // ("1e21" -> "1e+21"): make room first.
+    if (static_cast<std::size_t>(cap_ - w) < kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack)
+        w = grow(w, kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack);
     // More than 15 significant digits and no trailing zero (typically a double
     // printed by another serializer) is never a rewrite: skip trying.
     const std::size_t significant = int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
     const bool rewritable = significant <= 15 || frac_end[-1] == '0';
-    char buffer[kMaxNumberChars];
-    std::size_t n = rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, buffer) : 0;
+    std::size_t n = rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, w) : 0;
     if (n == 0) {
         double value = 0;
         auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
         if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return fail(JsonErrc::syntax, start);
         if (!std::isfinite(value)) return fail(JsonErrc::number_overflow, start);  // underflow gives 0
-        n = format_number(value, buffer);
+        n = format_number(value, w);
     }
-    const std::size_t at = arena_.size();
-    arena_.append(buffer, n);
-    nodes_.push(Node{at, static_cast<std::uint32_t>(n), 0, kNumber, kInArena});
-    out_size_ += n;
+    w += n;
     return true;
 }
 
-// Parses `"name" :` (whitespace allowed around it) and records the name as a
-// key of the innermost open object. Inline in the parser's loop, like
+// Parses `"name" :` (whitespace allowed around it), writes `"name":` and
+// records the member in members_. Inline in the parser's loop, like
 // parse_string: a call per member costs more than the work it does.
-__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p) {
+__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p, char*& w) {
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
-    keys_.push(static_cast<std::uint32_t>(nodes_.size()));
-    if (!parse_string(p)) return false;
+    const auto out_pos = static_cast<std::uint64_t>(w - base_);
+    const auto quote = static_cast<std::uint32_t>(p - in_);
+    if (!parse_string(p, w)) return false;
+    members_.push(Member{out_pos, str_pos_, str_len_, quote, str_flags_});
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
     ++p;
+    *w++ = ':';
     return true;
 }
 
-bool Document::close_object(std::uint32_t index, std::uint32_t first_key) {
-    std::uint32_t* const first = keys_.data() + first_key;
-    std::uint32_t* const last = keys_.data() + keys_.size();
-    const std::size_t count = static_cast<std::size_t>(last - first);
-    out_size_ += count;  // the ':' of each member
-    if (count > 1) {
-        MemberName local[16];
-        MemberName* names = local;
-        if (count > 16) {
-            if (names_.size() < count) names_.resize(count);
-            names = names_.data();
-        }
-        const char* const input_limit = reinterpret_cast<const char*>(end_);
-        const char* const arena_limit = arena_.data() + arena_.size();
-        std::uint8_t flags = 0;
-        for (std::size_t i = 0; i < count; ++i) {
-            const Node& n = nodes_[first[i]];
-            const std::string_view t = text(n);
-            const char* limit = (n.flags & kInArena) ? arena_limit : input_limit;
-            names[i] = MemberName{name_prefix(t, limit), t.data(), n.len, first[i]};
-            flags |= n.flags;
-        }
-        if (flags & kNonAscii) {
-            sort_names(names, count, utf16_name_less);
-        } else {
-            sort_names(names, count, ascii_name_less);
-        }
-        for (std::size_t i = 1; i < count; ++i) {
-            const MemberName& x = names[i - 1];
-            const MemberName& y = names[i];
-            if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
-                error_.code = JsonErrc::duplicate_name;
-                error_.offset = std::max(nodes_[x.node].end, nodes_[y.node].end);  // the later occurrence
-                return false;
-            }
-        }
-        for (std::size_t i = 0; i < count; ++i) first[i] = names[i].node;
+// Copies n bytes from `from` to `to` in 16-byte blocks; both may be read or
+// written up to 15 bytes past their n bytes. Returns to + n.
+inline char* copy_blocks(char* to, const char* from, std::size_t n) {
+#if defined(__SSE2__)
+    for (std::size_t i = 0; i < n; i += 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+#else
+    std::memcpy(to, from, n);
+#endif
+    return to + n;
+}
+
+// At the '}' of `frame` (its text written up to w, its members in members_ from
+// frame.first_member on): sorts the members by name, rejects a duplicate name,
+// and unless the members were already in order with none excluded, rewrites
+// the object's text in member order (through temp_) and moves w to its end.
+bool Document::close_object(const Frame& frame, char*& w) {
+    Member* const first = members_.data() + frame.first_member;
+    const std::size_t count = members_.size() - frame.first_member;
+    if (count == 0 || (count == 1 && !(first[0].flags & kRemoved))) {
+        members_.truncate(frame.first_member);
+        return true;
     }
-    Node& object = nodes_[index];
-    object.pos = members_.size();
-    object.len = static_cast<std::uint32_t>(count);
-    object.end = static_cast<std::uint32_t>(nodes_.size());
-    members_.insert(members_.end(), first, last);
-    keys_.truncate(first_key);
+    MemberName local[16];
+    MemberName* names = local;
+    if (count > 16) {
+        if (names_.size() < count) names_.resize(count);
+        names = names_.data();
+    }
+    const char* const input = reinterpret_cast<const char*>(in_);
+    const char* const input_limit = reinterpret_cast<const char*>(end_);
+    const char* const arena = arena_.data();
+    const char* const arena_limit = arena_.data() + arena_.size();
+    std::uint8_t flags = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        const Member& m = first[i];
+        const bool in_arena = m.flags & kInArena;
+        const char* data = (in_arena ? arena : input) + m.key_pos;
+        names[i] = MemberName{name_prefix({data, m.key_len}, in_arena ? arena_limit : input_limit), data, m.key_len,
+                              static_cast<std::uint32_t>(i)};
+        flags |= m.flags;
+    }
+    if (flags & kNonAscii) {
+        sort_names(names, count, utf16_name_less);
+    } else {
+        sort_names(names, count, ascii_name_less);
+    }
+    bool in_order = !(flags & kRemoved) && names[0].node == 0;
+    for (std::size_t i = 1; i < count; ++i) {
+        const MemberName& x = names[i - 1];
+        const MemberName& y = names[i];
+        if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
+            error_.code = JsonErrc::duplicate_name;
+            error_.offset = std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
+            return false;
+        }
+        in_order &= y.node == i;
+    }
+    if (!in_order) {
+        char* const text = base_ + frame.out_pos;
+        const std::size_t size = static_cast<std::size_t>(w - text);
+        if (temp_.size() < size + kWriteSlack) temp_.resize(size + kWriteSlack);
+        char* const begin = temp_.data();
+        char* t = begin;
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::uint32_t k = names[i].node;
+            if (first[k].flags & kRemoved) continue;
+            if (t != begin) *t++ = ',';
+            const char* from = base_ + first[k].out_pos;
+            const char* to = k + 1 < count ? base_ + first[k + 1].out_pos - 1 : w;  // before the comma
+            t = copy_blocks(t, from, static_cast<std::size_t>(to - from));
+        }
+        std::memcpy(text, begin, static_cast<std::size_t>(t - begin));
+        w = text + (t - begin);
+    }
+    members_.truncate(frame.first_member);
     return true;
 }
 
-bool Document::parse(JsonError& error) {
+// Exclusions: the member just parsed (the last in members_) of the object
+// `frame`: flags it removed when a pointer ends at it, and leaves in matches_
+// (after frame's own range) the pointers that continue below it.
+void Document::descend_member(const Frame& frame) {
+    Member& member = members_.back();
+    const std::string_view name = key_text(member);
+    const std::size_t depth = stack_.size() - 1;  // the token that names a member of frame
+    matches_.resize(frame.match_end);
+    for (std::uint32_t i = frame.match_begin; i < frame.match_end; ++i) {
+        const std::uint32_t pointer = matches_[i];
+        const auto& tokens = (*exclude_)[pointer].tokens();
+        if (tokens[depth] != name) continue;
+        if (tokens.size() == depth + 1)
+            member.flags |= kRemoved;
+        else
+            matches_.push_back(pointer);
+    }
+}
+
+// Exclusions: the element of the array `frame` about to be parsed (at
+// frame.index): returns whether a pointer ends at it, and leaves in matches_
+// (after frame's own range) the pointers that continue below it.
+bool Document::descend_element(const Frame& frame) {
+    const std::size_t depth = stack_.size() - 1;
+    bool removed = false;
+    matches_.resize(frame.match_end);
+    for (std::uint32_t i = frame.match_begin; i < frame.match_end; ++i) {
+        const std::uint32_t pointer = matches_[i];
+        const auto& tokens = (*exclude_)[pointer].tokens();
+        const std::string& token = tokens[depth];
+        // RFC 6901 array index: "0" or digits without a leading zero.
+        if (token.empty() || token.size() > 9 || (token.size() > 1 && token[0] == '0')) continue;
+        std::uint32_t index = 0;
+        bool digits = true;
+        for (char ch : token) {
+            if (ch < '0' || ch > '9') {
+                digits = false;
+                break;
+            }
+            index = index * 10 + static_cast<std::uint32_t>(ch - '0');
+        }
+        if (!digits || index != frame.index) continue;
+        if (tokens.size() == depth + 1)
+            removed = true;
+        else
+            matches_.push_back(pointer);
+    }
+    return removed;
+}
+
+// The single pass: each iteration of the outer loop parses and writes one
+// value; containers push a frame and continue with their first child, and the
+// inner loop consumes commas and closing brackets after each value. Nothing
+// recurses, so the depth of the input is bounded only by max_depth.
+//
+// Exclusions (JSON pointers) are resolved on the way: each open container
+// knows which pointers reach into it (matches_); a member a pointer ends at is
+// flagged and left out when its object is reordered, an array element a
+// pointer ends at is written and then taken back.
+bool Document::run(JsonError& error) {
     if (size_ >= std::numeric_limits<std::uint32_t>::max()) {
         error = JsonError{JsonErrc::too_large, 0};
         return false;
     }
+    out_.resize(size_ + kWriteSlack);
+    base_ = out_.data();
+    cap_ = base_ + out_.size();
+    char* w = base_;
     const unsigned char* p = in_;
+    if (exclude_ != nullptr)
+        for (std::size_t i = 0; i < exclude_->size(); ++i)
+            if (!(*exclude_)[i].tokens().empty()) matches_.push_back(static_cast<std::uint32_t>(i));
+    // The value about to be parsed when it is an array element a pointer ends
+    // at: it is written, then the output goes back to `mark`.
+    bool drop = false;
+    std::uint64_t mark = 0;
     // Compact JSON has no whitespace: one compare rejects every token byte.
     auto skip_ws = [&] { while (p < end_ && *p <= ' ' && is_ws(*p)) ++p; };
+    // The start of an element of the array on top of the stack: its comma and
+    // its exclusion (the element's index is frame.index).
+    auto start_element = [&](Frame& frame) {
+        const auto before = static_cast<std::uint64_t>(w - base_);
+        if (frame.kept++ != 0) *w++ = ',';
+        if (frame.match_begin != frame.match_end) {
+            drop = descend_element(frame);
+            mark = before;
+        }
+    };
+    // The start of a member of the object on top of the stack.
+    auto start_member = [&](Frame& frame) {
+        if (!parse_member_name(p, w)) return false;
+        if (frame.match_begin != frame.match_end) descend_member(frame);
+        return true;
+    };
 
-    // Each iteration parses one value; containers push a frame and continue with
-    // their first child, and closing brackets are consumed after each value.
     for (;;) {
         skip_ws();
         if (p >= end_) {
@@ -845,55 +1087,56 @@ bool Document::parse(JsonError& error) {
             break;
         }
         const unsigned c = *p;
-        bool ok = true;
-        bool value_done = true;
         if (c == '{' || c == '[') {
             if (stack_.size() >= options_.max_depth) {
                 fail(JsonErrc::too_deep, p);
                 break;
             }
-            const auto index = static_cast<std::uint32_t>(nodes_.size());
-            nodes_.push(Node{0, 0, 0, static_cast<std::uint8_t>(c == '{' ? kObject : kArray), 0});
-            stack_.push_back(Frame{index, static_cast<std::uint32_t>(keys_.size()), 0});
-            out_size_ += 2;
+            *w++ = static_cast<char>(c);
+            const std::uint32_t match_begin = stack_.empty() ? 0 : stack_.back().match_end;
+            stack_.push(Frame{static_cast<std::uint64_t>(w - base_), mark,
+                              static_cast<std::uint32_t>(members_.size()), 0, 0, match_begin,
+                              static_cast<std::uint32_t>(matches_.size()), c == '{', drop});
+            drop = false;
             ++p;
             skip_ws();
+            Frame& frame = stack_.back();
             if (p < end_ && *p == (c == '{' ? '}' : ']')) {
-                ++p;
-                if (c == '{') {
-                    ok = close_object(index, stack_.back().first_key);
-                } else {
-                    nodes_[index].end = static_cast<std::uint32_t>(nodes_.size());
-                }
-                stack_.pop_back();
+                // Empty: the loop below closes it.
             } else if (c == '{') {
-                if (!parse_member_name(p)) break;  // the first member's
-                value_done = false;
+                if (!start_member(frame)) break;  // the first member's
+                continue;
             } else {
-                value_done = false;
+                start_element(frame);
+                continue;
             }
-        } else if (c == '"') {
-            ok = parse_string(p);
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            ok = parse_number(p);
-        } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
-            nodes_.push(Node{0, 0, 0, kTrue, 0});
-            out_size_ += 4;
-            p += 4;
-        } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
-            nodes_.push(Node{0, 0, 0, kFalse, 0});
-            out_size_ += 5;
-            p += 5;
-        } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
-            nodes_.push(Node{0, 0, 0, kNull, 0});
-            out_size_ += 4;
-            p += 4;
         } else {
-            fail(JsonErrc::syntax, p);
-            break;
+            if (c == '"') {
+                if (!parse_string(p, w)) break;
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                if (!parse_number(p, w)) break;
+            } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
+                std::memcpy(w, "true", 4);
+                w += 4;
+                p += 4;
+            } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
+                std::memcpy(w, "false", 5);
+                w += 5;
+                p += 5;
+            } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
+                std::memcpy(w, "null", 4);
+                w += 4;
+                p += 4;
+            } else {
+                fail(JsonErrc::syntax, p);
+                break;
+            }
+            if (drop) {  // an excluded array element
+                w = base_ + mark;
+                --stack_.back().kept;
+                drop = false;
+            }
         }
-        if (!ok) break;
-        if (!value_done) continue;
 
         // After a complete value: close containers or move to the next member.
         bool next_value = false;
@@ -904,25 +1147,29 @@ bool Document::parse(JsonError& error) {
                 break;
             }
             Frame& frame = stack_.back();
-            const bool is_object = nodes_[frame.node].type == kObject;
             if (*p == ',') {
                 ++p;
-                ++frame.commas;
-                ++out_size_;
-                if (is_object && !parse_member_name(p)) break;
+                if (frame.object) {
+                    *w++ = ',';
+                    if (!start_member(frame)) break;
+                } else {
+                    ++frame.index;
+                    start_element(frame);
+                }
                 next_value = true;
                 break;
             }
-            if (*p == (is_object ? '}' : ']')) {
+            if (*p == (frame.object ? '}' : ']')) {
                 ++p;
-                if (is_object) {
-                    if (!close_object(frame.node, frame.first_key)) break;
-                } else {
-                    Node& array = nodes_[frame.node];
-                    array.end = static_cast<std::uint32_t>(nodes_.size());
-                    array.len = frame.commas + 1;  // closed after a value: never empty here
+                if (frame.object && !close_object(frame, w)) break;
+                *w++ = frame.object ? '}' : ']';
+                const bool dropped = frame.drop;
+                const std::uint64_t rewind = frame.rewind;
+                stack_.pop();
+                if (dropped) {  // an excluded array element
+                    w = base_ + rewind;
+                    --stack_.back().kept;
                 }
-                stack_.pop_back();
                 continue;
             }
             fail(JsonErrc::syntax, p);
@@ -939,178 +1186,8 @@ bool Document::parse(JsonError& error) {
         error = error_;
         return false;
     }
+    out_.resize(static_cast<std::size_t>(w - base_));
     return true;
-}
-
-void Document::exclude(const JsonPointer& pointer) {
-    std::uint32_t current = 0;
-    const auto& tokens = pointer.tokens();
-    for (std::size_t t = 0; t < tokens.size(); ++t) {
-        const Node& node = nodes_[current];
-        const std::string& token = tokens[t];
-        std::uint32_t target = 0;
-        bool found = false;
-        if (node.type == kObject) {
-            for (std::uint32_t m = 0; m < node.len; ++m) {
-                std::uint32_t key = members_[node.pos + m];
-                if (text(nodes_[key]) == token) {
-                    target = key;
-                    found = true;
-                    break;
-                }
-            }
-            if (!found) return;
-            if (t + 1 == tokens.size()) {
-                nodes_[target].flags |= kRemoved;
-                return;
-            }
-            current = target + 1;
-        } else if (node.type == kArray) {
-            // RFC 6901 array index: "0" or digits without a leading zero.
-            if (token.empty() || token.size() > 9 || (token.size() > 1 && token[0] == '0')) return;
-            std::uint32_t index = 0;
-            for (char ch : token) {
-                if (ch < '0' || ch > '9') return;
-                index = index * 10 + static_cast<std::uint32_t>(ch - '0');
-            }
-            if (index >= node.len) return;
-            target = current + 1;
-            for (std::uint32_t i = 0; i < index; ++i) target = next_sibling(target);
-            if (t + 1 == tokens.size()) {
-                nodes_[target].flags |= kRemoved;
-                return;
-            }
-            current = target;
-        } else {
-            return;
-        }
-    }
-}
-
-// Writes s (unescaped UTF-8) as a JSON string, escaped the way ECMAScript's
-// JSON.stringify does; returns the end of what was written.
-char* write_escaped(char* w, std::string_view s) {
-    static const char hex[] = "0123456789abcdef";
-    *w++ = '"';
-    for (const char ch : s) {
-        const unsigned char c = static_cast<unsigned char>(ch);
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *w++ = ch;
-            continue;
-        }
-        *w++ = '\\';
-        switch (c) {
-            case '"': *w++ = '"'; break;
-            case '\\': *w++ = '\\'; break;
-            case '\b': *w++ = 'b'; break;
-            case '\f': *w++ = 'f'; break;
-            case '\n': *w++ = 'n'; break;
-            case '\r': *w++ = 'r'; break;
-            case '\t': *w++ = 't'; break;
-            default:
-                *w++ = 'u';
-                *w++ = '0';
-                *w++ = '0';
-                *w++ = hex[c >> 4];
-                *w++ = hex[c & 15];
-        }
-    }
-    *w++ = '"';
-    return w;
-}
-
-inline char* put(char* w, std::string_view s) {
-    std::memcpy(w, s.data(), s.size());
-    return w + s.size();
-}
-
-// Output slack that lets put_short() store whole 16-byte blocks.
-constexpr std::size_t kWriteSlack = 16;
-
-// Copies s, which is readable up to `limit`; short strings move as one
-// 16-byte block (the output has kWriteSlack bytes of room past its end).
-inline char* put_short(char* w, std::string_view s, const char* limit) {
-#if defined(__SSE2__)
-    if (s.size() <= 16 && limit - s.data() >= 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(w), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
-        return w + s.size();
-    }
-#endif
-    (void)limit;
-    return put(w, s);
-}
-
-// The output size is known from parsing (out_size_, exact without exclusions,
-// an upper bound with them), so writing needs no capacity checks.
-void Document::write(std::string& out) {
-    out.resize(out_size_ + kWriteSlack);
-    char* const begin = out.data();
-    char* w = begin;
-    const char* const input_limit = reinterpret_cast<const char*>(end_);
-    const char* const arena_limit = arena_.data() + arena_.size();
-    auto limit = [&](const Node& n) { return (n.flags & kInArena) ? arena_limit : input_limit; };
-    auto write_string = [&](const Node& n) {
-        if (n.flags & kNeedsEscape) {
-            w = write_escaped(w, text(n));
-        } else {
-            *w++ = '"';
-            w = put_short(w, text(n), limit(n));
-            *w++ = '"';
-        }
-    };
-    // Writes a scalar, or opens a container and returns true.
-    auto open = [&](std::uint32_t i) {
-        const Node& n = nodes_[i];
-        switch (n.type) {
-            case kNull: w = put(w, "null"); return false;
-            case kTrue: w = put(w, "true"); return false;
-            case kFalse: w = put(w, "false"); return false;
-            case kNumber: w = put_short(w, text(n), limit(n)); return false;
-            case kString: write_string(n); return false;
-            case kArray: *w++ = '['; return true;
-            default: *w++ = '{'; return true;
-        }
-    };
-    std::vector<Cursor>& stack = cursors_;
-    if (open(0)) stack.push_back(Cursor{0, nodes_[0].type == kArray ? 1u : 0u, true});
-    while (!stack.empty()) {
-        Cursor& top = stack.back();
-        const Node& container = nodes_[top.node];
-        std::uint32_t child = 0;
-        bool have = false;
-        if (container.type == kArray) {
-            while (top.next < container.end) {
-                std::uint32_t i = top.next;
-                top.next = next_sibling(i);
-                if (!(nodes_[i].flags & kRemoved)) {
-                    child = i;
-                    have = true;
-                    break;
-                }
-            }
-            if (have && !top.first) *w++ = ',';
-        } else {
-            while (top.next < container.len) {
-                std::uint32_t key = members_[container.pos + top.next++];
-                if (!(nodes_[key].flags & kRemoved)) {
-                    if (!top.first) *w++ = ',';
-                    write_string(nodes_[key]);
-                    *w++ = ':';
-                    child = key + 1;
-                    have = true;
-                    break;
-                }
-            }
-        }
-        if (!have) {
-            *w++ = container.type == kArray ? ']' : '}';
-            stack.pop_back();
-            continue;
-        }
-        top.first = false;
-        if (open(child)) stack.push_back(Cursor{child, nodes_[child].type == kArray ? child + 1 : 0u, true});
-    }
-    out.resize(static_cast<std::size_t>(w - begin));
 }
 
 }  // namespace
@@ -1118,13 +1195,8 @@ void Document::write(std::string& out) {
 bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
     thread_local Scratch scratch;
-    Document document(json, options, scratch);
-    const bool ok = document.parse(error);
-    if (ok) {
-        if (exclude != nullptr)
-            for (const JsonPointer& pointer : *exclude) document.exclude(pointer);
-        document.write(out);
-    }
+    Document document(json, options, exclude, scratch, out);
+    const bool ok = document.run(error);
     scratch.release();
     return ok;
 }

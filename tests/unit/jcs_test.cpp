@@ -1,6 +1,7 @@
 // Unit tests of the canonicalizer: layout, ordering, escapes, and every kind of
 // rejected input with its byte offset.
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -177,6 +178,96 @@ TEST(Exclude, PointerSyntax) {
     EXPECT_EQ(JsonPointer::parse("/").tokens(), std::vector<std::string>{""});
     EXPECT_EQ(JsonPointer::parse("/~01").tokens(), std::vector<std::string>{"~1"});
     EXPECT_EQ(JsonPointer::parse("/a//b").tokens(), (std::vector<std::string>{"a", "", "b"}));
+}
+
+// Strings are copied to the output in the 16-byte blocks they are scanned in:
+// quotes, escapes and non-ASCII bytes at every offset around a block boundary,
+// with the string also ending at every distance from the end of the input.
+TEST(SinglePass, StringsAroundBlockBoundaries) {
+    for (std::size_t n = 0; n <= 40; ++n) {
+        const std::string run(n, 'x');
+        EXPECT_EQ(canon("\"" + run + "\""), "\"" + run + "\"") << n;
+        EXPECT_EQ(canon("[\"" + run + "\" ]"), "[\"" + run + "\"]") << n;
+        EXPECT_EQ(canon("[\"" + run + "\",\"" + run + "\"]"), "[\"" + run + "\",\"" + run + "\"]") << n;
+        EXPECT_EQ(canon("\"" + run + "\\n" + run + "\""), "\"" + run + "\\n" + run + "\"") << n;
+        EXPECT_EQ(canon("\"" + run + "\\u0041\""), "\"" + run + "A\"") << n;
+        EXPECT_EQ(canon("\"" + run + "\\/y\""), "\"" + run + "/y\"") << n;
+        EXPECT_EQ(canon("\"" + run + "\xc3\xa9" + run + "\""), "\"" + run + "\xc3\xa9" + run + "\"") << n;
+        EXPECT_EQ(canon("\"" + run + "\xf0\x9f\x98\x80\"  "), "\"" + run + "\xf0\x9f\x98\x80\"") << n;
+        EXPECT_EQ(canon("{\"" + run + "\":1,\"" + run + "a\":2}"), "{\"" + run + "\":1,\"" + run + "a\":2}") << n;
+        EXPECT_EQ(rejection("\"" + run + "\xc3\x28\"").code, JsonErrc::invalid_utf8) << n;
+        EXPECT_EQ(rejection("\"" + run + "\xc3\x28\"").offset, n + 1) << n;
+        EXPECT_EQ(rejection("[\"" + run + "\xe2\x82\"]").offset, n + 2) << n;
+        EXPECT_EQ(rejection("\"" + run + "\x01\"").offset, n + 1) << n;
+        EXPECT_EQ(rejection("\"" + run).offset, n + 1) << n;
+        EXPECT_EQ(rejection("[\"" + run + "\\").offset, n + 2) << n;
+    }
+}
+
+// Members are written in document order and reordered when the object closes:
+// long members (several 16-byte blocks), nested objects, members that are
+// already in order.
+TEST(SinglePass, ReordersMembersOfAnyLength) {
+    const std::string a(37, 'a'), b(16, 'b');
+    EXPECT_EQ(canon("{\"z\":\"" + a + "\",\"y\":{\"d\":\"" + b + "\",\"c\":[\"" + a + "\"]},\"x\":1}"),
+              "{\"x\":1,\"y\":{\"c\":[\"" + a + "\"],\"d\":\"" + b + "\"},\"z\":\"" + a + "\"}");
+    EXPECT_EQ(canon("{\"a\":1,\"b\":{\"c\":2,\"d\":3},\"e\":[]}"), "{\"a\":1,\"b\":{\"c\":2,\"d\":3},\"e\":[]}");
+    EXPECT_EQ(canon("[{},{\"b\":{},\"a\":[]},[]]"), "[{},{\"a\":[],\"b\":{}},[]]");
+}
+
+// Numbers are the only values whose canonical form can be longer than their
+// literal: the output grows while it is written.
+TEST(SinglePass, NumbersLongerThanTheirLiteral) {
+    std::string in = "[", out = "[";
+    for (int i = 0; i < 2000; ++i) {
+        in += i ? ",1e20" : "1e20";
+        out += i ? ",100000000000000000000" : "100000000000000000000";
+    }
+    EXPECT_EQ(canon(in + "]"), out + "]");
+    EXPECT_EQ(canon("1e20"), "100000000000000000000");
+    EXPECT_EQ(canon("{\"b\":1E21,\"a\":1e20}"), "{\"a\":100000000000000000000,\"b\":1e+21}");
+}
+
+// Excluded array elements are written and then taken back, with their comma;
+// excluded members are left out when their object is reordered.
+TEST(Exclude, ElementsAndMembersAnywhere) {
+    auto excluding = [](const std::string& input, std::vector<std::string> pointers) {
+        std::vector<JsonPointer> exclude;
+        for (const auto& p : pointers) exclude.push_back(JsonPointer::parse(p));
+        std::string out;
+        JsonError error;
+        EXPECT_TRUE(canonicalize(input, out, error, {}, &exclude)) << input;
+        return out;
+    };
+    EXPECT_EQ(excluding("[1,2,3]", {"/0"}), "[2,3]");
+    EXPECT_EQ(excluding("[1,2,3]", {"/2"}), "[1,2]");
+    EXPECT_EQ(excluding("[1,2,3]", {"/0", "/1", "/2"}), "[]");
+    EXPECT_EQ(excluding("[[1,{\"a\":2}],{\"b\":[3]},4]", {"/0"}), "[{\"b\":[3]},4]");
+    EXPECT_EQ(excluding("[[1,{\"a\":2}],{\"b\":[3]},4]", {"/0/1/a", "/1/b/0"}), "[[1,{}],{\"b\":[]},4]");
+    EXPECT_EQ(excluding("{\"a\":1}", {"/a"}), "{}");
+    EXPECT_EQ(excluding("{\"b\":{\"x\":[1]},\"a\":1}", {"/b/x", "/a"}), "{\"b\":{}}");
+    EXPECT_EQ(excluding("{\"b\":1,\"a\":1}", {"/b", "/b/c", "/01", "/"}), "{\"a\":1}");
+    EXPECT_EQ(excluding("{\"\":1,\"a\":1}", {"/"}), "{\"a\":1}");
+    EXPECT_EQ(excluding("[0,1,2,3,4,5,6,7,8,9,10]", {"/10", "/01", "/-"}), "[0,1,2,3,4,5,6,7,8,9]");
+    EXPECT_EQ(excluding("{\"a\\nb\":1,\"c\":2}", {"/a\nb"}), "{\"c\":2}");
+    EXPECT_EQ(excluding("5", {"/a"}), "5");
+    std::vector<JsonPointer> empty_pointer(1);  // no token: excludes nothing
+    std::string out;
+    JsonError error;
+    EXPECT_TRUE(canonicalize("{\"a\":1}", out, error, {}, &empty_pointer));
+    EXPECT_EQ(out, "{\"a\":1}");
+}
+
+// An error inside an excluded value is still an error.
+TEST(Exclude, StillRejectsWhatItExcludes) {
+    std::vector<JsonPointer> exclude{JsonPointer::parse("/a"), JsonPointer::parse("/b/0")};
+    std::string out;
+    JsonError error;
+    EXPECT_FALSE(canonicalize("{\"a\":{\"x\":1,\"x\":2}}", out, error, {}, &exclude));
+    EXPECT_EQ(error.code, JsonErrc::duplicate_name);
+    EXPECT_FALSE(canonicalize("{\"b\":[\"\xff\"]}", out, error, {}, &exclude));
+    EXPECT_EQ(error.code, JsonErrc::invalid_utf8);
+    EXPECT_EQ(error.offset, 7u);
 }
 
 TEST(Errors, MessageNamesTheOffset) {
