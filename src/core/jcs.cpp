@@ -318,6 +318,7 @@ inline void sort_names(MemberName* names, std::size_t count, Less less) {
 // ("name":value) is already in the output from out_pos on; the next member's
 // text follows after one comma, or the object's text ends.
 struct Member {
+    std::uint64_t prefix;   // the name's first 8 bytes, see name_prefix
     std::uint64_t out_pos;  // output offset of the name's opening quote
     std::uint32_t key_pos;  // offset of the unescaped name in the input or the arena
     std::uint32_t key_len;
@@ -345,6 +346,7 @@ struct Scratch {
     std::vector<Frame> stack;            // the open containers
     std::vector<MemberName> names;       // an object with many members being sorted
     std::vector<std::uint32_t> matches;  // pointer indexes per open container (exclusions)
+    std::vector<std::uint64_t> order;    // an object with many members: its sorted ordinals
     std::string arena;                   // unescaped strings
     std::string temp;                    // an object's text while its members are reordered
 
@@ -359,6 +361,7 @@ struct Scratch {
         if (stack.capacity() > kKeep) std::vector<Frame>().swap(stack);
         if (names.capacity() > kKeep) std::vector<MemberName>().swap(names);
         if (matches.capacity() > kKeep) std::vector<std::uint32_t>().swap(matches);
+        if (order.capacity() > kKeep) std::vector<std::uint64_t>().swap(order);
         if (arena.capacity() > kKeep * 16) std::string().swap(arena);
         if (temp.capacity() > kKeep * 16) std::string().swap(temp);
     }
@@ -426,6 +429,7 @@ public:
           stack_(scratch.stack, 16),
           names_(scratch.names),
           matches_(scratch.matches),
+          order_(scratch.order),
           arena_(scratch.arena),
           temp_(scratch.temp),
           out_(out) {
@@ -440,13 +444,24 @@ private:
         error_.offset = static_cast<std::size_t>(at - in_);
         return false;
     }
+    // Where parsing continues and writing continues after a value; p is null
+    // after an error. The functions called out of line take and return the
+    // positions by value: the parser's loop then keeps them in registers.
+    struct Pos {
+        const unsigned char* p;
+        char* w;
+    };
+    Pos failed(JsonErrc code, const unsigned char* at) {
+        fail(code, at);
+        return {nullptr, nullptr};
+    }
     bool parse_string(const unsigned char*& p, char*& w);
-    __attribute__((noinline)) bool parse_string_tail(const unsigned char*& p, const unsigned char* s, char*& w);
-    __attribute__((noinline)) bool parse_escaped_string(const unsigned char*& p, const unsigned char* s,
-                                                        std::uint8_t non_ascii, char*& w);
-    bool parse_number(const unsigned char*& p, char*& w);
+    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w);
+    __attribute__((noinline)) Pos parse_escaped_string(const unsigned char* quote, const unsigned char* s,
+                                                       std::uint8_t non_ascii, char* w);
+    __attribute__((noinline)) Pos parse_number(const unsigned char* p, char* w);
     bool parse_member_name(const unsigned char*& p, char*& w);
-    bool close_object(const Frame& frame, char*& w);
+    __attribute__((noinline)) char* close_object(const Frame& frame, char* w);
     __attribute__((noinline)) char* grow(char* w, std::size_t need);
     __attribute__((noinline)) void descend_member(const Frame& frame);
     __attribute__((noinline)) bool descend_element(const Frame& frame);
@@ -466,6 +481,7 @@ private:
     Appender<Frame> stack_;     // the open containers, innermost last
     std::vector<MemberName>& names_;
     std::vector<std::uint32_t>& matches_;
+    std::vector<std::uint64_t>& order_;
     std::string& arena_;
     std::string& temp_;
     std::string& out_;
@@ -549,17 +565,19 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
         p = s + 1;
         return true;
     }
-    return parse_string_tail(p, s, w);
+    const Pos next = parse_string_tail(p, s, w);
+    p = next.p;
+    w = next.w;
+    return next.p != nullptr;
 }
 
 // The rest of parse_string from the first byte at `s` that is not plain ASCII:
 // validates UTF-8 while the string can still be copied from the input as it
 // is, and hands over to parse_escaped_string at the first escape.
-bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s, char*& w) {
-    const unsigned char* const quote = p;
+Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w) {
     std::uint8_t non_ascii = 0;
     for (;;) {
-        if (s >= end_) return fail(JsonErrc::syntax, s);
+        if (s >= end_) return failed(JsonErrc::syntax, s);
         const unsigned c = *s;
         if (c == '"') {
             const auto len = static_cast<std::uint32_t>(s - quote - 1);
@@ -568,16 +586,15 @@ bool Document::parse_string_tail(const unsigned char*& p, const unsigned char* s
             str_pos_ = static_cast<std::uint32_t>(quote + 1 - in_);
             str_len_ = len;
             str_flags_ = non_ascii;
-            p = s + 1;
-            return true;
+            return {s + 1, w};
         }
-        if (c == '\\') return parse_escaped_string(p, s, non_ascii, w);
-        if (c < 0x20) return fail(JsonErrc::syntax, s);
+        if (c == '\\') return parse_escaped_string(quote, s, non_ascii, w);
+        if (c < 0x20) return failed(JsonErrc::syntax, s);
         // Non-ASCII: validate whole sequences until the next ASCII byte.
         non_ascii = kNonAscii;
         do {
             std::size_t n = utf8_sequence(s, end_);
-            if (n == 0) return fail(JsonErrc::invalid_utf8, s);
+            if (n == 0) return failed(JsonErrc::invalid_utf8, s);
             s += n;
         } while (s < end_ && *s >= 0x80);
         s = scan_plain(s, end_);
@@ -636,31 +653,30 @@ inline char* put_short(char* w, std::string_view s, const char* limit) {
 // escape-free path stays small. While decoding, `extra` counts what escaping
 // adds back: each decoded byte that JSON.stringify escapes adds 1 (short
 // escapes) or 5 (\u00XX) to its length.
-bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char* s, std::uint8_t non_ascii,
-                                    char*& w) {
-    const unsigned char* const quote = p;
+Document::Pos Document::parse_escaped_string(const unsigned char* quote, const unsigned char* s,
+                                             std::uint8_t non_ascii, char* w) {
     const std::size_t start = arena_.size();
     std::size_t extra = 0;
     const unsigned char* run = quote + 1;  // bytes copied as they are, not yet appended
     char utf8[4];
     for (;;) {
         s = scan_plain(s, end_);
-        if (s >= end_) return fail(JsonErrc::syntax, s);
+        if (s >= end_) return failed(JsonErrc::syntax, s);
         const unsigned c = *s;
         if (c >= 0x80) {
             non_ascii = kNonAscii;
             do {
                 std::size_t n = utf8_sequence(s, end_);
-                if (n == 0) return fail(JsonErrc::invalid_utf8, s);
+                if (n == 0) return failed(JsonErrc::invalid_utf8, s);
                 s += n;
             } while (s < end_ && *s >= 0x80);
             continue;
         }
         arena_.append(reinterpret_cast<const char*>(run), static_cast<std::size_t>(s - run));
         if (c == '"') break;
-        if (c < 0x20) return fail(JsonErrc::syntax, s);
+        if (c < 0x20) return failed(JsonErrc::syntax, s);
         // A backslash.
-        if (end_ - s < 2) return fail(JsonErrc::syntax, s);
+        if (end_ - s < 2) return failed(JsonErrc::syntax, s);
         const unsigned e = s[1];
         char simple = 0;
         switch (e) {
@@ -673,7 +689,7 @@ bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char
             case 'r': simple = '\r'; break;
             case 't': simple = '\t'; break;
             case 'u': break;
-            default: return fail(JsonErrc::syntax, s);
+            default: return failed(JsonErrc::syntax, s);
         }
         if (e != 'u') {
             arena_.push_back(simple);
@@ -693,16 +709,16 @@ bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char
             return true;
         };
         std::uint32_t unit;
-        if (!read_hex4(s + 2, unit)) return fail(JsonErrc::syntax, s);
+        if (!read_hex4(s + 2, unit)) return failed(JsonErrc::syntax, s);
         std::uint32_t cp = unit;
         const unsigned char* escape = s;
         s += 6;
-        if (unit >= 0xDC00 && unit <= 0xDFFF) return fail(JsonErrc::lone_surrogate, escape);
+        if (unit >= 0xDC00 && unit <= 0xDFFF) return failed(JsonErrc::lone_surrogate, escape);
         if (unit >= 0xD800 && unit <= 0xDBFF) {
             std::uint32_t low;
             if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
                 low < 0xDC00 || low > 0xDFFF)
-                return fail(JsonErrc::lone_surrogate, escape);
+                return failed(JsonErrc::lone_surrogate, escape);
             cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
             s += 6;
         }
@@ -726,8 +742,7 @@ bool Document::parse_escaped_string(const unsigned char*& p, const unsigned char
     str_pos_ = static_cast<std::uint32_t>(start);
     str_len_ = len;
     str_flags_ = static_cast<std::uint8_t>(kInArena | non_ascii);
-    p = s + 1;
-    return true;
+    return {s + 1, w};
 }
 
 // The canonical form of a number literal with at most 15 significant digits,
@@ -802,7 +817,7 @@ inline const unsigned char* scan_digits(const unsigned char* s, const unsigned c
 }
 
 // Parses the number at p and writes its canonical form at w.
-bool Document::parse_number(const unsigned char*& p, char*& w) {
+Document::Pos Document::parse_number(const unsigned char* p, char* w) {
     const unsigned char* const start = p;
     const unsigned char* s = p;
     bool negative = false;
@@ -810,14 +825,14 @@ bool Document::parse_number(const unsigned char*& p, char*& w) {
         negative = true;
         ++s;
     }
-    if (s >= end_) return fail(JsonErrc::syntax, s);
+    if (s >= end_) return failed(JsonErrc::syntax, s);
     const unsigned char* int_begin = s;
     if (*s == '0') {
         ++s;
     } else if (*s >= '1' && *s <= '9') {
         s = scan_digits(s + 1, end_);
     } else {
-        return fail(JsonErrc::syntax, s);
+        return failed(JsonErrc::syntax, s);
     }
     const unsigned char* const int_end = s;
     const std::size_t int_digits = static_cast<std::size_t>(s - int_begin);
@@ -832,7 +847,7 @@ bool Document::parse_number(const unsigned char*& p, char*& w) {
         s = scan_digits(s, end_);
         frac_end = s;
         frac_digits = static_cast<std::size_t>(s - frac);
-        if (frac_digits == 0) return fail(JsonErrc::syntax, s);
+        if (frac_digits == 0) return failed(JsonErrc::syntax, s);
         while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0') ++frac_leading_zeros;
         frac_trailing_zero = s[-1] == '0';
     }
@@ -844,9 +859,8 @@ bool Document::parse_number(const unsigned char*& p, char*& w) {
         if (s < end_ && (*s == '+' || *s == '-')) ++s;
         const unsigned char* exp_digits = s;
         while (s < end_ && *s >= '0' && *s <= '9') ++s;
-        if (s == exp_digits) return fail(JsonErrc::syntax, s);
+        if (s == exp_digits) return failed(JsonErrc::syntax, s);
     }
-    p = s;
     const std::uint32_t len = static_cast<std::uint32_t>(s - start);
 
     // Already canonical? With at most 15 significant digits the literal is the
@@ -865,7 +879,7 @@ bool Document::parse_number(const unsigned char*& p, char*& w) {
         if (canonical) {
             w = put_short(w, std::string_view(reinterpret_cast<const char*>(start), len),
                           reinterpret_cast<const char*>(end_));
-            return true;
+            return {s, w};
         }
     }
 
@@ -881,12 +895,11 @@ bool Document::parse_number(const unsigned char*& p, char*& w) {
     if (n == 0) {
         double value = 0;
         auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
-        if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return fail(JsonErrc::syntax, start);
-        if (!std::isfinite(value)) return fail(JsonErrc::number_overflow, start);  // underflow gives 0
+        if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return failed(JsonErrc::syntax, start);
+        if (!std::isfinite(value)) return failed(JsonErrc::number_overflow, start);  // underflow gives 0
         n = format_number(value, w);
     }
-    w += n;
-    return true;
+    return {s, w + n};
 }
 
 // Parses `"name" :` (whitespace allowed around it), writes `"name":` and
@@ -896,9 +909,13 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
     const auto out_pos = static_cast<std::uint64_t>(w - base_);
-    const auto quote = static_cast<std::uint32_t>(p - in_);
+    const unsigned char* const name = p + 1;
     if (!parse_string(p, w)) return false;
-    members_.push(Member{out_pos, str_pos_, str_len_, quote, str_flags_});
+    const std::uint64_t prefix =
+        (str_flags_ & kInArena)
+            ? name_prefix({arena_.data() + str_pos_, str_len_}, arena_.data() + arena_.size())
+            : name_prefix({reinterpret_cast<const char*>(name), str_len_}, reinterpret_cast<const char*>(end_));
+    members_.push(Member{prefix, out_pos, str_pos_, str_len_, static_cast<std::uint32_t>(name - 1 - in_), str_flags_});
     while (p < end_ && is_ws(*p)) ++p;
     if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
     ++p;
@@ -922,48 +939,100 @@ inline char* copy_blocks(char* to, const char* from, std::size_t n) {
 // frame.first_member on): sorts the members by name, rejects a duplicate name,
 // and unless the members were already in order with none excluded, rewrites
 // the object's text in member order (through temp_) and moves w to its end.
-bool Document::close_object(const Frame& frame, char*& w) {
+char* Document::close_object(const Frame& frame, char* w) {
     Member* const first = members_.data() + frame.first_member;
     const std::size_t count = members_.size() - frame.first_member;
     if (count == 0 || (count == 1 && !(first[0].flags & kRemoved))) {
         members_.truncate(frame.first_member);
-        return true;
+        return w;
     }
-    MemberName local[16];
-    MemberName* names = local;
-    if (count > 16) {
-        if (names_.size() < count) names_.resize(count);
-        names = names_.data();
-    }
-    const char* const input = reinterpret_cast<const char*>(in_);
-    const char* const input_limit = reinterpret_cast<const char*>(end_);
-    const char* const arena = arena_.data();
-    const char* const arena_limit = arena_.data() + arena_.size();
+    // The members' ordinals in sorted order: keys[i] & mask.
+    std::uint64_t local_keys[16];
+    std::uint64_t* keys = local_keys;
+    std::uint64_t mask = 0xFF;
     std::uint8_t flags = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-        const Member& m = first[i];
-        const bool in_arena = m.flags & kInArena;
-        const char* data = (in_arena ? arena : input) + m.key_pos;
-        names[i] = MemberName{name_prefix({data, m.key_len}, in_arena ? arena_limit : input_limit), data, m.key_len,
-                              static_cast<std::uint32_t>(i)};
-        flags |= m.flags;
+    for (std::size_t i = 0; i < count && i < 16; ++i) {
+        keys[i] = (first[i].prefix & ~std::uint64_t{0xFF}) | i;
+        flags |= first[i].flags;
     }
-    if (flags & kNonAscii) {
-        sort_names(names, count, utf16_name_less);
-    } else {
-        sort_names(names, count, ascii_name_less);
-    }
-    bool in_order = !(flags & kRemoved) && names[0].node == 0;
-    for (std::size_t i = 1; i < count; ++i) {
-        const MemberName& x = names[i - 1];
-        const MemberName& y = names[i];
-        if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
-            error_.code = JsonErrc::duplicate_name;
-            error_.offset = std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
-            return false;
+    if (count <= 16 && !(flags & kNonAscii)) {
+        // The common case, a few ASCII names: sorted as integers made of the
+        // first 7 bytes of the name and the ordinal (ties keep document order).
+        for (std::size_t i = 1; i < count; ++i) {
+            const std::uint64_t value = keys[i];
+            std::size_t hole = i;
+            while (hole > 0 && value < keys[hole - 1]) {
+                keys[hole] = keys[hole - 1];
+                --hole;
+            }
+            keys[hole] = value;
         }
-        in_order &= y.node == i;
+        // Names that share their first 7 bytes are adjacent: order each such
+        // run by the whole names (stable) and look for duplicates there.
+        for (std::size_t i = 1; i < count; ++i) {
+            if ((keys[i] ^ keys[i - 1]) >> 8 != 0) continue;
+            const std::size_t begin = i - 1;
+            std::size_t end = i + 1;
+            while (end < count && (keys[end] ^ keys[begin]) >> 8 == 0) ++end;
+            for (std::size_t k = begin + 1; k < end; ++k) {
+                const std::uint64_t value = keys[k];
+                const std::string_view name = key_text(first[value & 0xFF]);
+                std::size_t hole = k;
+                while (hole > begin && name < key_text(first[keys[hole - 1] & 0xFF])) {
+                    keys[hole] = keys[hole - 1];
+                    --hole;
+                }
+                keys[hole] = value;
+            }
+            for (std::size_t k = begin + 1; k < end; ++k) {
+                const Member& x = first[keys[k - 1] & 0xFF];
+                const Member& y = first[keys[k] & 0xFF];
+                if (key_text(x) == key_text(y)) {
+                    error_.code = JsonErrc::duplicate_name;
+                    error_.offset = std::max(x.quote, y.quote);  // the later occurrence
+                    return nullptr;
+                }
+            }
+            i = end - 1;
+        }
+    } else {
+        // Many members or non-ASCII names: sorted as MemberName entries.
+        MemberName local[16];
+        MemberName* names = local;
+        if (count > 16) {
+            if (names_.size() < count) names_.resize(count);
+            names = names_.data();
+            if (order_.size() < count) order_.resize(count);
+            keys = order_.data();
+        }
+        mask = ~std::uint64_t{0};
+        const char* const input = reinterpret_cast<const char*>(in_);
+        const char* const arena = arena_.data();
+        flags = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+            const Member& m = first[i];
+            names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos, m.key_len,
+                                  static_cast<std::uint32_t>(i)};
+            flags |= m.flags;
+        }
+        if (flags & kNonAscii) {
+            sort_names(names, count, utf16_name_less);
+        } else {
+            sort_names(names, count, ascii_name_less);
+        }
+        for (std::size_t i = 1; i < count; ++i) {
+            const MemberName& x = names[i - 1];
+            const MemberName& y = names[i];
+            if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
+                error_.code = JsonErrc::duplicate_name;
+                error_.offset = std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
+                return nullptr;
+            }
+        }
+        for (std::size_t i = 0; i < count; ++i) keys[i] = names[i].node;
     }
+    bool in_order = !(flags & kRemoved);
+    for (std::size_t i = 0; i < count && in_order; ++i) in_order = (keys[i] & mask) == i;
     if (!in_order) {
         char* const text = base_ + frame.out_pos;
         const std::size_t size = static_cast<std::size_t>(w - text);
@@ -971,7 +1040,7 @@ bool Document::close_object(const Frame& frame, char*& w) {
         char* const begin = temp_.data();
         char* t = begin;
         for (std::size_t i = 0; i < count; ++i) {
-            const std::uint32_t k = names[i].node;
+            const auto k = static_cast<std::size_t>(keys[i] & mask);
             if (first[k].flags & kRemoved) continue;
             if (t != begin) *t++ = ',';
             const char* from = base_ + first[k].out_pos;
@@ -982,7 +1051,7 @@ bool Document::close_object(const Frame& frame, char*& w) {
         w = text + (t - begin);
     }
     members_.truncate(frame.first_member);
-    return true;
+    return w;
 }
 
 // Exclusions: the member just parsed (the last in members_) of the object
@@ -1065,7 +1134,7 @@ bool Document::run(JsonError& error) {
     auto skip_ws = [&] { while (p < end_ && *p <= ' ' && is_ws(*p)) ++p; };
     // The start of an element of the array on top of the stack: its comma and
     // its exclusion (the element's index is frame.index).
-    auto start_element = [&](Frame& frame) {
+    auto start_element = [&](Frame& frame) __attribute__((always_inline)) {
         const auto before = static_cast<std::uint64_t>(w - base_);
         if (frame.kept++ != 0) *w++ = ',';
         if (frame.match_begin != frame.match_end) {
@@ -1074,7 +1143,7 @@ bool Document::run(JsonError& error) {
         }
     };
     // The start of a member of the object on top of the stack.
-    auto start_member = [&](Frame& frame) {
+    auto start_member = [&](Frame& frame) __attribute__((always_inline)) {
         if (!parse_member_name(p, w)) return false;
         if (frame.match_begin != frame.match_end) descend_member(frame);
         return true;
@@ -1114,7 +1183,10 @@ bool Document::run(JsonError& error) {
             if (c == '"') {
                 if (!parse_string(p, w)) break;
             } else if (c == '-' || (c >= '0' && c <= '9')) {
-                if (!parse_number(p, w)) break;
+                const Pos next = parse_number(p, w);
+                if (next.p == nullptr) break;
+                p = next.p;
+                w = next.w;
             } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
                 std::memcpy(w, "true", 4);
                 w += 4;
@@ -1161,7 +1233,7 @@ bool Document::run(JsonError& error) {
             }
             if (*p == (frame.object ? '}' : ']')) {
                 ++p;
-                if (frame.object && !close_object(frame, w)) break;
+                if (frame.object && (w = close_object(frame, w)) == nullptr) break;
                 *w++ = frame.object ? '}' : ']';
                 const bool dropped = frame.drop;
                 const std::uint64_t rewind = frame.rewind;
