@@ -455,8 +455,10 @@ private:
         fail(code, at);
         return {nullptr, nullptr};
     }
-    bool parse_string(const unsigned char*& p, char*& w);
-    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w);
+    bool parse_string(const unsigned char*& p, char*& w, bool name);
+    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w,
+                                                    bool name);
+    __attribute__((noinline)) Pos rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w);
     __attribute__((noinline)) Pos parse_escaped_string(const unsigned char* quote, const unsigned char* s,
                                                        std::uint8_t non_ascii, char* w);
     __attribute__((noinline)) Pos parse_number(const unsigned char* p, char* w);
@@ -525,7 +527,7 @@ inline const unsigned char* scan_plain(const unsigned char* s, const unsigned ch
 // escape, which are copied to the output in the same 16-byte blocks that are
 // scanned for the closing quote (an escape-free, well-formed string is its own
 // canonical form). Anything else continues out of line in parse_string_tail.
-__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w) {
+__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w, bool name) {
     const unsigned char* const quote = p;
     const unsigned char* s = p + 1;
     char* const o = w;  // the string's output; o[s - quote] is where the byte at s goes
@@ -565,7 +567,7 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
         p = s + 1;
         return true;
     }
-    const Pos next = parse_string_tail(p, s, w);
+    const Pos next = parse_string_tail(p, s, w, name);
     p = next.p;
     w = next.w;
     return next.p != nullptr;
@@ -573,8 +575,9 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
 
 // The rest of parse_string from the first byte at `s` that is not plain ASCII:
 // validates UTF-8 while the string can still be copied from the input as it
-// is, and hands over to parse_escaped_string at the first escape.
-Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w) {
+// is, and hands over at the first escape: to parse_escaped_string for a member
+// name (which is needed unescaped), to rewrite_escaped_string for a value.
+Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w, bool name) {
     std::uint8_t non_ascii = 0;
     for (;;) {
         if (s >= end_) return failed(JsonErrc::syntax, s);
@@ -588,7 +591,7 @@ Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsi
             str_flags_ = non_ascii;
             return {s + 1, w};
         }
-        if (c == '\\') return parse_escaped_string(quote, s, non_ascii, w);
+        if (c == '\\') return name ? parse_escaped_string(quote, s, non_ascii, w) : rewrite_escaped_string(quote, s, w);
         if (c < 0x20) return failed(JsonErrc::syntax, s);
         // Non-ASCII: validate whole sequences until the next ASCII byte.
         non_ascii = kNonAscii;
@@ -743,6 +746,137 @@ Document::Pos Document::parse_escaped_string(const unsigned char* quote, const u
     str_len_ = len;
     str_flags_ = static_cast<std::uint8_t>(kInArena | non_ascii);
     return {s + 1, w};
+}
+
+// Copies plain bytes (see scan_plain) from s to o up to the first byte that is
+// not plain or end, in 16-byte blocks while 16 bytes remain in the input;
+// returns where the copy stopped in the input and advances o as far.
+inline const unsigned char* copy_plain(const unsigned char* s, const unsigned char* end, char*& o) {
+#if defined(__SSE2__)
+    while (end - s >= 16) {
+        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), v);
+        __m128i special = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+        const int mask = _mm_movemask_epi8(special);
+        if (mask != 0) {
+            const int n = __builtin_ctz(static_cast<unsigned>(mask));
+            o += n;
+            return s + n;
+        }
+        s += 16;
+        o += 16;
+    }
+#endif
+    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') *o++ = static_cast<char>(*s++);
+    return s;
+}
+
+// The rest of a string value (not a member name) from its first escape at `s`:
+// writes the canonical form straight to the output without decoding into the
+// arena. Plain runs and well-formed UTF-8 are copied; each escape becomes what
+// JSON.stringify writes for the character it stands for (\" \\ \b \f \n \r \t,
+// \u00xx for other control characters, the character itself otherwise). The
+// checks and their order are those of parse_escaped_string, so are the errors.
+// [quote, s) was validated by the caller and is copied first; the output never
+// outgrows the input consumed (an escape is never replaced by more bytes).
+Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w) {
+    static const char hex[] = "0123456789abcdef";
+    std::memcpy(w, quote, static_cast<std::size_t>(s - quote));
+    char* o = w + (s - quote);
+    auto read_hex4 = [&](const unsigned char* at, std::uint32_t& value) {
+        if (end_ - at < 4) return false;
+        value = 0;
+        for (int i = 0; i < 4; ++i) {
+            int h = hex_value(at[i]);
+            if (h < 0) return false;
+            value = value << 4 | static_cast<std::uint32_t>(h);
+        }
+        return true;
+    };
+    for (;;) {
+        if (s >= end_) return failed(JsonErrc::syntax, s);
+        const unsigned c = *s;
+        if (c == '"') {
+            *o++ = '"';
+            return {s + 1, o};
+        }
+        if (c >= 0x80) {
+            do {
+                const std::size_t n = utf8_sequence(s, end_);
+                if (n == 0) return failed(JsonErrc::invalid_utf8, s);
+                for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<char>(s[i]);
+                o += n;
+                s += n;
+            } while (s < end_ && *s >= 0x80);
+        } else if (c < 0x20) {
+            return failed(JsonErrc::syntax, s);
+        } else {  // a backslash
+            if (end_ - s < 2) return failed(JsonErrc::syntax, s);
+            const unsigned e = s[1];
+            switch (e) {
+                case '"':
+                case '\\':
+                case 'b':
+                case 'f':
+                case 'n':
+                case 'r':
+                case 't':  // written back as it is
+                    o[0] = '\\';
+                    o[1] = static_cast<char>(e);
+                    o += 2;
+                    s += 2;
+                    break;
+                case '/':
+                    *o++ = '/';
+                    s += 2;
+                    break;
+                case 'u': {
+                    std::uint32_t unit;
+                    if (!read_hex4(s + 2, unit)) return failed(JsonErrc::syntax, s);
+                    std::uint32_t cp = unit;
+                    const unsigned char* escape = s;
+                    s += 6;
+                    if (unit >= 0xDC00 && unit <= 0xDFFF) return failed(JsonErrc::lone_surrogate, escape);
+                    if (unit >= 0xD800 && unit <= 0xDBFF) {
+                        std::uint32_t low;
+                        if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
+                            low < 0xDC00 || low > 0xDFFF)
+                            return failed(JsonErrc::lone_surrogate, escape);
+                        cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                        s += 6;
+                    }
+                    char short_escape = 0;
+                    switch (cp) {
+                        case '"': short_escape = '"'; break;
+                        case '\\': short_escape = '\\'; break;
+                        case '\b': short_escape = 'b'; break;
+                        case '\f': short_escape = 'f'; break;
+                        case '\n': short_escape = 'n'; break;
+                        case '\r': short_escape = 'r'; break;
+                        case '\t': short_escape = 't'; break;
+                        default: break;
+                    }
+                    if (short_escape != 0) {
+                        o[0] = '\\';
+                        o[1] = short_escape;
+                        o += 2;
+                    } else if (cp < 0x20) {
+                        std::memcpy(o, "\\u00", 4);
+                        o[4] = hex[cp >> 4];
+                        o[5] = hex[cp & 15];
+                        o += 6;
+                    } else {
+                        o = put_utf8(o, cp);
+                    }
+                    break;
+                }
+                default: return failed(JsonErrc::syntax, s);
+            }
+        }
+        s = copy_plain(s, end_, o);
+    }
 }
 
 // The canonical form of a number literal with at most 15 significant digits,
@@ -910,7 +1044,7 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
     if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
     const auto out_pos = static_cast<std::uint64_t>(w - base_);
     const unsigned char* const name = p + 1;
-    if (!parse_string(p, w)) return false;
+    if (!parse_string(p, w, true)) return false;
     const std::uint64_t prefix =
         (str_flags_ & kInArena)
             ? name_prefix({arena_.data() + str_pos_, str_len_}, arena_.data() + arena_.size())
@@ -1181,7 +1315,7 @@ bool Document::run(JsonError& error) {
             }
         } else {
             if (c == '"') {
-                if (!parse_string(p, w)) break;
+                if (!parse_string(p, w, false)) break;
             } else if (c == '-' || (c >= '0' && c <= '9')) {
                 const Pos next = parse_number(p, w);
                 if (next.p == nullptr) break;

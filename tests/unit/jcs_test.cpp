@@ -204,6 +204,29 @@ TEST(SinglePass, StringsAroundBlockBoundaries) {
     }
 }
 
+// A string value with escapes is rewritten straight into the output; a member
+// name is decoded first (it is sorted unescaped). Both give the same text.
+TEST(SinglePass, EscapedValuesAndNamesAgree) {
+    const std::string raw =
+        R"("a\u0022b\u005c\u0008\u000c\n\u001f\u007f\u00e9\u2028\ud83d\ude00\uDBFF\uDFFF\/\"\\\b\f\r\t\u0000x")";
+    const std::string expected =
+        "\"a\\\"b\\\\\\b\\f\\n\\u001f\x7f\xc3\xa9\xe2\x80\xa8\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf/\\\"\\\\\\b\\f\\r\\t\\u0000x\"";
+    EXPECT_EQ(canon(raw), expected);
+    EXPECT_EQ(canon("[" + raw + "]"), "[" + expected + "]");
+    EXPECT_EQ(canon("{" + raw + ":" + raw + "}"), "{" + expected + ":" + expected + "}");
+    for (const std::string prefix : {"", "[", "{\"k\":"}) {
+        const std::size_t at = prefix.size();
+        EXPECT_EQ(rejection(prefix + R"("ab\u12")").offset, at + 3) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\x")").offset, at + 3) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\uDC00")").code, JsonErrc::lone_surrogate) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\uD800\u0041")").offset, at + 3) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\n)" + "\xc3\x28\"").offset, at + 5) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\n)" + "\x1f\"").offset, at + 5) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\n)").offset, at + 5) << prefix;
+        EXPECT_EQ(rejection(prefix + R"("ab\)").offset, at + 3) << prefix;
+    }
+}
+
 // Members are written in document order and reordered when the object closes:
 // long members (several 16-byte blocks), nested objects, members that are
 // already in order.
