@@ -1036,12 +1036,62 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
     return {s, w + n};
 }
 
+// The common number inline: when the literal at p is `[-]int[.frac]` with no
+// exponent, lies within the 16 bytes at p and is already canonical (the
+// conditions of parse_number's first check), copies it in one block, advances
+// p and w and returns true. Anything else (including every malformed literal)
+// returns false and is left to parse_number.
+__attribute__((always_inline)) inline bool copy_canonical_number(const unsigned char*& p, char*& w,
+                                                                 const unsigned char* end) {
+#if defined(__SSE2__)
+    if (end - p < 16) return false;
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),  // signed: not bytes >= 0x80
+                                        _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+    const unsigned non_digit = ~static_cast<unsigned>(_mm_movemask_epi8(digit));  // bit 16 and up set
+    const unsigned start = p[0] == '-';
+    const unsigned int_end = static_cast<unsigned>(__builtin_ctz(non_digit & (~0u << start)));
+    const unsigned int_digits = int_end - start;
+    if (int_digits == 0 || int_end >= 16) return false;
+    const bool int_zero = p[start] == '0';
+    if (int_zero && int_digits > 1) return false;  // a syntax error, reported by parse_number's caller
+    unsigned number_end = int_end;
+    unsigned frac_digits = 0;
+    if (p[int_end] == '.') {
+        const unsigned frac_begin = int_end + 1;
+        number_end = static_cast<unsigned>(__builtin_ctz(non_digit & (~0u << frac_begin)));
+        frac_digits = number_end - frac_begin;
+        if (frac_digits == 0 || number_end >= 16 || p[number_end - 1] == '0') return false;
+        if (int_zero) {
+            const unsigned zeros = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('0'))));
+            const unsigned leading = static_cast<unsigned>(__builtin_ctz(~zeros >> frac_begin));
+            if (leading > 5 || frac_digits - leading > 15) return false;
+        }
+    } else if (int_zero && start != 0) {
+        return false;  // "-0"
+    }
+    if ((p[number_end] | 0x20) == 'e') return false;
+    if (!int_zero && int_digits + frac_digits > 15) return false;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v);  // room: see Document
+    w += number_end;
+    p += number_end;
+    return true;
+#else
+    (void)p;
+    (void)w;
+    (void)end;
+    return false;
+#endif
+}
+
 // Parses `"name" :` (whitespace allowed around it), writes `"name":` and
 // records the member in members_. Inline in the parser's loop, like
 // parse_string: a call per member costs more than the work it does.
 __attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p, char*& w) {
-    while (p < end_ && is_ws(*p)) ++p;
-    if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
+    if (!(p < end_ && *p == '"')) {  // whitespace first: rare
+        while (p < end_ && is_ws(*p)) ++p;
+        if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
+    }
     const auto out_pos = static_cast<std::uint64_t>(w - base_);
     const unsigned char* const name = p + 1;
     if (!parse_string(p, w, true)) return false;
@@ -1050,8 +1100,10 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
             ? name_prefix({arena_.data() + str_pos_, str_len_}, arena_.data() + arena_.size())
             : name_prefix({reinterpret_cast<const char*>(name), str_len_}, reinterpret_cast<const char*>(end_));
     members_.push(Member{prefix, out_pos, str_pos_, str_len_, static_cast<std::uint32_t>(name - 1 - in_), str_flags_});
-    while (p < end_ && is_ws(*p)) ++p;
-    if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
+    if (!(p < end_ && *p == ':')) {
+        while (p < end_ && is_ws(*p)) ++p;
+        if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
+    }
     ++p;
     *w++ = ':';
     return true;
@@ -1238,10 +1290,10 @@ bool Document::descend_element(const Frame& frame) {
     return removed;
 }
 
-// The single pass: each iteration of the outer loop parses and writes one
-// value; containers push a frame and continue with their first child, and the
-// inner loop consumes commas and closing brackets after each value. Nothing
-// recurses, so the depth of the input is bounded only by max_depth.
+// The single pass: at `value` one value is parsed and written; a container
+// pushes a frame and continues with its first child; at `after_value` commas
+// and closing brackets are consumed. Nothing recurses, so the depth of the
+// input is bounded only by max_depth.
 //
 // Exclusions (JSON pointers) are resolved on the way: each open container
 // knows which pointers reach into it (matches_); a member a pointer ends at is
@@ -1283,17 +1335,29 @@ bool Document::run(JsonError& error) {
         return true;
     };
 
-    for (;;) {
-        skip_ws();
-        if (p >= end_) {
-            fail(JsonErrc::syntax, p);
-            break;
-        }
-        const unsigned c = *p;
-        if (c == '{' || c == '[') {
+    // The next byte that is not whitespace, or end: one compare and one load
+    // when there is no whitespace (compact JSON).
+    auto next_byte = [&]() __attribute__((always_inline)) {
+        if (!(p < end_ && *p > ' ')) skip_ws();
+        return p < end_ ? static_cast<int>(*p) : -1;
+    };
+
+value:  // a value starts at p (after whitespace)
+    {
+        const int c = next_byte();
+        if (c == '"') {
+            if (!parse_string(p, w, false)) goto failed;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            if (!copy_canonical_number(p, w, end_)) {
+                const Pos next = parse_number(p, w);
+                if (next.p == nullptr) goto failed;
+                p = next.p;
+                w = next.w;
+            }
+        } else if (c == '{' || c == '[') {
             if (stack_.size() >= options_.max_depth) {
                 fail(JsonErrc::too_deep, p);
-                break;
+                goto failed;
             }
             *w++ = static_cast<char>(c);
             const std::uint32_t match_begin = stack_.empty() ? 0 : stack_.back().match_end;
@@ -1302,98 +1366,80 @@ bool Document::run(JsonError& error) {
                               static_cast<std::uint32_t>(matches_.size()), c == '{', drop});
             drop = false;
             ++p;
-            skip_ws();
             Frame& frame = stack_.back();
-            if (p < end_ && *p == (c == '{' ? '}' : ']')) {
-                // Empty: the loop below closes it.
-            } else if (c == '{') {
-                if (!start_member(frame)) break;  // the first member's
-                continue;
+            if (next_byte() == (c == '{' ? '}' : ']')) goto after_value;  // empty: closed there
+            if (c == '{') {
+                if (!start_member(frame)) goto failed;  // the first member's
             } else {
                 start_element(frame);
-                continue;
             }
+            goto value;
+        } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
+            std::memcpy(w, "true", 4);
+            w += 4;
+            p += 4;
+        } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
+            std::memcpy(w, "false", 5);
+            w += 5;
+            p += 5;
+        } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
+            std::memcpy(w, "null", 4);
+            w += 4;
+            p += 4;
         } else {
-            if (c == '"') {
-                if (!parse_string(p, w, false)) break;
-            } else if (c == '-' || (c >= '0' && c <= '9')) {
-                const Pos next = parse_number(p, w);
-                if (next.p == nullptr) break;
-                p = next.p;
-                w = next.w;
-            } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
-                std::memcpy(w, "true", 4);
-                w += 4;
-                p += 4;
-            } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
-                std::memcpy(w, "false", 5);
-                w += 5;
-                p += 5;
-            } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
-                std::memcpy(w, "null", 4);
-                w += 4;
-                p += 4;
-            } else {
-                fail(JsonErrc::syntax, p);
-                break;
-            }
-            if (drop) {  // an excluded array element
-                w = base_ + mark;
-                --stack_.back().kept;
-                drop = false;
-            }
+            fail(JsonErrc::syntax, p);  // also at the end of the input
+            goto failed;
         }
-
-        // After a complete value: close containers or move to the next member.
-        bool next_value = false;
-        while (!stack_.empty()) {
-            skip_ws();
-            if (p >= end_) {
-                fail(JsonErrc::syntax, p);
-                break;
-            }
-            Frame& frame = stack_.back();
-            if (*p == ',') {
-                ++p;
-                if (frame.object) {
-                    *w++ = ',';
-                    if (!start_member(frame)) break;
-                } else {
-                    ++frame.index;
-                    start_element(frame);
-                }
-                next_value = true;
-                break;
-            }
-            if (*p == (frame.object ? '}' : ']')) {
-                ++p;
-                if (frame.object && (w = close_object(frame, w)) == nullptr) break;
-                *w++ = frame.object ? '}' : ']';
-                const bool dropped = frame.drop;
-                const std::uint64_t rewind = frame.rewind;
-                stack_.pop();
-                if (dropped) {  // an excluded array element
-                    w = base_ + rewind;
-                    --stack_.back().kept;
-                }
-                continue;
-            }
-            fail(JsonErrc::syntax, p);
-            break;
+        if (drop) {  // an excluded array element
+            w = base_ + mark;
+            --stack_.back().kept;
+            drop = false;
         }
-        if (error_.code != JsonErrc::none) break;
-        if (next_value) continue;
-        // The root value is complete.
-        skip_ws();
-        if (p != end_) fail(JsonErrc::syntax, p);
-        break;
     }
-    if (error_.code != JsonErrc::none) {
-        error = error_;
-        return false;
+
+after_value:  // a value is complete: close containers or move to the next value
+    while (!stack_.empty()) {
+        Frame& frame = stack_.back();
+        const int b = next_byte();
+        if (b == ',') {
+            ++p;
+            if (frame.object) {
+                *w++ = ',';
+                if (!start_member(frame)) goto failed;
+            } else {
+                ++frame.index;
+                start_element(frame);
+            }
+            goto value;
+        }
+        if (b == (frame.object ? '}' : ']')) {
+            ++p;
+            if (frame.object && (w = close_object(frame, w)) == nullptr) goto failed;
+            *w++ = frame.object ? '}' : ']';
+            const bool dropped = frame.drop;
+            const std::uint64_t rewind = frame.rewind;
+            stack_.pop();
+            if (dropped) {  // an excluded array element
+                w = base_ + rewind;
+                --stack_.back().kept;
+            }
+            continue;
+        }
+        fail(JsonErrc::syntax, p);  // also at the end of the input
+        goto failed;
+    }
+    // The root value is complete.
+    skip_ws();
+    if (p != end_) {
+        fail(JsonErrc::syntax, p);
+        goto failed;
     }
     out_.resize(static_cast<std::size_t>(w - base_));
     return true;
+
+failed:
+    error = error_;
+    return false;
 }
 
 }  // namespace

@@ -238,6 +238,43 @@ TEST(SinglePass, ReordersMembersOfAnyLength) {
     EXPECT_EQ(canon("[{},{\"b\":{},\"a\":[]},[]]"), "[{},{\"a\":[],\"b\":{}},[]]");
 }
 
+// Numbers that lie within a 16-byte block and are already canonical are
+// copied in one block; the rest go the long way. With 16 bytes or fewer left in
+// the input only the long way applies: both must give the same text.
+TEST(SinglePass, NumbersAroundBlockBoundaries) {
+    const std::vector<std::string> literals = {
+        "0", "-0", "7", "-7", "10", "0.5", "-0.5", "0.50", "1.0", "0.000001", "0.0000001", "-0.000001234",
+        "123456789012345", "1234567890123456", "-123456789012345", "12345678901234.5", "1234567890123.45",
+        "0.123456789012345", "0.1234567890123456", "0.00000123456789", "99999999999999.9", "5e3", "5E-3",
+        "1.5e2", "123456789012345678", "1.25", "-9007199254740993", "100000000000000.0", "01", "1.", "-", "-a",
+        "1.5.2", "0.1e", "2.50e1"};
+    EXPECT_EQ(canon("0.000001"), "0.000001");
+    EXPECT_EQ(canon("0.0000001"), "1e-7");
+    EXPECT_EQ(canon("-0"), "0");
+    EXPECT_EQ(canon("123456789012345678"), "123456789012345680");
+    EXPECT_EQ(canon("0.1234567890123456 "), "0.1234567890123456");
+    EXPECT_EQ(canon("99999999999999.9  "), "99999999999999.9");
+    for (const std::string& literal : literals) {
+        std::string out;
+        JsonError error;
+        const bool ok = canonicalize(literal, out, error);
+        for (std::size_t pad = 0; pad <= 20; ++pad) {
+            const std::string padded = literal + std::string(pad, ' ');
+            std::string padded_out;
+            JsonError padded_error;
+            ASSERT_EQ(canonicalize(padded, padded_out, padded_error), ok) << literal << " + " << pad;
+            if (ok) {
+                EXPECT_EQ(padded_out, out) << literal << " + " << pad;
+                EXPECT_EQ(canon("[" + literal + "," + literal + "]" + std::string(pad, ' ')),
+                          "[" + out + "," + out + "]");
+            } else {
+                EXPECT_EQ(padded_error.code, error.code) << literal << " + " << pad;
+                EXPECT_EQ(padded_error.offset, error.offset) << literal << " + " << pad;
+            }
+        }
+    }
+}
+
 // Numbers are the only values whose canonical form can be longer than their
 // literal: the output grows while it is written.
 TEST(SinglePass, NumbersLongerThanTheirLiteral) {
