@@ -1109,12 +1109,15 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
     return true;
 }
 
-// Copies n bytes from `from` to `to` in 16-byte blocks; both may be read or
-// written up to 15 bytes past their n bytes. Returns to + n.
+// Copies n bytes (n >= 1) from `from` to `to` in 16-byte blocks; both may be
+// read or written up to 15 bytes past their n bytes. Returns to + n.
 inline char* copy_blocks(char* to, const char* from, std::size_t n) {
 #if defined(__SSE2__)
-    for (std::size_t i = 0; i < n; i += 16)
+    std::size_t i = 0;
+    do {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+        i += 16;
+    } while (i < n);
 #else
     std::memcpy(to, from, n);
 #endif
@@ -1126,18 +1129,24 @@ inline char* copy_blocks(char* to, const char* from, std::size_t n) {
 // and unless the members were already in order with none excluded, rewrites
 // the object's text in member order (through temp_) and moves w to its end.
 char* Document::close_object(const Frame& frame, char* w) {
-    Member* const first = members_.data() + frame.first_member;
     const std::size_t count = members_.size() - frame.first_member;
-    if (count == 0 || (count == 1 && !(first[0].flags & kRemoved))) {
+    if (count == 0 || (count == 1 && !(members_[frame.first_member].flags & kRemoved))) {
         members_.truncate(frame.first_member);
         return w;
     }
-    // The members' ordinals in sorted order: keys[i] & mask.
-    std::uint64_t local_keys[16];
-    std::uint64_t* keys = local_keys;
+    // A sentinel after the last member, as if a comma followed it: member k's
+    // text always ends one byte before member k + 1's.
+    members_.push(Member{0, static_cast<std::uint64_t>(w - base_) + 1, 0, 0, 0, 0});
+    Member* const first = members_.data() + frame.first_member;
+    // The members' ordinals in sorted order: keys[i] & mask. local_keys[0] is
+    // a sentinel no key is below, so that insertion needs no bounds check.
+    std::uint64_t local_keys[17];
+    local_keys[0] = 0;
+    std::uint64_t* keys = local_keys + 1;
     std::uint64_t mask = 0xFF;
     std::uint8_t flags = 0;
-    for (std::size_t i = 0; i < count && i < 16; ++i) {
+    const std::size_t few = count < 16 ? count : 16;
+    for (std::size_t i = 0; i < few; ++i) {
         keys[i] = (first[i].prefix & ~std::uint64_t{0xFF}) | i;
         flags |= first[i].flags;
     }
@@ -1146,12 +1155,12 @@ char* Document::close_object(const Frame& frame, char* w) {
         // first 7 bytes of the name and the ordinal (ties keep document order).
         for (std::size_t i = 1; i < count; ++i) {
             const std::uint64_t value = keys[i];
-            std::size_t hole = i;
-            while (hole > 0 && value < keys[hole - 1]) {
-                keys[hole] = keys[hole - 1];
+            std::uint64_t* hole = keys + i;
+            while (value < hole[-1]) {
+                hole[0] = hole[-1];
                 --hole;
             }
-            keys[hole] = value;
+            *hole = value;
         }
         // Names that share their first 7 bytes are adjacent: order each such
         // run by the whole names (stable) and look for duplicates there.
@@ -1224,15 +1233,15 @@ char* Document::close_object(const Frame& frame, char* w) {
         const std::size_t size = static_cast<std::size_t>(w - text);
         if (temp_.size() < size + kWriteSlack) temp_.resize(size + kWriteSlack);
         char* const begin = temp_.data();
-        char* t = begin;
+        char* t = begin;  // each member is followed by a comma, the last one's taken back
         for (std::size_t i = 0; i < count; ++i) {
             const auto k = static_cast<std::size_t>(keys[i] & mask);
             if (first[k].flags & kRemoved) continue;
-            if (t != begin) *t++ = ',';
-            const char* from = base_ + first[k].out_pos;
-            const char* to = k + 1 < count ? base_ + first[k + 1].out_pos - 1 : w;  // before the comma
-            t = copy_blocks(t, from, static_cast<std::size_t>(to - from));
+            const std::uint64_t from = first[k].out_pos;
+            t = copy_blocks(t, base_ + from, static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
+            *t++ = ',';
         }
+        if (t != begin) --t;
         std::memcpy(text, begin, static_cast<std::size_t>(t - begin));
         w = text + (t - begin);
     }
@@ -1338,7 +1347,11 @@ bool Document::run(JsonError& error) {
     // The next byte that is not whitespace, or end: one compare and one load
     // when there is no whitespace (compact JSON).
     auto next_byte = [&]() __attribute__((always_inline)) {
-        if (!(p < end_ && *p > ' ')) skip_ws();
+        if (__builtin_expect(p < end_, 1)) {
+            const int c = *p;
+            if (c > ' ') return c;
+        }
+        skip_ws();
         return p < end_ ? static_cast<int>(*p) : -1;
     };
 
