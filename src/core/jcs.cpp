@@ -2,14 +2,18 @@
 //
 // Design: a single pass parses the input and writes the canonical form as it
 // goes; there is no tree. Scalars and array elements are written where they
-// stand (an escape-free string is copied in the same 16-byte SSE2 blocks that
-// are scanned for its closing quote; a number already in canonical form is
-// copied as it is). An object's members are written in document order, each
-// recorded with its name and the output offset of its text; when the object
-// closes, the names are sorted (UTF-16 order, duplicates rejected) and, unless
-// they were already in order, the members' texts are copied in sorted order
-// through a scratch buffer back over the object's text. A nested object is
-// thus sorted before its parent moves it as one block.
+// stand: an escape-free string is copied in the same 16-byte SSE2 blocks that
+// are scanned for its closing quote; a string value with escapes is rewritten
+// escape by escape (a member name is decoded into an arena instead, since it
+// is sorted unescaped); a number already in canonical form is copied as it is,
+// other numbers are laid out from their digits or, beyond 15 significant
+// digits, reformatted from their double. An object's members are written in
+// document order, each recorded with its name and the output offset of its
+// text; when the object closes, the names are sorted (UTF-16 order, duplicates
+// rejected; up to 16 ASCII names as 64-bit integers) and, unless they were
+// already in order, the members' texts are copied in sorted order through a
+// scratch buffer back over the object's text. A nested object is thus sorted
+// before its parent moves it as one block.
 //
 // Nothing recurses: open containers live on an explicit stack, so the depth
 // of the input is bounded only by CanonicalizeOptions::max_depth and never by
@@ -439,6 +443,7 @@ public:
     bool run(JsonError& error);
 
 private:
+    // Records the first error (code and input offset); returns false.
     bool fail(JsonErrc code, const unsigned char* at) {
         error_.code = code;
         error_.offset = static_cast<std::size_t>(at - in_);
@@ -468,6 +473,7 @@ private:
     __attribute__((noinline)) void descend_member(const Frame& frame);
     __attribute__((noinline)) bool descend_element(const Frame& frame);
 
+    // The unescaped name of a member (in the input or the arena).
     std::string_view key_text(const Member& m) const {
         const char* base = (m.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
         return {base + m.key_pos, m.key_len};
@@ -504,15 +510,24 @@ char* Document::grow(char* w, std::size_t need) {
     return base_ + at;
 }
 
+#if defined(__SSE2__)
+// The bytes of v that a string cannot copy as they are: '"', '\\', control
+// bytes and bytes >= 0x80. Flipping bit 1 moves '"' (0x22) to 0x20 and keeps
+// the control bytes below 0x20, so one signed compare with 0x21 finds those
+// three kinds (bytes >= 0x80 are negative) and one more finds the backslash.
+__attribute__((always_inline)) inline __m128i special_bytes(__m128i v) {
+    return _mm_or_si128(_mm_cmplt_epi8(_mm_xor_si128(v, _mm_set1_epi8(0x02)), _mm_set1_epi8(0x21)),
+                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+}
+#endif
+
 // The first byte at or after s that a string cannot copy as is: '"', '\\', a
 // control byte, a byte >= 0x80; or end.
 inline const unsigned char* scan_plain(const unsigned char* s, const unsigned char* end) {
 #if defined(__SSE2__)
     while (end - s >= 16) {
         __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-        __m128i special = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+        const __m128i special = special_bytes(v);
         int mask = _mm_movemask_epi8(special);
         if (mask != 0) return s + __builtin_ctz(static_cast<unsigned>(mask));
         s += 16;
@@ -542,9 +557,7 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
         }
         __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(o + (s - quote)), v);
-        __m128i special = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+        const __m128i special = special_bytes(v);
         const int mask = _mm_movemask_epi8(special);
         if (mask != 0) {
             s += __builtin_ctz(static_cast<unsigned>(mask));
@@ -756,9 +769,7 @@ inline const unsigned char* copy_plain(const unsigned char* s, const unsigned ch
     while (end - s >= 16) {
         __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(o), v);
-        __m128i special = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  // signed: also every byte >= 0x80
+        const __m128i special = special_bytes(v);
         const int mask = _mm_movemask_epi8(special);
         if (mask != 0) {
             const int n = __builtin_ctz(static_cast<unsigned>(mask));

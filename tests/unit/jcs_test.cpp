@@ -227,6 +227,27 @@ TEST(SinglePass, EscapedValuesAndNamesAgree) {
     }
 }
 
+// Every byte value at every offset of a 16-byte block, in a value and in a
+// member name: copied as it is, or rejected where it stands.
+TEST(SinglePass, EveryByteAtEveryBlockOffset) {
+    for (int b = 1; b < 256; ++b) {
+        if (b == '"' || b == '\\') continue;
+        for (std::size_t n = 0; n < 20; ++n) {
+            const std::string text = std::string(n, 'x') + static_cast<char>(b) + std::string(20, 'y');
+            const std::string value = "[\"" + text + "\"]", member = "{\"" + text + "\":0}";
+            if (b >= 0x20 && b < 0x80) {
+                EXPECT_EQ(canon(value), value) << b << " at " << n;
+                EXPECT_EQ(canon(member), member) << b << " at " << n;
+            } else {
+                const JsonErrc code = b < 0x20 ? JsonErrc::syntax : JsonErrc::invalid_utf8;
+                EXPECT_EQ(rejection(value).code, code) << b << " at " << n;
+                EXPECT_EQ(rejection(value).offset, n + 2) << b << " at " << n;
+                EXPECT_EQ(rejection(member).offset, n + 2) << b << " at " << n;
+            }
+        }
+    }
+}
+
 // Members are written in document order and reordered when the object closes:
 // long members (several 16-byte blocks), nested objects, members that are
 // already in order.
