@@ -6,8 +6,10 @@
 // are scanned for its closing quote; a string value with escapes is rewritten
 // escape by escape (a member name is decoded into an arena instead, since it
 // is sorted unescaped); a number already in canonical form is copied as it is,
-// other numbers are laid out from their digits or, beyond 15 significant
-// digits, reformatted from their double. An object's members are written in
+// other numbers are laid out from their digits (up to 15 significant digits,
+// or 16 to 17 when an exact 128-bit test shows them to be the shortest and
+// closest decimal for their double) or else reformatted from their double
+// (fast_float, then std::to_chars). An object's members are written in
 // document order, each recorded with its name and the output offset of its
 // text; when the object closes, the names are sorted (UTF-16 order, duplicates
 // rejected; up to 16 ASCII names as 64-bit integers) and, unless they were
@@ -19,7 +21,8 @@
 // of the input is bounded only by CanonicalizeOptions::max_depth and never by
 // the C stack. Excluded values (JSON pointers) are resolved during the same
 // pass (see Document::run). Output room is reserved up front from the input
-// size, which bounds everything but numbers; those check for room themselves.
+// size (plus one number's worth), which bounds everything but numbers; those
+// check for room themselves.
 #include "jcs.hpp"
 
 #include <algorithm>
@@ -944,6 +947,175 @@ std::size_t rewrite_decimal(bool negative, const unsigned char* int_begin, const
     return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
 }
 
+// 5^0 .. 5^27 (5^27 < 2^63).
+constexpr std::uint64_t kPowersOfFive[28] = {
+    1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull,
+    9765625ull, 48828125ull, 244140625ull, 1220703125ull, 6103515625ull, 30517578125ull,
+    152587890625ull, 762939453125ull, 3814697265625ull, 19073486328125ull, 95367431640625ull,
+    476837158203125ull, 2384185791015625ull, 11920928955078125ull, 59604644775390625ull,
+    298023223876953125ull, 1490116119384765625ull, 7450580596923828125ull,
+};
+
+constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+
+// 10^0 .. 10^8.
+constexpr std::uint64_t kPowersOfTen[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+// The value of the r (1 to 8) ASCII digits that end at `to`, from one 8-byte
+// load (the 8 - r bytes before them, which must be readable, are masked off):
+// the bytes become digit values (XOR with '0': no borrows), then neighbouring
+// values are merged into 2-, 4- and 8-digit values in wider and wider lanes.
+inline std::uint64_t digits_before(const unsigned char* to, int r) {
+    std::uint64_t x;
+    std::memcpy(&x, to - 8, 8);  // little-endian: the first digit is the low byte
+    x ^= 0x3030303030303030u;
+    x &= ~std::uint64_t{0} << (8 * (8 - r));
+    x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;
+    x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu;
+    return (x * 10000 + (x >> 32)) & 0xFFFFFFFFu;
+}
+
+// Whether the decimal d × 10^q, with 16 or 17 significant digits (d has no
+// trailing zero) and |q| <= 27, is exactly what Number::toString prints for
+// the double v it reads as (the shortest decimal that reads as v, the closest
+// to v among those). True when, with v's rounding interval approximated from
+// outside by v ± ulp/2 (the true lower half is narrower below a power of two):
+//   (1) d is the closest decimal of its length to v: v lies strictly between
+//       (d - 1/2) × 10^q and (d + 1/2) × 10^q, and
+//   (2) no shorter decimal reads as v: every decimal with fewer significant
+//       digits at this magnitude is a multiple of 10^(q+1), and the two around
+//       d × 10^q, (d / 10) × 10^(q+1) and (d / 10 + 1) × 10^(q+1), lie
+//       strictly outside v ± ulp/2 (so do the rest, beyond them).
+// v comes from fast_float's Eisel-Lemire step, exact whenever it decides; the
+// comparisons are exact, in 128-bit integers. False also when undecided (ties
+// included): the caller then reformats from the double.
+bool is_shortest_decimal(std::uint64_t d, int q) {
+    __extension__ using u128 = unsigned __int128;
+    const auto v = fast_float::compute_float<fast_float::binary_format<double>>(q, d);
+    if (v.power2 <= 0) return false;  // undecided (or subnormal, which |q| <= 27 rules out)
+    // v = m × 2^e. Each test compares a × 2^(e-1) with b × 10^q / 2, that is
+    // a × 5^-q × 2^(e-q) with b when q < 0, a × 2^(e-q) with b × 5^q otherwise.
+    const std::uint64_t m = v.mantissa | (std::uint64_t{1} << 52);
+    const int e = v.power2 - 1075;
+    const std::uint64_t five = kPowersOfFive[q < 0 ? -q : q];
+    const int t = q - e;
+    if (q < 0 && t > 0 && t < 64) {
+        // The usual case (a fraction), in units of 2^-t: with x = m × 5^-q,
+        // v = x, a unit of d is 2^t, ulp/2 is 5^-q / 2. With R = x - d × 2^t and
+        // r the last digit of d, (1) is |R| < 2^(t-1), and (2) is
+        // 2R + 2r × 2^t > 5^-q (v - ulp/2 above (d / 10) × 10^(q+1)) and
+        // 2R + 5^-q < 2 (10 - r) × 2^t (v + ulp/2 below (d / 10 + 1) × 10^(q+1)).
+        // x < 2^116 and d × 2^t < 2^121: no overflow in 128 signed bits.
+        __extension__ using i128 = __int128;
+        const i128 big_r = static_cast<i128>(static_cast<u128>(m) * five) - (static_cast<i128>(d) << t);
+        const i128 half = static_cast<i128>(1) << (t - 1);
+        const i128 r = static_cast<i128>(d % 10) << t;
+        const i128 f = five;
+        return big_r < half && -half < big_r && 2 * big_r + 2 * r > f &&
+               2 * big_r + f < 20 * (static_cast<i128>(1) << t) - 2 * r;
+    }
+    const u128 f = q < 0 ? five : 1;  // left factor
+    const u128 g = q < 0 ? 1 : five;  // right factor
+    const u128 mf = static_cast<u128>(m) * f;
+    u128 below = 2 * mf - f, at = 2 * mf, above = 2 * mf + f;  // (2m - 1, 2m, 2m + 1) × f
+    const std::uint64_t shorter = d / 10;
+    u128 lo = static_cast<u128>(2 * d - 1) * g, hi = static_cast<u128>(2 * d + 1) * g;
+    u128 down = static_cast<u128>(20 * shorter) * g, up = static_cast<u128>(20 * (shorter + 1)) * g;
+    const int shift = -t;
+    if (shift > 0) {
+        if (shift > 126 || (above >> (127 - shift)) != 0) return false;
+        below <<= shift;
+        at <<= shift;
+        above <<= shift;
+    } else if (shift < 0) {
+        if (shift < -126 || (up >> (127 + shift)) != 0) return false;  // up is the largest right side
+        lo <<= -shift;
+        hi <<= -shift;
+        down <<= -shift;
+        up <<= -shift;
+    }
+    return lo < at && at < hi && down < below && above < up;
+}
+
+// The canonical form of a literal with 16 or more significant digits when its
+// digits (at most 17 of them once trailing zeros are dropped) are already the
+// canonical ones (see is_shortest_decimal): the digits laid out as
+// ECMAScript's Number::toString does. Writes into buffer (kMaxNumberChars
+// bytes) and returns the length, or returns 0 (the caller then reformats from
+// the double). Typically a double printed by another serializer.
+std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned char* input_end, bool negative,
+                              const unsigned char* int_begin, const unsigned char* int_end,
+                              const unsigned char* frac_begin, const unsigned char* frac_end,
+                              std::size_t frac_leading_zeros, const unsigned char* exp_begin,
+                              const unsigned char* exp_end, char* buffer) {
+    const long frac_digits = frac_end - frac_begin;
+    const bool has_exponent = exp_begin < exp_end;
+    const unsigned char* first = *int_begin == '0' ? frac_begin + frac_leading_zeros : int_begin;  // first significant digit
+    // Digits from first on, skipping the '.' if first is in the integer part.
+    const long k_all = first == int_begin ? (int_end - int_begin) + frac_digits : frac_end - first;
+    if (k_all > 19) return 0;  // d below 10^19 < 2^64
+    std::uint64_t d = 0;
+    // Too close to the input's start for word loads before the digits?
+    const bool bytewise = !kLittleEndian || int_begin - input_begin < 8;
+    auto take = [&](const unsigned char* from, const unsigned char* to) {
+        if (bytewise) {
+            for (; from < to; ++from) d = d * 10 + static_cast<unsigned>(*from - '0');
+            return;
+        }
+        for (; to - from > 8; from += 8) d = d * 100000000 + digits_before(from + 8, 8);
+        const int r = static_cast<int>(to - from);
+        if (r > 0) d = d * kPowersOfTen[r] + digits_before(to, r);
+    };
+    if (first == int_begin) {
+        take(int_begin, int_end);
+        take(frac_begin, frac_end);
+    } else {
+        take(first, frac_end);
+    }
+    int k = static_cast<int>(k_all);
+    long q = -frac_digits;  // value = d × 10^q
+    if (has_exponent) {
+        const bool negative_exponent = *exp_begin == '-';
+        exp_begin += *exp_begin == '-' || *exp_begin == '+';
+        if (exp_end - exp_begin > 4) return 0;
+        long x = 0;
+        for (; exp_begin < exp_end; ++exp_begin) x = x * 10 + (*exp_begin - '0');
+        q += negative_exponent ? -x : x;
+    }
+    const int k_literal = k;
+    const unsigned char last = frac_digits != 0 ? frac_end[-1] : int_end[-1];
+    while (last == '0' && d % 10 == 0 && d != 0) {
+        d /= 10;
+        --k;
+        ++q;
+    }
+    if (k < 16 || k > 17 || q < -27 || q > 27 || !is_shortest_decimal(d, static_cast<int>(q))) return 0;
+    const long n = q + k;  // value = 0.digits × 10^n
+    if (k == k_literal && !has_exponent && n > -6) {
+        // [-]int[.frac] with no trailing zero, and ECMAScript's layout is plain
+        // notation too (n <= 21 as k <= 17): the literal is the canonical text.
+        const unsigned char* literal = int_begin - negative;
+        const auto len = static_cast<std::size_t>((frac_digits != 0 ? frac_end : int_end) - literal);
+#if defined(__SSE2__)
+        if (input_end - literal >= 32) {  // at most 25 bytes; the output has kMaxNumberChars of room
+            const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal));
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal + 16));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(buffer), a);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(buffer + 16), b);
+            return len;
+        }
+#endif
+        (void)input_end;
+        std::memcpy(buffer, literal, len);
+        return len;
+    }
+    char digits[17];
+    for (int i = 0; i < k; ++first) {
+        if (*first != '.') digits[i++] = static_cast<char>(*first);
+    }
+    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
+}
+
 // First byte at or after s that is not an ASCII digit, or end. Numbers in API
 // payloads are mostly 5 to 17 digits: one SSE2 block instead of a loop.
 inline const unsigned char* scan_digits(const unsigned char* s, const unsigned char* end) {
@@ -1037,6 +1209,8 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
     const std::size_t significant = int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
     const bool rewritable = significant <= 15 || frac_end[-1] == '0';
     std::size_t n = rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, w) : 0;
+    if (n == 0 && significant >= 16)
+        n = keep_long_decimal(in_, end_, negative, int_begin, int_end, frac, frac_end, frac_leading_zeros, exp, s, w);
     if (n == 0) {
         double value = 0;
         auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
@@ -1324,7 +1498,9 @@ bool Document::run(JsonError& error) {
         error = JsonError{JsonErrc::too_large, 0};
         return false;
     }
-    out_.resize(size_ + kWriteSlack);
+    // kMaxNumberChars more: a number's room check then fails only after
+    // earlier numbers have outgrown their literals (most documents never grow).
+    out_.resize(size_ + kWriteSlack + kMaxNumberChars);
     base_ = out_.data();
     cap_ = base_ + out_.size();
     char* w = base_;

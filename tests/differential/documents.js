@@ -281,6 +281,50 @@ function layout(negative, digits, n) {
   return sign + padded[0] + (frac ? '.' + frac : rng.chance(0.3) ? '.0' : '') + expText(n - 1);
 }
 
+// Literals of 16 or 17 significant digits in the range where serializers
+// commonly print them (the canonicalizer keeps such digits when it can prove
+// them canonical): the shortest form of a double (often canonical as it is),
+// the same digits moved by a few units in the last place (reading as the same
+// double but not the closest, or as another double), random digit strings
+// (mostly not the shortest form), sums of short decimals (0.1 + 0.2), and
+// integers around 2^53 and 10^16, each in a random layout.
+function longLiteral() {
+  const kind = rng.int(6);
+  let x;
+  if (kind <= 2) {
+    // 53 random bits scaled into roughly 1e-12 .. 1e10.
+    x = (rng.u32() * 2 ** 21 + (rng.u32() >>> 11)) / 2 ** rng.range(20, 95);
+    if (kind === 2) x = Number(rng.digits(rng.range(1, 4)) + '.' + rng.digits(rng.range(1, 3), false)) +
+                        Number('0.' + rng.digits(rng.range(1, 3), false)) * (rng.chance(0.5) ? 1 : 1e-3);
+  } else if (kind === 3) {
+    const k = rng.range(16, 17);
+    return (rng.chance(0.3) ? '-' : '') + layoutText(rng.digits(k), rng.range(-20, 20));
+  } else if (kind === 4) {
+    x = rng.pick([2 ** 53, 2 ** 54, 1e16, 1e17, 2 ** 52]) + rng.range(-40, 40);
+  } else {
+    x = Number(rng.digits(rng.range(1, 3)) + '.' + rng.digits(15, false)) * 10 ** rng.range(-27, 4);
+  }
+  if (x === 0 || !Number.isFinite(x)) return '0';
+  const d = decompose(x);
+  let digits = d.digits;
+  if (rng.chance(0.4)) {
+    // Move the last digit by a few units (keeping 16 or 17 digits).
+    const padded = digits.length < 16 ? digits + '0'.repeat(16 - digits.length) : digits;
+    const big = BigInt(padded) + BigInt(rng.range(-3, 3));
+    if (big > 0n) digits = big.toString();
+  }
+  return layout(rng.chance(0.3), digits, d.n);
+}
+
+// 0.D × 10^n in plain or exponent notation (no padding), for longLiteral.
+function layoutText(digits, n) {
+  if (n > 0 && n <= 21) {
+    return n >= digits.length ? digits + '0'.repeat(n - digits.length) : digits.slice(0, n) + '.' + digits.slice(n);
+  }
+  if (n <= 0 && n > -8) return '0.' + '0'.repeat(-n) + digits;
+  return digits[0] + '.' + digits.slice(1) + 'e' + (n - 1);
+}
+
 const numberTable = [
   [10, () => String(rng.range(-1000, 1000))],
   [3, () => String(rng.range(-2147483648, 2147483647))],
@@ -319,6 +363,7 @@ const numberTable = [
     const e = rng.range(-len - 300, 300 - len);
     return rng.digits(len) + 'e' + e;
   }],
+  [8, longLiteral],
   [2, () => { // near the largest double
     return '1.797693134862315' + rng.digits(rng.range(1, 20), false) + 'e308';
   }],
