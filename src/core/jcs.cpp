@@ -976,7 +976,7 @@ inline std::uint64_t digits_before(const unsigned char* to, int r) {
 }
 
 // Whether the decimal d × 10^q, with 16 or 17 significant digits (d has no
-// trailing zero) and |q| <= 27, is exactly what Number::toString prints for
+// trailing zero; r is its last digit) and |q| <= 27, is exactly what Number::toString prints for
 // the double v it reads as (the shortest decimal that reads as v, the closest
 // to v among those). True when, with v's rounding interval approximated from
 // outside by v ± ulp/2 (the true lower half is narrower below a power of two):
@@ -989,7 +989,7 @@ inline std::uint64_t digits_before(const unsigned char* to, int r) {
 // v comes from fast_float's Eisel-Lemire step, exact whenever it decides; the
 // comparisons are exact, in 128-bit integers. False also when undecided (ties
 // included): the caller then reformats from the double.
-bool is_shortest_decimal(std::uint64_t d, int q) {
+bool is_shortest_decimal(std::uint64_t d, std::uint64_t r, int q) {
     __extension__ using u128 = unsigned __int128;
     const auto v = fast_float::compute_float<fast_float::binary_format<double>>(q, d);
     if (v.power2 <= 0) return false;  // undecided (or subnormal, which |q| <= 27 rules out)
@@ -999,20 +999,22 @@ bool is_shortest_decimal(std::uint64_t d, int q) {
     const int e = v.power2 - 1075;
     const std::uint64_t five = kPowersOfFive[q < 0 ? -q : q];
     const int t = q - e;
-    if (q < 0 && t > 0 && t < 64) {
+    if (q < 0 && t > 0 && t <= 58) {
         // The usual case (a fraction), in units of 2^-t: with x = m × 5^-q,
-        // v = x, a unit of d is 2^t, ulp/2 is 5^-q / 2. With R = x - d × 2^t and
-        // r the last digit of d, (1) is |R| < 2^(t-1), and (2) is
-        // 2R + 2r × 2^t > 5^-q (v - ulp/2 above (d / 10) × 10^(q+1)) and
-        // 2R + 5^-q < 2 (10 - r) × 2^t (v + ulp/2 below (d / 10 + 1) × 10^(q+1)).
-        // x < 2^116 and d × 2^t < 2^121: no overflow in 128 signed bits.
-        __extension__ using i128 = __int128;
-        const i128 big_r = static_cast<i128>(static_cast<u128>(m) * five) - (static_cast<i128>(d) << t);
-        const i128 half = static_cast<i128>(1) << (t - 1);
-        const i128 r = static_cast<i128>(d % 10) << t;
-        const i128 f = five;
-        return big_r < half && -half < big_r && 2 * big_r + 2 * r > f &&
-               2 * big_r + f < 20 * (static_cast<i128>(1) << t) - 2 * r;
+        // v = x, a unit of d is 2^t, ulp/2 is 5^-q / 2. With R = x - d × 2^t,
+        // u = R + 2^(t-1) and r the last digit of d, (1) is 0 < u < 2^t, and
+        // (2) is 2u + (2r - 1) × 2^t > 5^-q (v - ulp/2 above (d / 10) × 10^(q+1))
+        // and 2u + 5^-q < (21 - 2r) × 2^t (v + ulp/2 below (d / 10 + 1) × 10^(q+1)).
+        // x < 2^116 and d × 2^t < 2^115; R wraps when negative, and once it is
+        // known to fit in 64 bits, t <= 58 keeps everything else below 2^64.
+        const u128 big_r = static_cast<u128>(m) * five - (static_cast<u128>(d) << t);
+        const auto low = static_cast<std::uint64_t>(big_r);
+        if (static_cast<std::uint64_t>(big_r >> 64) != static_cast<std::uint64_t>(static_cast<std::int64_t>(low) >> 63))
+            return false;  // |R| >= 2^63: (1) fails
+        const std::uint64_t unit = std::uint64_t{1} << t;
+        const std::uint64_t u = low + (unit >> 1);
+        if (u - 1 >= unit - 1) return false;  // (1)
+        return 2 * u + (2 * r - 1) * unit > five && 2 * u + five < (21 - 2 * r) * unit;
     }
     const u128 f = q < 0 ? five : 1;  // left factor
     const u128 g = q < 0 ? 1 : five;  // right factor
@@ -1089,13 +1091,14 @@ std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned c
         --k;
         ++q;
     }
-    if (k < 16 || k > 17 || q < -27 || q > 27 || !is_shortest_decimal(d, static_cast<int>(q))) return 0;
+    if (k < 16 || k > 17 || q < -27 || q > 27) return 0;
+    if (!is_shortest_decimal(d, k == k_literal ? last - '0' : d % 10, static_cast<int>(q))) return 0;
     const long n = q + k;  // value = 0.digits × 10^n
     if (k == k_literal && !has_exponent && n > -6) {
         // [-]int[.frac] with no trailing zero, and ECMAScript's layout is plain
         // notation too (n <= 21 as k <= 17): the literal is the canonical text.
         const unsigned char* literal = int_begin - negative;
-        const auto len = static_cast<std::size_t>((frac_digits != 0 ? frac_end : int_end) - literal);
+        const auto len = static_cast<std::size_t>(exp_end - literal);  // no exponent: the literal ends there
 #if defined(__SSE2__)
         if (input_end - literal >= 32) {  // at most 25 bytes; the output has kMaxNumberChars of room
             const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal));
