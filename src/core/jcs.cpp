@@ -217,6 +217,43 @@ inline int hex_value(unsigned char c) {
     return -1;
 }
 
+// The four hex digits at `at` (readable up to `end`) as a UTF-16 code unit;
+// false when fewer than four remain or one is not a hex digit.
+inline bool read_hex4(const unsigned char* at, const unsigned char* end, std::uint32_t& value) {
+    if (end - at < 4) return false;
+    value = 0;
+    for (int i = 0; i < 4; ++i) {
+        int h = hex_value(at[i]);
+        if (h < 0) return false;
+        value = value << 4 | static_cast<std::uint32_t>(h);
+    }
+    return true;
+}
+
+// A \uXXXX escape at `s`, with the \uXXXX of the low surrogate that must follow
+// a high one: the code point and where the input goes on, or (next == nullptr)
+// the error and where it is reported: a missing or bad hex digit at `s`, a lone
+// or reversed surrogate at the first escape.
+struct UnicodeEscape {
+    const unsigned char* next;
+    std::uint32_t code_point;
+    JsonErrc error;
+    const unsigned char* error_at;
+};
+
+inline UnicodeEscape read_unicode_escape(const unsigned char* s, const unsigned char* end) {
+    std::uint32_t unit;
+    if (!read_hex4(s + 2, end, unit)) return {nullptr, 0, JsonErrc::syntax, s};
+    const unsigned char* after = s + 6;
+    if (unit >= 0xDC00 && unit <= 0xDFFF) return {nullptr, 0, JsonErrc::lone_surrogate, s};
+    if (unit < 0xD800 || unit > 0xDBFF) return {after, unit, JsonErrc::none, nullptr};
+    std::uint32_t low;
+    if (end - after < 6 || after[0] != '\\' || after[1] != 'u' || !read_hex4(after + 2, end, low) || low < 0xDC00 ||
+        low > 0xDFFF)
+        return {nullptr, 0, JsonErrc::lone_surrogate, s};
+    return {after + 6, 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00), JsonErrc::none, nullptr};
+}
+
 // Length of the well-formed UTF-8 sequence starting at p (lead byte >= 0x80), or
 // 0 when it is not well formed (overlong, surrogate, above U+10FFFF, truncated).
 inline std::size_t utf8_sequence(const unsigned char* p, const unsigned char* end) {
@@ -717,30 +754,10 @@ Document::Pos Document::parse_escaped_string(const unsigned char* quote, const u
             run = s;
             continue;
         }
-        auto read_hex4 = [&](const unsigned char* at, std::uint32_t& value) {
-            if (end_ - at < 4) return false;
-            value = 0;
-            for (int i = 0; i < 4; ++i) {
-                int h = hex_value(at[i]);
-                if (h < 0) return false;
-                value = value << 4 | static_cast<std::uint32_t>(h);
-            }
-            return true;
-        };
-        std::uint32_t unit;
-        if (!read_hex4(s + 2, unit)) return failed(JsonErrc::syntax, s);
-        std::uint32_t cp = unit;
-        const unsigned char* escape = s;
-        s += 6;
-        if (unit >= 0xDC00 && unit <= 0xDFFF) return failed(JsonErrc::lone_surrogate, escape);
-        if (unit >= 0xD800 && unit <= 0xDBFF) {
-            std::uint32_t low;
-            if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
-                low < 0xDC00 || low > 0xDFFF)
-                return failed(JsonErrc::lone_surrogate, escape);
-            cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-            s += 6;
-        }
+        const UnicodeEscape u = read_unicode_escape(s, end_);
+        if (u.next == nullptr) return failed(u.error, u.error_at);
+        const std::uint32_t cp = u.code_point;
+        s = u.next;
         if (cp == '"' || cp == '\\' || cp == '\b' || cp == '\f' || cp == '\n' || cp == '\r' || cp == '\t')
             extra += 1;
         else if (cp < 0x20)
@@ -799,16 +816,6 @@ Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const
     static const char hex[] = "0123456789abcdef";
     std::memcpy(w, quote, static_cast<std::size_t>(s - quote));
     char* o = w + (s - quote);
-    auto read_hex4 = [&](const unsigned char* at, std::uint32_t& value) {
-        if (end_ - at < 4) return false;
-        value = 0;
-        for (int i = 0; i < 4; ++i) {
-            int h = hex_value(at[i]);
-            if (h < 0) return false;
-            value = value << 4 | static_cast<std::uint32_t>(h);
-        }
-        return true;
-    };
     for (;;) {
         if (s >= end_) return failed(JsonErrc::syntax, s);
         const unsigned c = *s;
@@ -847,20 +854,10 @@ Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const
                     s += 2;
                     break;
                 case 'u': {
-                    std::uint32_t unit;
-                    if (!read_hex4(s + 2, unit)) return failed(JsonErrc::syntax, s);
-                    std::uint32_t cp = unit;
-                    const unsigned char* escape = s;
-                    s += 6;
-                    if (unit >= 0xDC00 && unit <= 0xDFFF) return failed(JsonErrc::lone_surrogate, escape);
-                    if (unit >= 0xD800 && unit <= 0xDBFF) {
-                        std::uint32_t low;
-                        if (end_ - s < 6 || s[0] != '\\' || s[1] != 'u' || !read_hex4(s + 2, low) ||
-                            low < 0xDC00 || low > 0xDFFF)
-                            return failed(JsonErrc::lone_surrogate, escape);
-                        cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-                        s += 6;
-                    }
+                    const UnicodeEscape u = read_unicode_escape(s, end_);
+                    if (u.next == nullptr) return failed(u.error, u.error_at);
+                    const std::uint32_t cp = u.code_point;
+                    s = u.next;
                     char short_escape = 0;
                     switch (cp) {
                         case '"': short_escape = '"'; break;
