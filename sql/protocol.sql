@@ -243,9 +243,8 @@ DROP TRIGGER audit ON idempotency.keys;
 DROP FUNCTION audit_key();
 DROP TABLE key_audit;
 -- A column someone added (with a default) sends complete() back to the INSERT
--- statement, which fills the default; once the column is dropped again, the
--- direct write skips the dropped column. The session wrote a row directly
--- above, so both steps also check that the cached column map is forgotten.
+-- statement, which fills the default; once the column is dropped again,
+-- complete() writes the row directly again, leaving the dropped column NULL.
 ALTER TABLE idempotency.keys ADD COLUMN note text DEFAULT 'added';
 BEGIN;
 SELECT outcome FROM idempotency.begin('alice', 'k-added', 'create_order', fp('{"a":1}'));

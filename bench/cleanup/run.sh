@@ -69,6 +69,8 @@ percentiles() {
     sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) { print "n/a n/a 0"; exit }
       printf "%.3f %.3f %d\n", a[int(NR * 0.50) + 1], a[int(NR * 0.99) + 1], NR }'
 }
+# first_second LOGDIR: when the run's first logged transaction started (epoch s)
+first_second() { awk '{ print $5; exit }' "$1"/pgbench_log.*; }
 # shellcheck source=../lib.sh
 source bench/lib.sh  # median
 
@@ -94,7 +96,7 @@ for ((r = 1; r <= rounds; r++)); do
   # Baseline: the middle of a run at the fixed rate, no cleanup.
   rm -rf "$work/base" && mkdir -p "$work/base"
   (cd "$work/base" && bench -R "$rate" -T "$duration" -l >/dev/null 2>&1)
-  start=$(awk 'NR == 1 { print $5 + 10 }' "$work"/base/pgbench_log.* | head -1)
+  start=$(($(first_second "$work/base") + 10))
   read -r base_p50 base_p99 _ <<<"$(percentiles "$work/base" "$start" "$((start + duration - 15))")"
   # The same with CALL idempotency.cleanup() starting after 10 s: the transactions
   # that started while it ran.
@@ -111,16 +113,17 @@ for ((r = 1; r <= rounds; r++)); do
   read -r load_p50 load_p99 _ <<<"$(percentiles "$work/load" "$c_start" "$c_end")"
   # The same run's own windows without cleanup: from 3 s after its start until
   # cleanup began, and from cleanup's end to the end of the run.
-  l_start=$(awk 'NR == 1 { print $5 + 3 }' "$work"/load/pgbench_log.* | head -1)
-  read -r pre_p50 pre_p99 _ <<<"$(percentiles "$work/load" "$l_start" "$c_start")"
-  read -r post_p50 post_p99 _ <<<"$(percentiles "$work/load" "$c_end" "$(echo "$l_start + $duration" | bc)")"
+  l_first=$(first_second "$work/load")
+  read -r pre_p50 pre_p99 _ <<<"$(percentiles "$work/load" "$((l_first + 3))" "$c_start")"
+  read -r post_p50 post_p99 _ <<<"$(percentiles "$work/load" "$c_end" "$((l_first + duration))")"
   seconds=$(echo "$c_end - $c_start" | bc -l)
   rows=$(echo "$deleted / $seconds" | bc -l)
   ratio=$(echo "$load_p99 / $base_p99" | bc -l)
+  inrun=$(echo "$load_p99 / $pre_p99" | bc -l)
   printf '%-6s %10s %9.0f %16s %16s %9.2f\n' "$r" "$deleted" "$rows" "$base_p50/$base_p99" "$load_p50/$load_p99" "$ratio"
   printf '       same run without cleanup: before p50/p99 %s/%s ms, after %s/%s ms; p99 while cleanup ran / before %.2f\n' \
-    "$pre_p50" "$pre_p99" "$post_p50" "$post_p99" "$(echo "$load_p99 / $pre_p99" | bc -l)"
-  echo "$(echo "$load_p99 / $pre_p99" | bc -l)" >>"$work/inrun"
+    "$pre_p50" "$pre_p99" "$post_p50" "$post_p99" "$inrun"
+  echo "$inrun" >>"$work/inrun"
   stats_delta "$stats_before" "$stats_after"
   echo "$rows" >>"$work/rows"; echo "$base_p50" >>"$work/bp50"; echo "$base_p99" >>"$work/bp99"
   echo "$load_p50" >>"$work/lp50"; echo "$load_p99" >>"$work/lp99"; echo "$ratio" >>"$work/ratio"

@@ -657,33 +657,51 @@ Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsi
     }
 }
 
+// Whether JSON.stringify escapes the character c: '"', '\\' and the controls.
+inline bool needs_escape(std::uint32_t c) { return c < 0x20 || c == '"' || c == '\\'; }
+
+// The letter of the two-character escape JSON.stringify writes for c, or 0
+// when it has none (then it writes \u00xx): one of " \ b f n r t.
+inline char short_escape(std::uint32_t c) {
+    switch (c) {
+        case '"': return '"';
+        case '\\': return '\\';
+        case '\b': return 'b';
+        case '\f': return 'f';
+        case '\n': return 'n';
+        case '\r': return 'r';
+        case '\t': return 't';
+        default: return 0;
+    }
+}
+
+// Writes the escape JSON.stringify writes for a character that needs_escape:
+// the two-character form where there is one, \u00xx otherwise.
+inline char* put_escape(char* w, std::uint32_t c) {
+    static const char hex[] = "0123456789abcdef";
+    *w++ = '\\';
+    if (const char letter = short_escape(c)) {
+        *w++ = letter;
+        return w;
+    }
+    *w++ = 'u';
+    *w++ = '0';
+    *w++ = '0';
+    *w++ = hex[c >> 4];
+    *w++ = hex[c & 15];
+    return w;
+}
+
 // Writes s (unescaped UTF-8) as a JSON string, escaped the way ECMAScript's
 // JSON.stringify does; returns the end of what was written.
 char* write_escaped(char* w, std::string_view s) {
-    static const char hex[] = "0123456789abcdef";
     *w++ = '"';
     for (const char ch : s) {
         const unsigned char c = static_cast<unsigned char>(ch);
-        if (c >= 0x20 && c != '"' && c != '\\') {
+        if (needs_escape(c))
+            w = put_escape(w, c);
+        else
             *w++ = ch;
-            continue;
-        }
-        *w++ = '\\';
-        switch (c) {
-            case '"': *w++ = '"'; break;
-            case '\\': *w++ = '\\'; break;
-            case '\b': *w++ = 'b'; break;
-            case '\f': *w++ = 'f'; break;
-            case '\n': *w++ = 'n'; break;
-            case '\r': *w++ = 'r'; break;
-            case '\t': *w++ = 't'; break;
-            default:
-                *w++ = 'u';
-                *w++ = '0';
-                *w++ = '0';
-                *w++ = hex[c >> 4];
-                *w++ = hex[c & 15];
-        }
     }
     *w++ = '"';
     return w;
@@ -758,10 +776,7 @@ Document::Pos Document::parse_escaped_string(const unsigned char* quote, const u
         if (u.next == nullptr) return failed(u.error, u.error_at);
         const std::uint32_t cp = u.code_point;
         s = u.next;
-        if (cp == '"' || cp == '\\' || cp == '\b' || cp == '\f' || cp == '\n' || cp == '\r' || cp == '\t')
-            extra += 1;
-        else if (cp < 0x20)
-            extra += 5;
+        if (needs_escape(cp)) extra += short_escape(cp) != 0 ? 1 : 5;
         if (cp >= 0x80) non_ascii = kNonAscii;
         arena_.append(utf8, static_cast<std::size_t>(put_utf8(utf8, cp) - utf8));
         run = s;
@@ -813,7 +828,6 @@ inline const unsigned char* copy_plain(const unsigned char* s, const unsigned ch
 // [quote, s) was validated by the caller and is copied first; the output never
 // outgrows the input consumed (an escape is never replaced by more bytes).
 Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w) {
-    static const char hex[] = "0123456789abcdef";
     std::memcpy(w, quote, static_cast<std::size_t>(s - quote));
     char* o = w + (s - quote);
     for (;;) {
@@ -858,29 +872,7 @@ Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const
                     if (u.next == nullptr) return failed(u.error, u.error_at);
                     const std::uint32_t cp = u.code_point;
                     s = u.next;
-                    char short_escape = 0;
-                    switch (cp) {
-                        case '"': short_escape = '"'; break;
-                        case '\\': short_escape = '\\'; break;
-                        case '\b': short_escape = 'b'; break;
-                        case '\f': short_escape = 'f'; break;
-                        case '\n': short_escape = 'n'; break;
-                        case '\r': short_escape = 'r'; break;
-                        case '\t': short_escape = 't'; break;
-                        default: break;
-                    }
-                    if (short_escape != 0) {
-                        o[0] = '\\';
-                        o[1] = short_escape;
-                        o += 2;
-                    } else if (cp < 0x20) {
-                        std::memcpy(o, "\\u00", 4);
-                        o[4] = hex[cp >> 4];
-                        o[5] = hex[cp & 15];
-                        o += 6;
-                    } else {
-                        o = put_utf8(o, cp);
-                    }
+                    o = needs_escape(cp) ? put_escape(o, cp) : put_utf8(o, cp);
                     break;
                 }
                 default: return failed(JsonErrc::syntax, s);

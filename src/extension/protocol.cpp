@@ -514,50 +514,32 @@ bool row_blocks_start(const KeyRow& row) {
 Oid keys_table_oid = InvalidOid;
 Oid keys_index_oid = InvalidOid;
 
-// What insert_key_row writes into each column of the key table.
-enum class KeyField : int8 {
-    none, principal, key, action, sha, state, status, headers, body, resource_id, secret, fence, lease_until,
-    created, expires, unknown
-};
-
-// The key table's columns as KeyFields by attribute position, worked out from
-// the column names once and forgotten with the OIDs below (any ALTER TABLE
-// sends a relcache invalidation).
-constexpr int kMaxKeyColumns = 32;
-bool key_fields_valid = false;
-int key_fields_count = 0;
-KeyField key_fields[kMaxKeyColumns];
-
 void forget_key_relations(Datum arg, Oid relid) {
     if (relid == InvalidOid || relid == keys_table_oid || relid == keys_index_oid) {
         keys_table_oid = InvalidOid;
         keys_index_oid = InvalidOid;
-        key_fields_valid = false;
     }
 }
 
-// The KeyField a column of the key table takes.
-KeyField key_field(const char* name) {
-    static const struct {
-        const char* name;
-        KeyField field;
-    } known[] = {{"principal", KeyField::principal},   {"key", KeyField::key},
-                 {"action", KeyField::action},         {"request_sha256", KeyField::sha},
-                 {"state", KeyField::state},           {"response_status", KeyField::status},
-                 {"response_headers", KeyField::headers}, {"response_body", KeyField::body},
-                 {"resource_id", KeyField::resource_id}, {"one_time_secret", KeyField::secret},
-                 {"fence", KeyField::fence},           {"lease_until", KeyField::lease_until},
-                 {"created_at", KeyField::created},    {"expires_at", KeyField::expires}};
-    for (const auto& entry : known)
-        if (strcmp(name, entry.name) == 0) return entry.field;
-    return KeyField::unknown;
-}
-
-// Attribute numbers of idempotency.keys.
+// Attribute numbers of idempotency.keys: the table's own columns come first,
+// in this order (lookup_key reads and insert_key_row writes them by position).
 enum KeysColumn {
     aPrincipal = 1, aKey, aAction, aSha, aState, aStatus, aHeaders, aBody, aResourceId, aSecret, aFence,
     aLeaseUntil, aCreated, aExpires, aColumns = aExpires
 };
+
+// The most attributes (dropped ones included) a key row is written for directly.
+constexpr int kMaxKeyColumns = 32;
+
+// Whether the key table has its own columns only (a column someone added and
+// dropped again does not count): then insert_key_row can write a row by
+// position; otherwise the INSERT statement fills what others added.
+bool only_own_columns(TupleDesc desc) {
+    if (desc->natts < aColumns || desc->natts > kMaxKeyColumns) return false;
+    for (int i = aColumns; i < desc->natts; ++i)
+        if (!TupleDescAttr(desc, i)->attisdropped) return false;
+    return true;
+}
 
 // The shape of a looked-up row (LookupColumn order), made once per backend.
 TupleDesc lookup_desc() {
@@ -685,7 +667,7 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
     Relation rel = table_open(resolve_key_table().table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
     if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relrowsecurity ||
-        desc->natts > kMaxKeyColumns) {
+        !only_own_columns(desc)) {
         table_close(rel, NoLock);
         return false;
     }
@@ -696,56 +678,26 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
         table_close(rel, NoLock);
         return false;
     }
-    // The column map, copied: opening the indexes below accepts invalidation
-    // messages, which may clear the cached one (the table itself cannot change
-    // shape while we hold our lock).
-    if (!key_fields_valid || key_fields_count != desc->natts) {
-        for (int i = 0; i < desc->natts; ++i) {
-            Form_pg_attribute att = TupleDescAttr(desc, i);
-            key_fields[i] = att->attisdropped ? KeyField::none : key_field(NameStr(att->attname));
-        }
-        key_fields_count = desc->natts;
-        key_fields_valid = true;
-    }
-    KeyField fields[kMaxKeyColumns];
-    memcpy(fields, key_fields, sizeof(KeyField) * desc->natts);
-
-    Datum values[kMaxKeyColumns];
+    Datum values[kMaxKeyColumns] = {};
     bool nulls[kMaxKeyColumns];
-    for (int i = 0; i < desc->natts; ++i) {
-        nulls[i] = true;
-        values[i] = (Datum)0;
-        auto set = [&](Datum value) {
-            values[i] = value;
-            nulls[i] = false;
-        };
-        switch (fields[i]) {
-            case KeyField::none: break;  // a dropped column
-            case KeyField::principal: set(PointerGetDatum(principal)); break;
-            case KeyField::key: set(PointerGetDatum(key)); break;
-            case KeyField::action: set(PointerGetDatum(action)); break;
-            case KeyField::sha: set(PointerGetDatum(fingerprint)); break;
-            case KeyField::state: set(CStringGetTextDatum("completed")); break;
-            case KeyField::status: set(Int16GetDatum(static_cast<int16>(status))); break;
-            case KeyField::headers:
-                if (!headers_null) set(headers);
-                break;
-            case KeyField::body:
-                if (!body_null) set(body);
-                break;
-            case KeyField::resource_id:
-                if (!resource_id_null) set(resource_id);
-                break;
-            case KeyField::secret: set(BoolGetDatum(one_time_secret)); break;
-            case KeyField::fence: set(Int64GetDatum(1)); break;
-            case KeyField::lease_until: break;  // NULL: no lease
-            case KeyField::created: set(TimestampTzGetDatum(now)); break;
-            case KeyField::expires: set(expires); break;
-            case KeyField::unknown:
-                table_close(rel, NoLock);  // a column added by someone else: let INSERT fill its default
-                return false;
-        }
-    }
+    for (int i = 0; i < desc->natts; ++i) nulls[i] = true;
+    auto set = [&](KeysColumn column, Datum value) {
+        values[column - 1] = value;
+        nulls[column - 1] = false;
+    };
+    set(aPrincipal, PointerGetDatum(principal));
+    set(aKey, PointerGetDatum(key));
+    set(aAction, PointerGetDatum(action));
+    set(aSha, PointerGetDatum(fingerprint));
+    set(aState, CStringGetTextDatum("completed"));
+    set(aStatus, Int16GetDatum(static_cast<int16>(status)));
+    if (!headers_null) set(aHeaders, headers);
+    if (!body_null) set(aBody, body);
+    if (!resource_id_null) set(aResourceId, resource_id);
+    set(aSecret, BoolGetDatum(one_time_secret));
+    set(aFence, Int64GetDatum(1));  // lease_until stays NULL: no lease
+    set(aCreated, TimestampTzGetDatum(now));
+    set(aExpires, expires);
 
     EState* estate = CreateExecutorState();
     RangeTblEntry* rte = makeNode(RangeTblEntry);
