@@ -3,9 +3,9 @@
 #   make installcheck        pg_regress (sql/, expected/) and isolation specs
 #                            (tests/isolation) against a running server
 EXTENSION  = idempotency
-EXTVERSION = 0.5.0
+EXTVERSION = 0.6.0
 # Releases in order; the first has a full script, each later one an upgrade script.
-RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0
+RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0
 
 MODULE_big = idempotency
 OBJS = src/extension/module.o \
