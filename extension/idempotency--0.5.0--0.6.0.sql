@@ -91,7 +91,8 @@ DROP TABLE idempotency_060_grants;
 
 CREATE FUNCTION idempotency.bound_principal(principal text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempotency_bound_principal'
-    LANGUAGE C STABLE STRICT PARALLEL SAFE;
+    LANGUAGE C STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION idempotency.bound_principal(text) IS
     'Returns principal when the calling role may act for it under idempotency.principal_binding; 42501 otherwise';
 
