@@ -70,52 +70,10 @@ PG_FUNCTION_INFO_V1(idempotency_bound_principal);
 
 namespace idem::pg {
 
-int key_ttl_seconds = 86400;
-int wait_timeout_ms = 5000;
-int max_key_length = 255;
-int key_format = kKeyFormatAny;
-int lease_ms = 30000;
-int cleanup_batch_size = 1000;
-int principal_binding = kBindingOff;
-
 namespace {
 
 // ---------------------------------------------------------------------------
-// Settings
-
-char* final_statuses_setting = nullptr;
-// Parsed form of idempotency.final_statuses.
-const idem::core::StatusTable* final_status_table = nullptr;
-
-const struct config_enum_entry key_format_options[] = {
-    {"any", kKeyFormatAny, false},
-    {"uuid", kKeyFormatUuid, false},
-    {"uuidv7", kKeyFormatUuidV7, false},
-    {nullptr, 0, false},
-};
-
-bool check_final_statuses(char** newval, void** extra, GucSource source) {
-    // GUC "extra" data is allocated with malloc and freed by the GUC machinery.
-    auto* table = static_cast<idem::core::StatusTable*>(malloc(sizeof(idem::core::StatusTable)));
-    if (table == nullptr) return false;
-    if (!idem::core::parse_status_list(*newval, *table)) {
-        free(table);
-        GUC_check_errdetail("Use a comma-separated list of status codes (409) and classes (2xx), 100 to 599.");
-        return false;
-    }
-    *extra = table;
-    return true;
-}
-
-void assign_final_statuses(const char* newval, void* extra) {
-    final_status_table = static_cast<const idem::core::StatusTable*>(extra);
-}
-
-const struct config_enum_entry principal_binding_options[] = {
-    {"off", kBindingOff, false},
-    {"current_user", kBindingCurrentUser, false},
-    {nullptr, 0, false},
-};
+// Argument checks
 
 // Under idempotency.principal_binding = current_user a role acts only for the
 // principal that is its own name. The role is the session's current role
@@ -983,49 +941,7 @@ void result_from_row(OutcomeRow* result, const char* outcome, const KeyRow& row)
 
 }  // namespace
 
-bool is_final_status(int status) {
-    if (status < 100 || status > 599 || final_status_table == nullptr) return false;
-    return (*final_status_table)[static_cast<std::size_t>(status - 100)];
-}
-
 void protocol_init() {
-    DefineCustomIntVariable("idempotency.key_ttl", "How long a key counts after its first use.",
-                            "Rows older than this behave as absent and are removed by cleanup. begin() and "
-                            "save_final() take a per-call ttl that overrides it.",
-                            &key_ttl_seconds, 86400, 1, kMaxTtlSeconds, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
-                            nullptr);
-    DefineCustomIntVariable("idempotency.wait_timeout",
-                            "How long begin() waits for another transaction that holds the same key.",
-                            "When it runs out, begin() returns in_progress and the caller's transaction stays usable.",
-                            &wait_timeout_ms, 5000, 0, 3600 * 1000, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
-                            nullptr);
-    DefineCustomIntVariable("idempotency.max_key_length", "Longest idempotency key accepted, in bytes.", nullptr,
-                            &max_key_length, 255, 1, 1024, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("idempotency.lease", "Default lease of idempotency.acquire() and renew().",
-                            "A lease-held key counts as in progress until the lease runs out; then another "
-                            "acquire() may take it over (fence + 1). Clients renew at a third of it.",
-                            &lease_ms, 30000, kMinLeaseMs, kMaxLeaseMs, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
-                            nullptr);
-    DefineCustomIntVariable("idempotency.cleanup_batch_size",
-                            "Rows idempotency.cleanup() deletes per batch (one transaction each).",
-                            "Larger batches delete faster; smaller ones hold fewer row locks and less WAL per commit.",
-                            &cleanup_batch_size, 1000, 1, 1000000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomEnumVariable("idempotency.key_format", "Which idempotency keys are accepted: any, uuid or uuidv7.",
-                             "any accepts 1 to max_key_length bytes without control characters.", &key_format,
-                             kKeyFormatAny, key_format_options, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomStringVariable("idempotency.final_statuses",
-                               "HTTP statuses whose responses are stored and replayed.",
-                               "A comma-separated list of codes (409) and classes (2xx). Others (401, 429, 5xx "
-                               "by default) are not stored, so a retry runs again.",
-                               &final_statuses_setting, "2xx,400,403,404,409,410,412,413,415,422", PGC_USERSET, 0,
-                               check_final_statuses, assign_final_statuses, nullptr);
-    DefineCustomEnumVariable("idempotency.principal_binding",
-                             "Whether a role may act only for the principal that is its own name: off or "
-                             "current_user.",
-                             "Set by a superuser (postgresql.conf, ALTER ROLE ... SET, ALTER DATABASE ... SET). "
-                             "Under current_user every function refuses (42501) any other principal.",
-                             &principal_binding, kBindingOff, principal_binding_options, PGC_SUSET, 0, nullptr,
-                             nullptr, nullptr);
     CacheRegisterRelcacheCallback(forget_key_relations, (Datum)0);
     RegisterXactCallback(on_transaction_event, nullptr);
     RegisterSubXactCallback(on_subtransaction_event, nullptr);
@@ -1039,6 +955,7 @@ extern "C" {
 
 /// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
 Datum idempotency_begin(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     Interval ttl = ttl_argument(fcinfo, 4);
     int wait_ms = wait_argument(fcinfo, 5);
@@ -1154,6 +1071,7 @@ extern "C" {
 /// Without fence: the transactional completion of a key begun in this
 /// transaction. With fence: the lease protocol's completion.
 Datum idempotency_complete(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 3, "principal, key and status");
     if (argument_given(fcinfo, 7)) return complete_with_fence(fcinfo, 7, response_arguments(fcinfo, 2, 3, 4, 5, 6));
     text* principal = PG_GETARG_TEXT_PP(0);
@@ -1187,6 +1105,7 @@ Datum idempotency_complete(PG_FUNCTION_ARGS) {
 /// headers, resource_id, one_time_secret); 0.6.0 drops it from SQL, the symbol
 /// stays for the upgrade scripts that create it on the way.
 Datum idempotency_complete_fenced(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 4, "principal, key, fence and status");
     return complete_with_fence(fcinfo, 2, response_arguments(fcinfo, 3, 4, 5, 6, 7));
 }
@@ -1194,6 +1113,7 @@ Datum idempotency_complete_fenced(PG_FUNCTION_ARGS) {
 /// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl, one_time_secret)
 /// -> boolean
 Datum idempotency_save_final(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     require_args(fcinfo, 5, "status");
     const StoredResponse response = response_arguments(fcinfo, 4, 5, 6, -1, 8);
@@ -1213,17 +1133,22 @@ Datum idempotency_save_final(PG_FUNCTION_ARGS) {
 }
 
 /// idempotency.is_final(status) -> boolean
-Datum idempotency_is_final(PG_FUNCTION_ARGS) { PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0))); }
+Datum idempotency_is_final(PG_FUNCTION_ARGS) {
+    require_valid_settings();
+    PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0)));
+}
 
 /// idempotency.bound_principal(principal) -> text: the principal, when the
 /// calling role may act for it under idempotency.principal_binding (42501 otherwise).
 Datum idempotency_bound_principal(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     check_principal_binding(PG_GETARG_TEXT_PP(0));
     PG_RETURN_DATUM(PG_GETARG_DATUM(0));
 }
 
 /// idempotency.forget(principal, key) -> boolean
 Datum idempotency_forget(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     text* principal = PG_GETARG_TEXT_PP(0);
     text* key = PG_GETARG_TEXT_PP(1);
     check_principal_binding(principal);
@@ -1248,6 +1173,7 @@ Datum idempotency_forget(PG_FUNCTION_ARGS) {
 
 /// idempotency.acquire(principal, key, action, fingerprint, lease, ttl, wait) -> key_outcome
 Datum idempotency_acquire(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     Interval lease = lease_argument(fcinfo, 4);
     Interval ttl = ttl_argument(fcinfo, 5);
@@ -1308,6 +1234,7 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
 /// Extends the lease while fence holds the key and the row is live (its key
 /// has not expired or its lease has not run out); a lease may outlive the key's ttl.
 Datum idempotency_renew(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 3, "principal, key and fence");
     check_principal_binding(PG_GETARG_TEXT_PP(0));
     Interval lease = lease_argument(fcinfo, 3);
@@ -1330,6 +1257,7 @@ Datum idempotency_renew(PG_FUNCTION_ARGS) {
 /// Ends a live lease so that a retry may run again; false when fence no longer
 /// holds the key or its lease had already run out.
 Datum idempotency_release(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     check_principal_binding(PG_GETARG_TEXT_PP(0));
     PreventCommandIfReadOnly("idempotency.release()");
     Oid types[3] = {TEXTOID, TEXTOID, INT8OID};
@@ -1348,6 +1276,7 @@ Datum idempotency_release(PG_FUNCTION_ARGS) {
 
 /// idempotency.claim(principal, key, ttl) -> boolean
 Datum idempotency_claim(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 2, "principal and key");
     text* principal = PG_GETARG_TEXT_PP(0);
     text* key = PG_GETARG_TEXT_PP(1);

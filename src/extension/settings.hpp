@@ -1,4 +1,4 @@
-// Configuration parameters (GUCs) of the extension, defined in _PG_init.
+// Configuration parameters (GUCs) of the extension, defined in settings.cpp.
 #pragma once
 
 namespace idem::pg {
@@ -39,7 +39,15 @@ extern int key_format;
 /// True when responses with this status are stored (idempotency.final_statuses).
 bool is_final_status(int status);
 
-/// Defines the protocol's settings and registers its transaction callbacks.
+/// Defines every setting and reserves the idempotency. prefix (from _PG_init).
+void define_settings();
+
+/// Raises 22023 when a setting was given an invalid value before the library
+/// was loaded (PostgreSQL then fell back to the default): every SQL function
+/// calls it first, so none runs with a setting other than the one chosen.
+void require_valid_settings();
+
+/// Registers the protocol's cache and transaction callbacks (from _PG_init).
 void protocol_init();
 
 }  // namespace idem::pg
