@@ -1198,6 +1198,11 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
     if (strcmp(outcome, "started") == 0) {
         require_snapshot_sees_winner(principal, key);
         const int64 fence = next_fence();
+        // The caller learns the fence as soon as this commits, and holds the
+        // key with it from then on: the grant (and the sequence past it) must
+        // survive a crash even under synchronous_commit = off, or a fence
+        // could be handed out again after recovery.
+        ForceSyncCommit();
         if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
         Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID};
         SPIPlanPtr plan = prepared(&lease_plan, kLeaseSql, 7, types);
