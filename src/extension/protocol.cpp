@@ -67,6 +67,7 @@ PG_FUNCTION_INFO_V1(idempotency_release);
 PG_FUNCTION_INFO_V1(idempotency_claim);
 PG_FUNCTION_INFO_V1(idempotency_bound_principal);
 }
+#include "compat.hpp"  // PostgreSQL 15 / 16-17 / 18 differences
 
 namespace idem::pg {
 
@@ -683,7 +684,7 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
                            PointerGetDatum(principal));
     ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[1], F_TEXTEQ,
                            PointerGetDatum(key));
-    IndexScanDesc scan = index_beginscan(table, index, scan_snapshot, 2, 0);
+    IndexScanDesc scan = compat::index_beginscan(table, index, scan_snapshot, 2, 0);
     index_rescan(scan, keys, 2, nullptr, 0);
     TupleTableSlot* slot = table_slot_create(table, nullptr);
 
@@ -784,7 +785,7 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
     rte->relid = RelationGetRelid(rel);
     rte->relkind = rel->rd_rel->relkind;
     rte->rellockmode = RowExclusiveLock;
-    ExecInitRangeTable(estate, list_make1(rte));
+    compat::ExecInitRangeTable(estate, list_make1(rte));
     ResultRelInfo* result_rel = makeNode(ResultRelInfo);
     InitResultRelInfo(result_rel, rel, 1, nullptr, 0);
     estate->es_output_cid = GetCurrentCommandId(true);
@@ -796,7 +797,7 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
     memcpy(slot->tts_isnull, nulls, sizeof(bool) * desc->natts);
     ExecStoreVirtualTuple(slot);
     table_tuple_insert(rel, slot, estate->es_output_cid, 0, nullptr);
-    List* recheck = ExecInsertIndexTuples(result_rel, slot, estate, false, false, nullptr, NIL);
+    List* recheck = compat::ExecInsertIndexTuples(result_rel, slot, estate, false, false, nullptr, NIL);
     list_free(recheck);
 
     ExecCloseIndices(result_rel);
