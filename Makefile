@@ -11,7 +11,14 @@ MODULE_big = idempotency
 OBJS = src/extension/module.o \
        src/extension/settings.o \
        src/extension/jcs_sql.o \
-       src/extension/protocol.o \
+       src/extension/arguments.o \
+       src/extension/key_lock.o \
+       src/extension/pending.o \
+       src/extension/key_store.o \
+       src/extension/key_statements.o \
+       src/extension/outcome.o \
+       src/extension/transactional.o \
+       src/extension/lease.o \
        src/core/jcs.o \
        src/core/fingerprint.o \
        src/core/statuses.o

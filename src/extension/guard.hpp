@@ -16,9 +16,11 @@
 
 #include "fingerprint.hpp"
 #include "jcs.hpp"
+#include "settings.hpp"
 
 extern "C" {
 #include "postgres.h"
+#include "fmgr.h"
 #include "utils/elog.h"
 }
 
@@ -78,4 +80,31 @@ bool cpp_guard(SqlError& error, Body&& body) noexcept {
 /// Raises the captured error. Call only where no C++ object with a destructor is alive.
 [[noreturn]] void raise_sql_error(const SqlError& error);
 
+/// The one way into the extension from SQL: refuses to run with a setting that
+/// fell back to its default (require_valid_settings), then runs the body inside
+/// the C++ guard and raises a C++ failure as a PostgreSQL error once the C++
+/// frames are gone. A PostgreSQL error raised by the body passes through: no
+/// object with a destructor lives in these frames.
+template <Datum (*Body)(FunctionCallInfo)>
+Datum sql_entry(FunctionCallInfo fcinfo) {
+    require_valid_settings();
+    SqlError error;
+    Datum result = 0;
+    if (cpp_guard(error, [fcinfo, &result] { result = Body(fcinfo); })) return result;
+    raise_sql_error(error);
+}
+
 }  // namespace idem::pg
+
+/// Defines the SQL-callable C function `name` (at global scope), its
+/// PG_FUNCTION_INFO_V1 record, and routes it through idem::pg::sql_entry; the
+/// braces that follow are its body, with `fcinfo` in scope:
+///
+///     IDEM_SQL_FUNCTION(idempotency_is_final) { PG_RETURN_BOOL(...); }
+#define IDEM_SQL_FUNCTION(name)                                                          \
+    static Datum name##_body(FunctionCallInfo fcinfo);                                   \
+    extern "C" {                                                                         \
+    PG_FUNCTION_INFO_V1(name);                                                           \
+    Datum name(PG_FUNCTION_ARGS) { return idem::pg::sql_entry<name##_body>(fcinfo); }    \
+    }                                                                                    \
+    static Datum name##_body(FunctionCallInfo fcinfo)
