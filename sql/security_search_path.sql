@@ -349,7 +349,7 @@ SELECT p.oid::regprocedure AS never_called
  WHERE e.refclassid = 'pg_extension'::regclass AND e.deptype = 'e'
    AND e.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
    AND NOT EXISTS (SELECT FROM pg_stat_user_functions AS s WHERE s.funcid = p.oid AND s.calls > 0)
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 
 DROP SCHEMA trap CASCADE;
 DROP SCHEMA trap_log CASCADE;
