@@ -48,7 +48,8 @@ CREATE FUNCTION pg_temp.holds(r name) RETURNS text[] LANGUAGE sql AS $$
        AND (CASE WHEN c.relkind = 'S' AND v.priv NOT IN ('SELECT', 'UPDATE') THEN false
                  ELSE has_table_privilege(r, c.oid, v.priv) END)
 $$;
-SELECT is(pg_temp.executes('public'), '{fingerprint,is_final,jcs}', 'PUBLIC executes jcs, fingerprint, is_final only');
+SELECT is(pg_temp.executes('public'), '{bound_principal,fingerprint,is_final,jcs}',
+          'PUBLIC executes jcs, fingerprint, is_final and bound_principal only');
 SELECT is(pg_temp.executes('idem_doc_app'), '{acquire,begin,claim,complete,release,renew,save_final}',
           'app executes both protocols and claim, nothing else');
 SELECT is(pg_temp.executes('idem_doc_ops'), '{cleanup,cleanup_batch}', 'ops executes cleanup, nothing else');
