@@ -210,6 +210,11 @@ $$;
 
 -- ---------------------------------------------------------------------------
 -- search_path hardening of the remaining objects (security)
+-- sql/security_search_path.sql calls every function and procedure under a
+-- search_path of traps (and pg_temp traps). Against 0.5.0 only the cleanup
+-- procedure fires one (its DECLAREd timestamptz variables, fixed above); every
+-- other object pins search_path = pg_catalog, pg_temp or, for the status view,
+-- was bound when it was created, so nothing else needs replacing here.
 
 -- ---------------------------------------------------------------------------
 -- The C functions run as their caller, with no SET clause
