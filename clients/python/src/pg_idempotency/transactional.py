@@ -407,3 +407,26 @@ class Client:
             _rollback_quietly(conn)
             raise results[0].error
         _raise_first(results)
+
+
+FINGERPRINT_SQL = b"SELECT idempotency.fingerprint($1, $2, $3::bytea, $4::text[])"
+
+
+def fingerprint(
+    conn: psycopg.Connection[Any],
+    method: str,
+    path: str,
+    body: Optional[bytes] = None,
+    exclude: Sequence[str] = (),
+) -> bytes:
+    """The 32-byte request fingerprint, computed by the server's
+    ``idempotency.fingerprint`` with the parameters exactly as ``begin`` sends them
+    (one round trip; the protocol itself never needs this call)."""
+    (result,) = _wire.run(
+        conn, [_wire.Statement(FINGERPRINT_SQL, [method, path, body, text_array(exclude)]), _wire.SYNC]
+    )
+    if result.error is not None:
+        raise result.error
+    digest = _wire.bytea(result.one()["fingerprint"])
+    assert digest is not None
+    return digest
