@@ -71,7 +71,14 @@ def cases() -> List[Case]:
         ("claim/2", [], "SELECT idempotency.claim($1, $2)", ["p", "k"], ["p", "k"]),
         ("claim/3 null", [], "SELECT idempotency.claim($1, $2, $3)", ["p", "k", None], ["p", "k", None]),
         ("lookup", [], "SELECT * FROM idempotency.lookup($1, $2)", ["p", "k"], ["p", "k"]),
-        ("cleanup_batch", [], "SELECT idempotency.cleanup_batch($1)", [10], ["10"]),
+        ("cleanup_batch", [], "SELECT * FROM idempotency.cleanup_batch($1, $2)", [10, None], ["10", None]),
+        ("bound_principal", [], "SELECT idempotency.bound_principal($1)", ["p"], ["p"]),
+        ("complete/8 fence null", [begin], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7, $8)",
+         ["p", "k", 201, None, None, None, None, None], ["p", "k", "201", None, None, None, None, None]),
+        ("complete/8 fenced", [acquire], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7, $8)",
+         ["p", "k", 200, BODY, None, None, False, 1], ["p", "k", "200", BODY_TEXT, None, None, "false", "1"]),
+        ("save_final/9 nulls", [], "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         ["p", "k", "a", FP, 409, None, None, None, None], ["p", "k", "a", FP_TEXT, "409", None, None, None, None]),
     ]
 
 
@@ -91,7 +98,7 @@ def run_psycopg(conn: psycopg.Connection, case: Case, principal: str) -> None:
         for statement in setup:
             conn.execute(fresh(statement, principal))
         conn.execute(call.replace("$1", "%s").replace("$2", "%s").replace("$3", "%s").replace("$4", "%s")
-                     .replace("$5", "%s").replace("$6", "%s").replace("$7", "%s").replace("$8", "%s"), args,
+                     .replace("$5", "%s").replace("$6", "%s").replace("$7", "%s").replace("$8", "%s").replace("$9", "%s"), args,
                      prepare=False)
     finally:
         conn.rollback()
