@@ -346,3 +346,26 @@ def test_serialization_failures_are_retried(dsn, admin, principal):
     assert len(calls) == 2
     assert client.counters.retries == 1
     assert admin.execute("SELECT n FROM counter WHERE id = 1").fetchone()[0] == 2
+
+
+def test_a_final_error_with_a_one_time_secret_keeps_only_the_marker(conn, admin, principal):
+    client = Client()
+    key = new_key()
+
+    def refuse_with_secret(connection, who):
+        return Response(403, [("Content-Type", "application/json")], b'{"token":"s3cr3t"}', one_time_secret=True)
+
+    assert run(client, conn, Request(principal, key, "POST", "/keys", b"{}"), refuse_with_secret).status == 403
+    retry = run(client, conn, Request(principal, key, "POST", "/keys", b"{}"))
+    assert retry.status == 409 and b"one-time-secret" in retry.body
+    stored = admin.execute(
+        "SELECT response_status, one_time_secret FROM idempotency.lookup(%s, %s)", (principal, key)
+    ).fetchone()
+    assert stored == (403, True)
+
+
+def test_a_bad_ttl_is_an_error_not_a_key_problem(conn, principal):
+    client = Client(Options(ttl=timedelta(days=400)))
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        run(client, conn, Request(principal, new_key(), "POST", "/orders", ORDER))
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

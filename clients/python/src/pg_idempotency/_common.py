@@ -14,8 +14,9 @@ from .http import Response, header_name_equal
 DEFAULT_KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Content-Location", "Last-Modified")
 
 # The server refuses a key it cannot accept (empty, too long, bad characters,
-# not a UUID when idempotency.key_format asks): 22023 up to 0.5.0, 22P02 since 0.6.0.
-KEY_REFUSED = ("22P02", "22023")
+# not a UUID when idempotency.key_format asks) with 22P02 (since 0.6.0; other
+# bad arguments, such as a ttl out of range, stay 22023 and propagate).
+KEY_REFUSED = ("22P02",)
 # The body cannot be fingerprinted (JSON nested deeper than idempotency.max_json_depth).
 BODY_INVALID = ("54000", "54001")
 

@@ -57,7 +57,7 @@ COMPLETE_SQL = (
 SAVE_FINAL_SQL = (
     b"SELECT idempotency.save_final($1, $2, $3,"
     b" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), status => $8::integer,"
-    b" body => $9::bytea, headers => $10::jsonb, ttl => $11::interval)"
+    b" body => $9::bytea, headers => $10::jsonb, ttl => $11::interval, one_time_secret => $12::boolean)"
 )
 
 
@@ -381,9 +381,12 @@ class Client:
                     request.body,
                     text_array(request.exclude),
                     str(answer.status),
-                    answer.body,
-                    headers,
+                    # A one-time secret is sent without its body and headers: the
+                    # server would drop them anyway.
+                    b"" if answer.one_time_secret else answer.body,
+                    None if answer.one_time_secret else headers,
                     interval(self.options.ttl),
+                    "true" if answer.one_time_secret else "false",
                 ],
             )
             results = _wire.run(conn, [_wire.Statement(b"ROLLBACK"), _wire.SYNC, save, _wire.SYNC])
