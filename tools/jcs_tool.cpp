@@ -125,12 +125,14 @@ int fingerprints() {
         const char* last = header_ok ? data.data() + newline : cursor;
         for (int i = 0; header_ok && i < 3; ++i) {
             auto parsed = std::from_chars(cursor, last, lengths[i]);
-            header_ok = parsed.ec == std::errc() && (i == 2 ? parsed.ptr == last : parsed.ptr < last && *parsed.ptr == ' ');
+            const bool separated = i == 2 ? parsed.ptr == last : parsed.ptr < last && *parsed.ptr == ' ';
+            header_ok = parsed.ec == std::errc() && separated;
             cursor = parsed.ptr + 1;
         }
         header_ok = header_ok && lengths[0] >= 0 && lengths[1] >= 0 && lengths[2] >= -1;
         const std::size_t body_len = lengths[2] < 0 ? 0 : static_cast<std::size_t>(lengths[2]);
-        const std::size_t total = static_cast<std::size_t>(lengths[0]) + static_cast<std::size_t>(lengths[1]) + body_len;
+        const std::size_t total =
+            static_cast<std::size_t>(lengths[0]) + static_cast<std::size_t>(lengths[1]) + body_len;
         if (!header_ok || newline + 1 + total + 1 > data.size()) {
             std::fprintf(stderr, "malformed record header at byte %zu\n", pos);
             return 1;

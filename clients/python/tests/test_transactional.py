@@ -369,3 +369,14 @@ def test_a_bad_ttl_is_an_error_not_a_key_problem(conn, principal):
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         run(client, conn, Request(principal, new_key(), "POST", "/orders", ORDER))
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_an_autocommit_connection_works_the_same(dsn, admin, principal):
+    client = Client()
+    request = Request(principal, new_key(), "POST", "/orders", ORDER)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert run(client, c, request).status == 201
+        assert run(client, c, request).replayed
+        with c.transaction():  # the caller's own transactions still work afterwards
+            create_order(c, principal)
+    assert orders(admin, principal) == 2

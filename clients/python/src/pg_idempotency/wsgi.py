@@ -16,7 +16,7 @@ from __future__ import annotations
 import http
 import io
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 import psycopg
@@ -43,7 +43,6 @@ class RequestContext:
     """Set to True when the response carries a secret: it is sent once and not stored."""
     resource_id: Optional[str] = None
     """Id of what the request created, stored with the key."""
-    extra: dict = field(default_factory=dict)
 
 
 def status_line(status: int) -> str:
