@@ -31,6 +31,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "flags.hpp"
 #include "httplib_response.hpp"
 #include <idem/client.hpp>
 
@@ -199,16 +200,12 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
 int main(int argc, char** argv) {
     int port = 8080;
     int threads = 8;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        std::string flag = argv[i];
-        if (flag == "--port") port = std::atoi(argv[i + 1]);
-        else if (flag == "--dsn") dsn = argv[i + 1];
-        else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-        else {
-            std::fprintf(stderr, "usage: orders-service [--port N] [--dsn CONNINFO] [--threads N]\n");
-            return 2;
-        }
-    }
+    if (!examples::Flags("orders-service [--port N] [--dsn CONNINFO] [--threads N]")
+             .number("--port", &port)
+             .text("--dsn", &dsn)
+             .number("--threads", &threads)
+             .parse(argc, argv))
+        return 2;
     try {
         pqxx::connection setup(dsn);
         pqxx::work tx(setup);
