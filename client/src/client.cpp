@@ -7,6 +7,7 @@
 
 #include "detail.hpp"
 #include "pipeline.hpp"
+#include "pqxx_compat.hpp"
 #include "fingerprint.hpp"
 #include "statuses.hpp"
 #include "jcs.hpp"
@@ -35,11 +36,11 @@ FinalStatuses parse_final_statuses(const std::string& text) {
     return table;
 }
 
-bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int status) {
+bool is_final(FinalStatuses& cache, PqxxConnection& connection, int status) {
     if (!cache) {
         pqxx::nontransaction query(connection);
         core::StatusTable table{};
-        for (const pqxx::row& row :
+        for (const auto& row :
              query.exec("SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"))
             table[static_cast<std::size_t>(row[0].as<int>() - 100)] = true;
         cache = table;
@@ -74,7 +75,7 @@ Response stored_response(int status, const std::optional<std::string>& headers_j
 Response stored_response(const pqxx::row& row) {
     std::optional<std::string> headers, body, resource_id;
     if (!row["response_headers"].is_null()) headers = row["response_headers"].as<std::string>();
-    if (!row["response_body"].is_null()) body = pqxx::binarystring(row["response_body"]).str();
+    if (!row["response_body"].is_null()) body = pq::bytes_of(row["response_body"]);
     if (!row["resource_id"].is_null()) resource_id = row["resource_id"].as<std::string>();
     return stored_response(row["response_status"].as<int>(), headers, std::move(body), std::move(resource_id));
 }
@@ -124,7 +125,7 @@ constexpr const char* save_final_sql =
 
 }  // namespace
 
-Client::Client(pqxx::connection_base& connection, Options options)
+Client::Client(PqxxConnection& connection, Options options)
     : connection_(connection), options_(std::move(options)) {
     if (options_.max_attempts < 1) throw std::invalid_argument("max_attempts must be at least 1");
     if (!options_.final_statuses.empty()) final_ = detail::parse_final_statuses(options_.final_statuses);
@@ -136,7 +137,7 @@ Client::Client(pqxx::connection_base& connection, Options options)
 }
 
 Client::Client(Connection& connection, Options options)
-    : Client(static_cast<pqxx::connection_base&>(connection), std::move(options)) {
+    : Client(connection.connection(), std::move(options)) {
     pipelined_ = &connection;
 }
 
@@ -314,25 +315,25 @@ void Client::store_final_error(const Call& call, const Response& response, const
     // A one-time secret is sent without its body and headers: the server
     // would drop them anyway, and they need not cross the wire again.
     const bool secret = response.one_time_secret;
-    store.exec_params(save_final_sql, call.request.principal, call.key, call.action,
-                      pqxx::binarystring(call.digest.data(), call.digest.size()), response.status,
-                      secret ? pqxx::binarystring(std::string()) : pqxx::binarystring(response.body.data(), response.body.size()),
-                      secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
+    pq::exec(store, save_final_sql, call.request.principal, call.key, call.action, pq::bytes(call.digest),
+             response.status, pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
+             secret ? nullptr : headers.c_str(),
+             c_str_or_null(call.ttl), secret);
     store.commit();
     ++counters_.stored_errors;
 }
 
 Response Client::run_attempt(const Call& call, const Handler& handler) {
-    const pqxx::binarystring digest_param(call.digest.data(), call.digest.size());
+    const auto digest_param = pq::bytes(call.digest);
     pqxx::work tx(connection_);
     std::optional<pqxx::row> begin_row;
     try {
         if (options_.prepare_statements)
-            begin_row = tx.exec_prepared1(begin_name, call.request.principal, call.key, call.action, digest_param,
-                                          c_str_or_null(call.ttl), c_str_or_null(call.wait));
+            begin_row = pq::exec_prepared1(tx, begin_name, call.request.principal, call.key, call.action, digest_param,
+                                           c_str_or_null(call.ttl), c_str_or_null(call.wait));
         else
-            begin_row = tx.exec_params1(begin_sql, call.request.principal, call.key, call.action, digest_param,
-                                        c_str_or_null(call.ttl), c_str_or_null(call.wait));
+            begin_row = pq::exec1(tx, begin_sql, call.request.principal, call.key, call.action, digest_param,
+                                   c_str_or_null(call.ttl), c_str_or_null(call.wait));
     } catch (const pqxx::sql_error& e) {
         if (e.sqlstate() == "22P02") return refuse_key_on_server();  // the server's key checks (length, format)
         throw;
@@ -358,19 +359,19 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
         store_final_error(call, response, headers);
         return response;
     }
-    const pqxx::binarystring body(response.body.data(), response.body.size());
+    const auto body = pq::bytes(response.body);
     const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
     if (options_.prepare_statements)
-        tx.exec_prepared(complete_name, call.request.principal, call.key, response.status, body, headers, resource_id,
-                         response.one_time_secret);
+        pq::exec_prepared(tx, complete_name, call.request.principal, call.key, response.status, body, headers,
+                          resource_id, response.one_time_secret);
     else
-        tx.exec_params(complete_sql, call.request.principal, call.key, response.status, body, headers, resource_id,
-                       response.one_time_secret);
+        pq::exec(tx, complete_sql, call.request.principal, call.key, response.status, body, headers, resource_id,
+                 response.one_time_secret);
     tx.commit();
     return response;
 }
 
-void Client::prepare_raw(pqxx::connectionpolicy::handle raw) {
+void Client::prepare_raw(PGconn* raw) {
     const int pid = PQbackendPID(raw);
     if (prepared_on_ == raw && prepared_pid_ == pid) return;
     using detail::Param;

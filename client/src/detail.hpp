@@ -9,6 +9,7 @@
 
 #include <pqxx/pqxx>
 
+#include "idem/connection.hpp"
 #include "idem/http.hpp"
 
 namespace idem::detail {
@@ -25,7 +26,7 @@ FinalStatuses parse_final_statuses(const std::string& text);
 /// Whether `status` is stored. On first use an empty cache is filled by asking the
 /// server's idempotency.is_final() (its settings exist only once the extension's
 /// library is loaded in the session, which that call does).
-bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int status);
+bool is_final(FinalStatuses& cache, PqxxConnection& connection, int status);
 
 /// The kept headers of a response as a JSON object text.
 std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept);

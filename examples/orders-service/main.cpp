@@ -34,6 +34,7 @@
 #include "flags.hpp"
 #include "httplib_response.hpp"
 #include <idem/client.hpp>
+#include "pqxx_compat.hpp"  // one spelling of parameterized statements for libpqxx 6, 7 and 8
 
 namespace {
 
@@ -57,7 +58,7 @@ struct Worker {
 
 Worker& worker() {
     thread_local std::unique_ptr<Worker> instance;
-    if (!instance || !instance->connection.is_open()) instance = std::make_unique<Worker>();
+    if (!instance || !instance->connection.connection().is_open()) instance = std::make_unique<Worker>();
     return *instance;
 }
 
@@ -81,8 +82,8 @@ idem::TransactionHandler create_order(const std::string& principal, const std::s
             return problem(400, "Invalid order", "The body must be a JSON object with a non-empty \"item\" string.");
         const int quantity = input.value("quantity", 1);
         if (quantity < 1 || quantity > 1000) return problem(422, "Invalid quantity", "quantity must be 1 to 1000.");
-        if (delay_ms > 0) tx.exec_params("SELECT pg_sleep($1::float8 / 1000)", delay_ms);
-        pqxx::row row = tx.exec_params1(
+        if (delay_ms > 0) idem::pq::exec(tx, "SELECT pg_sleep($1::float8 / 1000)", delay_ms);
+        pqxx::row row = idem::pq::exec1(tx,
             "INSERT INTO orders (principal, item, quantity) VALUES ($1, $2, $3) RETURNING id, created_at::text",
             principal, input["item"].get<std::string>(), quantity);
         const long id = row[0].as<long>();
@@ -237,7 +238,7 @@ int main(int argc, char** argv) {
     server.Get("/orders/count", [](const httplib::Request&, httplib::Response& out) {
         try {
             pqxx::nontransaction tx(worker().connection);
-            long count = tx.exec1("SELECT count(*) FROM orders")[0].as<long>();
+            long count = idem::pq::exec1(tx, "SELECT count(*) FROM orders")[0].as<long>();
             out.set_content(nlohmann::json{{"orders", count}}.dump(), "application/json");
         } catch (const std::exception& e) {
             send(out, problem(503, "Database unavailable", e.what()));

@@ -125,7 +125,7 @@ public:
     /// The connection must stay open for the client's lifetime; it may point at
     /// PostgreSQL or at pgbouncer in transaction pooling mode (the client keeps no
     /// session state and uses no named prepared statements).
-    explicit Client(pqxx::connection_base& connection, Options options = {});
+    explicit Client(PqxxConnection& connection, Options options = {});
 
     /// The same on an idem::Connection: TransactionHandler handlers then run
     /// with BEGIN + idempotency.begin() and idempotency.complete() + COMMIT sent
@@ -178,9 +178,9 @@ private:
     void store_final_error(const Call& call, const Response& response, const std::string& headers);
     Response refuse_key_on_server();
 
-    void prepare_raw(pqxx::connectionpolicy::handle raw);
+    void prepare_raw(PGconn* raw);
 
-    pqxx::connection_base& connection_;
+    PqxxConnection& connection_;
     Connection* pipelined_ = nullptr;  // set when connection_ is an idem::Connection
     // The raw connection (and its server process) the *_p1 statements were
     // prepared on; anything else (a reconnect) prepares them again.
