@@ -239,11 +239,15 @@ class LeaseRunner:
         if outcome == "mismatch":
             return LeaseResult(
                 LeaseOutcome.MISMATCH,
-                self._problem(Problem.KEY_REUSE, "This Idempotency-Key was used for a different request."),
+                self._problem(
+                    Problem.KEY_REUSE,
+                    "This Idempotency-Key was used for a different request; use a new key for a new request.",
+                ),
             )
         if outcome == "in_progress":
             response = self._problem(
-                Problem.REQUEST_IN_PROGRESS, "A request with this Idempotency-Key is still being processed."
+                Problem.REQUEST_IN_PROGRESS,
+                "A request with this Idempotency-Key is still being processed; retry later.",
             )
             response.set_header("Retry-After", str(1 if lease_seconds is None else max(1, lease_seconds)))
             return LeaseResult(LeaseOutcome.IN_PROGRESS, response)
@@ -262,7 +266,9 @@ class LeaseRunner:
                 )
             else:
                 response = self._problem(
-                    Problem.ONE_TIME_SECRET, "The first response carried a secret and was not kept."
+                    Problem.ONE_TIME_SECRET,
+                    "The first response to this request carried a secret and was not kept;"
+                    " create a new one with a new key.",
                 )
                 response.replayed = True
                 response.set_header("Idempotent-Replay", "true")
