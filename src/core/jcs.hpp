@@ -50,10 +50,39 @@ private:
     JsonError error_;
 };
 
-/// Limits applied while parsing.
+/// Asked now and then by a long computation whether to stop: returns true when
+/// the caller wants it abandoned. Must be cheap, must not throw and must not
+/// longjmp (the PostgreSQL extension reads its pending-interrupt flags).
+using InterruptProbe = bool (*)() noexcept;
+
+/// Thrown by a computation whose InterruptProbe returned true. Nothing was
+/// produced; running the computation again gives the full result.
+class Interrupted : public std::exception {
+public:
+    /// "interrupted".
+    const char* what() const noexcept override;
+};
+
+/// Throws Interrupted when `probe` is set and returns true.
+inline void check_interrupt(InterruptProbe probe) {
+    if (probe != nullptr && probe()) throw Interrupted();
+}
+
+/// How often long loops ask the probe: every this many input bytes (or hashed
+/// bytes), or every kPollItems items (pointers, members, comparisons).
+inline constexpr std::size_t kPollBytes = std::size_t{1} << 16;
+/// See kPollBytes.
+inline constexpr std::size_t kPollItems = 4096;
+
+/// Limits applied while parsing, and the interrupt probe.
 struct CanonicalizeOptions {
     /// Deepest nesting of arrays and objects accepted; `[[1]]` has depth 2.
     std::size_t max_depth = 1000;
+    /// Asked about every kPollBytes of input (and every kPollItems pointers,
+    /// sort comparisons or members of one object) while canonicalizing and
+    /// hashing; when it returns true the call throws Interrupted. Documents
+    /// smaller than kPollBytes are never long enough to ask. nullptr: never asked.
+    InterruptProbe interrupt = nullptr;
 };
 
 /// An RFC 6901 JSON Pointer, split into unescaped reference tokens.
@@ -74,10 +103,14 @@ private:
 
 /// Writes the RFC 8785 canonical form of `json` into `out`, replacing its content.
 ///
-/// Members named by `exclude` (pointers resolved against the input document; one
-/// that matches nothing is ignored) are left out of the output. Returns false
-/// and fills `error` when the input is not acceptable; `out` is then unspecified.
-/// Never throws for bad input; may throw std::bad_alloc.
+/// Members and array elements named by `exclude` (pointers resolved against the
+/// input document; one that matches nothing is ignored, so are duplicates and
+/// pointers below an excluded value) are left out of the output. The pointers
+/// are sorted once and each member or element of a container that a pointer
+/// reaches into is looked up by binary search: O(document + pointers x log
+/// pointers) overall. Returns false and fills `error` when the input is not
+/// acceptable; `out` is then unspecified. Never throws for bad input; may throw
+/// std::bad_alloc, and Interrupted when options.interrupt fires.
 bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const CanonicalizeOptions& options = {},
                   const std::vector<JsonPointer>* exclude = nullptr);
