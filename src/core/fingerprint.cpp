@@ -108,6 +108,16 @@ std::string canonical_body(std::optional<std::string_view> body, const std::vect
 
 Digest fingerprint(std::string_view method, std::string_view path, std::optional<std::string_view> body,
                    const std::vector<JsonPointer>& exclude, const CanonicalizeOptions& options) {
+    PointerList list;
+    for (std::size_t i = 0; i < exclude.size(); ++i) {
+        if (i % kPollItems == kPollItems - 1) check_interrupt(options.interrupt);
+        list.add(exclude[i]);
+    }
+    return fingerprint_excluding(method, path, body, list, options);
+}
+
+Digest fingerprint_excluding(std::string_view method, std::string_view path, std::optional<std::string_view> body,
+                             const PointerList& exclude, const CanonicalizeOptions& options) {
     const InterruptProbe probe = options.interrupt;
     check_method(method, probe);
     check_path(path);
@@ -125,7 +135,7 @@ Digest fingerprint(std::string_view method, std::string_view path, std::optional
     if (body && !body->empty()) {
         std::string canonical;
         JsonError error;
-        if (canonicalize(*body, canonical, error, options, &exclude)) {
+        if (canonicalize(*body, canonical, error, options, exclude)) {
             hasher.update(canonical);
         } else if (error.code == JsonErrc::too_deep) {
             throw JsonException(error);

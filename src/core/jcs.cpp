@@ -91,6 +91,52 @@ JsonPointer JsonPointer::parse(std::string_view text) {
     return pointer;
 }
 
+void PointerList::end_token() {
+    if (bytes_.size() > std::numeric_limits<std::uint32_t>::max() ||
+        offsets_.size() >= std::numeric_limits<std::uint32_t>::max())
+        throw std::length_error("JSON pointers longer than 4 GiB in all");
+    offsets_.push_back(static_cast<std::uint32_t>(bytes_.size()));
+}
+
+void PointerList::add(std::string_view text, InterruptProbe probe) {
+    if (text.empty())
+        throw std::invalid_argument("JSON pointer \"\" would exclude the whole document");
+    if (text.front() != '/')
+        throw std::invalid_argument("JSON pointer must start with '/'");
+    const std::size_t bytes = bytes_.size(), offsets = offsets_.size();
+    try {
+        for (std::size_t i = 1; i <= text.size(); ++i) {
+            if (i % kPollBytes == 0) check_interrupt(probe);
+            if (i == text.size() || text[i] == '/') {
+                end_token();
+                continue;
+            }
+            const char c = text[i];
+            if (c == '~') {
+                if (i + 1 >= text.size() || (text[i + 1] != '0' && text[i + 1] != '1'))
+                    throw std::invalid_argument("JSON pointer has '~' not followed by '0' or '1'");
+                bytes_.push_back(text[i + 1] == '0' ? '~' : '/');
+                ++i;
+            } else {
+                bytes_.push_back(c);
+            }
+        }
+    } catch (...) {  // leaves the list as it was
+        bytes_.resize(bytes);
+        offsets_.resize(offsets);
+        throw;
+    }
+    first_token_.push_back(static_cast<std::uint32_t>(offsets_.size() - 1));
+}
+
+void PointerList::add(const JsonPointer& pointer) {
+    for (const std::string& token : pointer.tokens()) {
+        bytes_ += token;
+        end_token();
+    }
+    first_token_.push_back(static_cast<std::uint32_t>(offsets_.size() - 1));
+}
+
 // ---------------------------------------------------------------------------
 // Numbers
 
@@ -385,16 +431,13 @@ struct Frame {
     bool drop;  // an array element excluded by a pointer: its text is taken back on close
 };
 
-// The reference tokens of one exclusion pointer.
-using Tokens = std::vector<std::string>;
-
 // Buffers reused across calls on one thread, so that canonicalizing many small
 // documents does not pay for allocations each time (see release()).
 struct Scratch {
     std::vector<Member> members;           // members of the open objects
     std::vector<Frame> stack;              // the open containers
     std::vector<MemberName> names;         // an object with many members being sorted
-    std::vector<const Tokens*> excluded;   // the exclusion pointers, sorted by their tokens
+    std::vector<std::uint32_t> excluded;   // the exclusion pointers' indexes, sorted by their tokens
     std::vector<std::uint64_t> order;      // an object with many members: its sorted ordinals
     std::string arena;                   // unescaped strings
     std::string temp;                    // an object's text while its members are reordered
@@ -409,7 +452,7 @@ struct Scratch {
         if (members.capacity() > kKeep) std::vector<Member>().swap(members);
         if (stack.capacity() > kKeep) std::vector<Frame>().swap(stack);
         if (names.capacity() > kKeep) std::vector<MemberName>().swap(names);
-        if (excluded.capacity() > kKeep) std::vector<const Tokens*>().swap(excluded);
+        if (excluded.capacity() > kKeep) std::vector<std::uint32_t>().swap(excluded);
         if (order.capacity() > kKeep) std::vector<std::uint64_t>().swap(order);
         if (arena.capacity() > kKeep * 16) std::string().swap(arena);
         if (temp.capacity() > kKeep * 16) std::string().swap(temp);
@@ -467,8 +510,8 @@ constexpr std::size_t kWriteSlack = 16;
 // `cap_ - w >= (end_ - p) + kWriteSlack` and only numbers check for room.
 class Document {
 public:
-    Document(std::string_view input, const CanonicalizeOptions& options,
-             const std::vector<JsonPointer>* exclude, Scratch& scratch, std::string& out)
+    Document(std::string_view input, const CanonicalizeOptions& options, const PointerList* exclude,
+             Scratch& scratch, std::string& out)
         : in_(reinterpret_cast<const unsigned char*>(input.data())),
           end_(in_ + input.size()),
           size_(input.size()),
@@ -560,12 +603,12 @@ private:
     const unsigned char* end_;
     std::size_t size_;
     const CanonicalizeOptions& options_;
-    const std::vector<JsonPointer>* exclude_;
+    const PointerList* exclude_;
     JsonError error_;
     Appender<Member> members_;  // members of the open objects, innermost last
     Appender<Frame> stack_;     // the open containers, innermost last
     std::vector<MemberName>& names_;
-    std::vector<const Tokens*>& excluded_;
+    std::vector<std::uint32_t>& excluded_;
     std::vector<std::uint64_t>& order_;
     std::string& arena_;
     std::string& temp_;
@@ -1537,34 +1580,36 @@ void Document::prepare_exclusions() {
     pending_end_ = static_cast<std::uint32_t>(excluded_.size());
 }
 
-// Orders pointers a and b by their tokens from `depth` on (the tokens before
-// are equal): <0, 0 or >0. A pointer that ends sorts before its continuations.
-inline int compare_tokens_at(const Tokens* a, const Tokens* b, std::size_t depth) {
-    const bool a_ends = a->size() <= depth;
-    const bool b_ends = b->size() <= depth;
+// Orders pointers a and b of `list` by their tokens from `depth` on (the
+// tokens before are equal): <0, 0 or >0. A pointer that ends sorts before its
+// continuations.
+inline int compare_tokens_at(const PointerList& list, std::uint32_t a, std::uint32_t b, std::size_t depth) {
+    const bool a_ends = list.token_count(a) <= depth;
+    const bool b_ends = list.token_count(b) <= depth;
     if (a_ends || b_ends) return static_cast<int>(b_ends) - static_cast<int>(a_ends);
-    return (*a)[depth].compare((*b)[depth]);
+    return list.token(a, depth).compare(list.token(b, depth));
 }
 
-// Sorts the pointers of excluded_ by their tokens (lexicographic order of the
-// token sequences, tokens ordered by bytes): a multikey quicksort (Bentley and
-// Sedgewick) over tokens, that is, a three-way partition on one token at a
-// time, the equal part going on with the next token. Each partition step
-// compares one token, so the expected cost is O(n log n) token comparisons
-// plus one per token of every pointer (a plain sort would compare whole
-// sequences, which costs their shared prefix each time: pointers that share
-// 100 tokens made that 40 times slower). Pivots are drawn pseudo-randomly and
-// pending ranges kept on a heap stack, so no input can make the C stack deep.
-// The probe is asked every kPollItems comparisons.
+// Sorts the pointers of exclude_ that have tokens into excluded_ (their
+// indexes), by their tokens (lexicographic order of the token sequences,
+// tokens ordered by bytes): a multikey quicksort (Bentley and Sedgewick) over
+// tokens, that is, a three-way partition on one token at a time, the equal
+// part going on with the next token. Each partition step compares one token,
+// so the expected cost is O(n log n) token comparisons plus one per token of
+// every pointer (a plain sort compares whole sequences, which costs their
+// shared prefix each time: 40 times slower on pointers that share 100
+// tokens). Pivots are drawn pseudo-randomly and pending ranges kept on a heap
+// stack, so no input makes the C stack deep. The probe is asked every
+// kPollItems pointers or comparisons.
 void Document::sort_exclusions() {
     const InterruptProbe probe = options_.interrupt;
-    excluded_.reserve(exclude_->size());
-    for (std::size_t i = 0; i < exclude_->size(); ++i) {
+    const PointerList& list = *exclude_;
+    excluded_.reserve(list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
         if (i % kPollItems == kPollItems - 1) check_interrupt(probe);
-        const Tokens& tokens = (*exclude_)[i].tokens();
-        if (!tokens.empty()) excluded_.push_back(&tokens);  // no token: excludes nothing
+        if (list.token_count(i) != 0) excluded_.push_back(static_cast<std::uint32_t>(i));  // none: excludes nothing
     }
-    const Tokens** const a = excluded_.data();
+    std::uint32_t* const a = excluded_.data();
     struct Part {
         std::size_t begin, end, depth;
     };
@@ -1579,13 +1624,14 @@ void Document::sort_exclusions() {
             const std::size_t n = part.end - part.begin;
             if (n < 12) {  // insertion sort on the whole remaining sequences
                 for (std::size_t i = part.begin + 1; i < part.end; ++i) {
-                    const Tokens* const value = a[i];
+                    const std::uint32_t value = a[i];
                     std::size_t hole = i;
                     for (; hole > part.begin; --hole) {
-                        const Tokens* const other = a[hole - 1];
+                        const std::uint32_t other = a[hole - 1];
+                        const std::size_t longer = std::max(list.token_count(value), list.token_count(other));
                         int c = 0;
-                        for (std::size_t d = part.depth; c == 0 && (d < value->size() || d < other->size()); ++d)
-                            c = compare_tokens_at(value, other, d);
+                        for (std::size_t d = part.depth; c == 0 && d < longer; ++d)
+                            c = compare_tokens_at(list, value, other, d);
                         if (c >= 0) break;
                         a[hole] = other;
                     }
@@ -1596,11 +1642,11 @@ void Document::sort_exclusions() {
             random ^= random << 13;
             random ^= random >> 7;
             random ^= random << 17;
-            const Tokens* const pivot = a[part.begin + random % n];
+            const std::uint32_t pivot = a[part.begin + random % n];
             std::size_t lt = part.begin, i = part.begin, gt = part.end;
             while (i < gt) {
                 if (++compares % kPollItems == 0) check_interrupt(probe);
-                const int c = compare_tokens_at(a[i], pivot, part.depth);
+                const int c = compare_tokens_at(list, a[i], pivot, part.depth);
                 if (c < 0)
                     std::swap(a[lt++], a[i++]);
                 else if (c > 0)
@@ -1610,7 +1656,7 @@ void Document::sort_exclusions() {
             }
             if (lt - part.begin > 1) parts.push_back({part.begin, lt, part.depth});
             if (part.end - gt > 1) parts.push_back({gt, part.end, part.depth});
-            if (pivot->size() <= part.depth || gt - lt < 2) break;  // the equal part ended together, or is one
+            if (list.token_count(pivot) <= part.depth || gt - lt < 2) break;  // the equal part ended, or is one
             part = {lt, gt, part.depth + 1};
         }
     }
@@ -1622,16 +1668,19 @@ void Document::sort_exclusions() {
 // below it needs looking at), else leaves those that continue below it as the
 // pending range (empty when there are none).
 bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth, std::string_view token) {
-    const Tokens* const* const data = excluded_.data();
-    const Tokens* const* const lo =
-        std::lower_bound(data + begin, data + end, token,
-                         [depth](const Tokens* t, std::string_view v) { return std::string_view((*t)[depth]) < v; });
-    const Tokens* const* const hi =
-        std::upper_bound(lo, data + end, token,
-                         [depth](std::string_view v, const Tokens* t) { return v < std::string_view((*t)[depth]); });
+    const PointerList& list = *exclude_;
+    const std::uint32_t* const data = excluded_.data();
+    const std::uint32_t* const lo = std::lower_bound(
+        data + begin, data + end, token, [&list, depth](std::uint32_t t, std::string_view v) {
+            return list.token(t, depth) < v;
+        });
+    const std::uint32_t* const hi = std::upper_bound(
+        lo, data + end, token, [&list, depth](std::string_view v, std::uint32_t t) {
+            return v < list.token(t, depth);
+        });
     pending_begin_ = pending_end_ = 0;
     if (lo == hi) return false;
-    if ((*lo)->size() == depth + 1) return true;  // the shortest sorts first: a pointer ends here
+    if (list.token_count(*lo) == depth + 1) return true;  // the shortest sorts first: a pointer ends here
     pending_begin_ = static_cast<std::uint32_t>(lo - data);
     pending_end_ = static_cast<std::uint32_t>(hi - data);
     return false;
@@ -1828,13 +1877,42 @@ failed:
 
 }  // namespace
 
-bool canonicalize(std::string_view json, std::string& out, JsonError& error,
-                  const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
+namespace {
+
+// Both canonicalize() overloads end here: the one place the pass is inlined
+// into (it is too large to be inlined twice), with no cleanup around it.
+__attribute__((noinline)) bool run_document(std::string_view json, std::string& out, JsonError& error,
+                                            const CanonicalizeOptions& options, const PointerList* exclude) {
     thread_local Scratch scratch;
     Document document(json, options, exclude, scratch, out);
     const bool ok = document.run(error);  // releases the scratch itself when interrupted
     scratch.release();
     return ok;
+}
+
+// canonicalize() with a vector of pointers: converts them to a PointerList.
+__attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std::string& out, JsonError& error,
+                                                      const CanonicalizeOptions& options,
+                                                      const std::vector<JsonPointer>& exclude) {
+    PointerList list;
+    for (std::size_t i = 0; i < exclude.size(); ++i) {
+        if (i % kPollItems == kPollItems - 1) check_interrupt(options.interrupt);
+        list.add(exclude[i]);
+    }
+    return run_document(json, out, error, options, &list);
+}
+
+}  // namespace
+
+bool canonicalize(std::string_view json, std::string& out, JsonError& error,
+                  const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
+    if (exclude != nullptr && !exclude->empty()) return canonicalize_excluding(json, out, error, options, *exclude);
+    return run_document(json, out, error, options, nullptr);
+}
+
+bool canonicalize(std::string_view json, std::string& out, JsonError& error, const CanonicalizeOptions& options,
+                  const PointerList& exclude) {
+    return run_document(json, out, error, options, &exclude);
 }
 
 std::string canonicalize(std::string_view json, const CanonicalizeOptions& options) {

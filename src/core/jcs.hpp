@@ -101,6 +101,39 @@ private:
     std::vector<std::string> tokens_;
 };
 
+/// Many RFC 6901 pointers in a compact form: their unescaped tokens back to
+/// back in one buffer, with 4 bytes of bookkeeping per token. What
+/// canonicalize() excludes by; building it costs one pass over the pointer
+/// texts and a few allocations however many pointers there are (a
+/// std::vector<JsonPointer> costs a std::string per token).
+class PointerList {
+public:
+    /// Parses a pointer (same rules and errors as JsonPointer::parse) and
+    /// appends it. Throws std::length_error past 4 GiB of tokens. A long
+    /// pointer asks `probe` every kPollBytes bytes (throws Interrupted).
+    void add(std::string_view text, InterruptProbe probe = nullptr);
+    /// Appends a parsed pointer (one without tokens excludes nothing).
+    void add(const JsonPointer& pointer);
+    /// Number of pointers added.
+    std::size_t size() const noexcept { return first_token_.size() - 1; }
+    /// True when no pointer was added.
+    bool empty() const noexcept { return size() == 0; }
+    /// Number of tokens of pointer `i`.
+    std::size_t token_count(std::size_t i) const noexcept { return first_token_[i + 1] - first_token_[i]; }
+    /// Token `j` of pointer `i`, unescaped.
+    std::string_view token(std::size_t i, std::size_t j) const noexcept {
+        const std::size_t k = first_token_[i] + j;
+        return std::string_view(bytes_.data() + offsets_[k], offsets_[k + 1] - offsets_[k]);
+    }
+
+private:
+    void end_token();
+
+    std::string bytes_;                          // the tokens, back to back
+    std::vector<std::uint32_t> offsets_{0};      // token k is bytes_[offsets_[k], offsets_[k + 1])
+    std::vector<std::uint32_t> first_token_{0};  // pointer i has tokens [first_token_[i], first_token_[i + 1])
+};
+
 /// Writes the RFC 8785 canonical form of `json` into `out`, replacing its content.
 ///
 /// Members and array elements named by `exclude` (pointers resolved against the
@@ -114,6 +147,10 @@ private:
 bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const CanonicalizeOptions& options = {},
                   const std::vector<JsonPointer>* exclude = nullptr);
+
+/// The same, excluding by a PointerList (the form to use for many pointers).
+bool canonicalize(std::string_view json, std::string& out, JsonError& error, const CanonicalizeOptions& options,
+                  const PointerList& exclude);
 
 /// Convenience form: returns the canonical text or throws JsonException.
 std::string canonicalize(std::string_view json, const CanonicalizeOptions& options = {});

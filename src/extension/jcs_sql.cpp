@@ -72,23 +72,22 @@ struct Slice {
 bool fingerprint_into(const Slice& method, const Slice& path, const Slice* body, const Slice* pointers,
                       int pointer_count, InterruptProbe probe, unsigned char* digest_out, SqlError& error) noexcept {
     return idem::pg::cpp_guard(error, [&] {
-        std::vector<idem::core::JsonPointer> exclude;
-        exclude.reserve(static_cast<std::size_t>(pointer_count));
+        idem::core::PointerList exclude;
         std::size_t bytes = 0;  // parsed since the probe was last asked
         for (int i = 0; i < pointer_count; ++i) {
-            bytes += static_cast<std::size_t>(pointers[i].size) + 64;  // + allocations
+            bytes += static_cast<std::size_t>(pointers[i].size) + 16;
             if (bytes >= idem::core::kPollBytes) {
                 bytes = 0;
                 idem::core::check_interrupt(probe);
             }
-            exclude.push_back(idem::core::JsonPointer::parse(std::string_view(pointers[i].data, pointers[i].size)));
+            exclude.add(std::string_view(pointers[i].data, pointers[i].size), probe);
         }
         idem::core::CanonicalizeOptions options;
         options.max_depth = static_cast<std::size_t>(idem::pg::max_json_depth);
         options.interrupt = probe;
         std::optional<std::string_view> body_view;
         if (body != nullptr) body_view = std::string_view(body->data, body->size);
-        idem::core::Digest digest = idem::core::fingerprint(std::string_view(method.data, method.size),
+        idem::core::Digest digest = idem::core::fingerprint_excluding(std::string_view(method.data, method.size),
                                                             std::string_view(path.data, path.size), body_view,
                                                             exclude, options);
         std::memcpy(digest_out, digest.data(), digest.size());
@@ -97,7 +96,7 @@ bool fingerprint_into(const Slice& method, const Slice& path, const Slice* body,
 
 // Appends the JSON text of a jsonb container to `out`: the tokens
 // JsonbToCString writes (strings by escape_json, numerics by numeric_out),
-// without its spaces, with CHECK_FOR_INTERRUPTS() every kCheckEvery tokens
+// without its spaces, with CHECK_FOR_INTERRUPTS() at every token
 // (JsonbToCString has none). PostgreSQL code only: its errors may longjmp.
 void jsonb_to_json(StringInfo out, JsonbContainer* container) {
     JsonbIterator* it = JsonbIteratorInit(container);
@@ -105,9 +104,8 @@ void jsonb_to_json(StringInfo out, JsonbContainer* container) {
     JsonbIteratorToken token;
     bool comma = false;       // a value was completed: the next one needs a comma
     bool raw_scalar = false;  // a scalar document, which the iterator wraps in an array
-    std::uint32_t tokens = 0;
     while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE) {
-        if (++tokens % kCheckEvery == 0) CHECK_FOR_INTERRUPTS();
+        CHECK_FOR_INTERRUPTS();  // a load and a branch: cheap next to the iterator
         switch (token) {
             case WJB_BEGIN_ARRAY:
                 if (v.val.array.rawScalar) {

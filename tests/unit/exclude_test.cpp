@@ -25,6 +25,7 @@ using idem::core::CanonicalizeOptions;
 using idem::core::Interrupted;
 using idem::core::JsonError;
 using idem::core::JsonPointer;
+using idem::core::PointerList;
 
 // ---------------------------------------------------------------------------
 // A small JSON tree for the reference.
@@ -184,20 +185,32 @@ TEST(ExcludeReference, RandomDocumentsAndPointerSets) {
         if (doc.kind == Value::scalar && round % 2 == 0) continue;
         const std::string text = write(doc, false);
         std::vector<JsonPointer> exclude;
+        std::vector<std::string> texts;
         const std::size_t n = rng() % 9;
         for (std::size_t i = 0; i < n; ++i) {
             std::vector<std::string> tokens = random_path(rng, doc);
             std::string pointer;
             for (const auto& t : tokens) pointer += "/" + escape_token(t);
             exclude.push_back(JsonPointer::parse(pointer));
+            texts.push_back(pointer);
             ASSERT_EQ(exclude.back().tokens(), tokens) << pointer;
             remove(doc, tokens);
-            if (rng() % 4 == 0) exclude.push_back(exclude.back());  // a duplicate
+            if (rng() % 4 == 0) {  // a duplicate
+                exclude.push_back(exclude.back());
+                texts.push_back(pointer);
+            }
         }
         std::shuffle(exclude.begin(), exclude.end(), rng);
         // The whole document is never excluded (no pointer is empty).
         const std::string expected = canonical(write(doc, true));
         EXPECT_EQ(canonical(text, &exclude), expected) << text << "\nround " << round;
+        // The same from the pointers' texts, through a PointerList.
+        PointerList list;
+        for (const auto& t : texts) list.add(t);
+        std::string out;
+        JsonError error;
+        ASSERT_TRUE(canonicalize(text, out, error, {}, list));
+        EXPECT_EQ(out, expected) << text << "\nround " << round;
         changed += expected != canonical(text);
     }
     EXPECT_GT(changed, 1000);  // the pointers mostly hit something
@@ -217,6 +230,28 @@ TEST(ExcludeReference, Escapes) {
     EXPECT_EQ(without({"/a~1b", "/a~0b"}), R"({"/":2,"x":{"k":8,"~/":7},"~":1,"~0":4,"~1":3})");
     EXPECT_EQ(without({"/x/~0~1"}), R"({"/":2,"a/b":5,"a~b":6,"x":{"k":8},"~":1,"~0":4,"~1":3})");
     EXPECT_EQ(without({"/a/b"}), canonical(doc));  // not the member "a/b"
+}
+
+TEST(ExcludeReference, PointerListParsesLikeJsonPointer) {
+    PointerList list;
+    for (const char* text : {"/a~1b/~0/", "/", "/~01/0", "/a//b"}) {
+        list.add(text);
+        const JsonPointer pointer = JsonPointer::parse(text);
+        const std::size_t i = list.size() - 1;
+        ASSERT_EQ(list.token_count(i), pointer.tokens().size()) << text;
+        for (std::size_t j = 0; j < pointer.tokens().size(); ++j) EXPECT_EQ(list.token(i, j), pointer.tokens()[j]);
+    }
+    for (const char* bad : {"", "a", "/a~2", "/a~", "/~"}) {
+        EXPECT_THROW(list.add(bad), std::invalid_argument) << bad;
+        EXPECT_THROW(JsonPointer::parse(bad), std::invalid_argument) << bad;
+    }
+    EXPECT_EQ(list.size(), 4u);  // a rejected pointer leaves nothing behind
+    EXPECT_EQ(list.token(3, 2), "b");
+    list.add(JsonPointer());  // no token: excludes nothing
+    std::string out;
+    JsonError error;
+    ASSERT_TRUE(canonicalize(R"({"a/b":{"~":{"":1,"x":2}},"~1":[3,4],"a":{"":{"b":5}},"":6})", out, error, {}, list));
+    EXPECT_EQ(out, R"({"a":{"":{}},"a/b":{"~":{"x":2}},"~1":[4]})");  // "/" is the member ""
 }
 
 TEST(ExcludeReference, DuplicatesAndOverlaps) {
