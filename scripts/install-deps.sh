@@ -18,6 +18,7 @@ packages=(
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl bc
+  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv
 )
 if [[ $scope == full ]]; then
   packages+=(clang-14 libclang-rt-14-dev wrk)
@@ -26,8 +27,8 @@ if [[ $scope == full ]]; then
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)
 else
-  # The model checker's driver; procps for pg_ctl's helpers and ps in the tests.
-  packages+=(python3 python3-psycopg procps)
+  # procps: ps and kill for the tests' helpers in a minimal chroot.
+  packages+=(procps)
 fi
 
 missing=()

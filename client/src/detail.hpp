@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,5 +43,15 @@ Response stored_response(const pqxx::row& row);
 
 /// Upper-case ASCII copy.
 std::string upper(std::string text);
+
+/// An interval literal for SQL: "N milliseconds".
+std::string interval_ms(std::chrono::milliseconds value);
+
+/// The one mapping from an outcome of begin()/acquire() to an HTTP problem
+/// response: mismatch 422, in_progress 409 with Retry-After (the lease's end
+/// when known, else retry_after), secret_replay 409 with Idempotent-Replay.
+/// Empty for started and replay, which are not problems.
+std::optional<Response> problem_for_outcome(const std::string& outcome, std::optional<int> lease_seconds,
+                                            std::chrono::seconds retry_after, const std::string& problem_type_base);
 
 }  // namespace idem::detail

@@ -27,7 +27,7 @@ const char* to_string(LeaseOutcome outcome) noexcept {
 
 namespace {
 
-std::string interval_ms(std::chrono::milliseconds value) { return std::to_string(value.count()) + " milliseconds"; }
+using detail::interval_ms;
 
 // Renews a lease from its own thread and connection until stopped. A renewal
 // that returns false means the fence no longer holds the key: the lease is
@@ -146,39 +146,26 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
             interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr, options_.wait ? wait.c_str() : nullptr);
     }();
     const std::string outcome = row["outcome"].as<std::string>();
-    if (outcome == "mismatch") {
-        result.outcome = LeaseOutcome::mismatch;
-        result.response = problem_response(Problem::key_reuse, "This Idempotency-Key was used for a different request.",
-                                           options_.problem_type_base);
+    const std::optional<int> lease_seconds =
+        row["lease_seconds"].is_null() ? std::nullopt : std::optional<int>(row["lease_seconds"].as<int>());
+    if ((outcome == "replay" || outcome == "secret_replay") && options_.policy != Policy::remember) {
+        result.outcome = LeaseOutcome::duplicate;
+        result.response = problem_response(
+            Problem::already_processed, "A request with this Idempotency-Key was already processed; its result is not kept.",
+            options_.problem_type_base);
         return result;
     }
-    if (outcome == "in_progress") {
-        result.outcome = LeaseOutcome::in_progress;
-        result.response = problem_response(Problem::request_in_progress,
-                                           "A request with this Idempotency-Key is still being processed.",
-                                           options_.problem_type_base);
-        int retry = row["lease_seconds"].is_null() ? 1 : std::max(1, row["lease_seconds"].as<int>());
-        result.response.set_header("Retry-After", std::to_string(retry));
-        return result;
-    }
-    if (outcome == "replay" || outcome == "secret_replay") {
-        if (options_.policy != Policy::remember) {
-            result.outcome = LeaseOutcome::duplicate;
-            result.response = problem_response(
-                Problem::already_processed, "A request with this Idempotency-Key was already processed; its result is not kept.",
-                options_.problem_type_base);
-            return result;
-        }
+    if (outcome == "replay") {
         result.outcome = LeaseOutcome::replayed;
-        if (outcome == "replay") {
-            result.response = detail::stored_response(row);
-        } else {
-            result.response = problem_response(Problem::one_time_secret,
-                                               "The first response carried a secret and was not kept.",
-                                               options_.problem_type_base);
-            result.response.replayed = true;
-            result.response.set_header("Idempotent-Replay", "true");
-        }
+        result.response = detail::stored_response(row);
+        return result;
+    }
+    if (std::optional<Response> problem =
+            detail::problem_for_outcome(outcome, lease_seconds, std::chrono::seconds(1), options_.problem_type_base)) {
+        result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
+                         : outcome == "in_progress" ? LeaseOutcome::in_progress
+                                                    : LeaseOutcome::replayed;
+        result.response = std::move(*problem);
         return result;
     }
     if (outcome != "started") throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
