@@ -15,6 +15,7 @@ extern "C" {
 #include "utils/guc.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
+#include "varatt.h"  // VARSIZE_ANY & co., in postgres.h up to 15
 #endif
 }
 
