@@ -25,6 +25,11 @@
 #   IDEM_MATRIX_LOG     folder for each version's full log (default: the cache folder)
 #   IDEM_MATRIX_PORT    first of the 6 ports a version's cluster, pgbouncer and
 #                       services use (default: random in 28000-28989)
+#   IDEM_MATRIX_SUITE=0     skip the suite (only the package test)
+#   IDEM_MATRIX_PACKAGES=0  skip the package test: scripts/package.sh in the
+#                       suite's chroot, then tests/packages/install_test.sh in a
+#                       clean chroot of the suite (a copy of a pristine minbase
+#                       one, SUITE.base) where apt installs the .deb files
 #
 # Needs root (debootstrap, chroot, mount). Everything mounted is unmounted on
 # every exit path; a lock per chroot keeps two runs from sharing one.
@@ -112,9 +117,18 @@ unmount_all() {
 trap 'unmount_all' EXIT
 trap 'unmount_all; exit 130' INT TERM
 
+# unmount_stale DIR: unmounts whatever is still mounted under DIR (a run that
+# was killed before its cleanup), deepest first. Called under the chroot's lock.
+unmount_stale() {
+  local dir=$1 m
+  awk -v d="$dir/" 'index($2 "/", d) == 1 { print $2 }' /proc/self/mounts | sort -r |
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+}
+
 # mount_chroot DIR: /proc, /dev (bind), /dev/pts, a fresh /dev/shm.
 mount_chroot() {
   local dir=$1
+  unmount_stale "$dir"
   mount -t proc proc "$dir/proc" && mounts+=("$dir/proc") || return 1
   mount --bind /dev "$dir/dev" && mounts+=("$dir/dev") || return 1
   mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" 2>/dev/null && mounts+=("$dir/dev/pts")
@@ -163,14 +177,13 @@ APT
 # tree (tracked and new files, nothing ignored) to DIR/src.
 prepare() {
   local suite=$1 dir=$2
-  if [[ ${IDEM_MATRIX_REBUILD:-0} == 1 ]]; then rm -rf "$dir"; fi
+  if [[ ${IDEM_MATRIX_REBUILD:-0} == 1 && -d $dir ]]; then
+    unmount_stale "$dir"
+    rm -rf --one-file-system "$dir"  # never into a mount (the host's /dev)
+  fi
   [[ -d $dir ]] || make_chroot "$suite" "$dir" || return 1
   mount_chroot "$dir" || return 1
-  rm -rf "$dir/src"
-  mkdir -p "$dir/src"
-  git ls-files -z --cached --others --exclude-standard |
-    while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
-    tar -C "$root" --null -T - -cf - | tar -C "$dir/src" -xf -
+  copy_tree "$dir"
 }
 
 # lock SUITE / unlock: one run per chroot at a time.
@@ -198,6 +211,38 @@ if [[ ${versions[0]} == --exec ]]; then
   exit "$status"
 fi
 
+# copy_tree DIR: the work tree (tracked and new files, nothing ignored) to DIR/src.
+copy_tree() {
+  rm -rf "$1/src"
+  mkdir -p "$1/src"
+  git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
+    tar -C "$root" --null -T - -cf - | tar -C "$1/src" -xf -
+}
+
+# package_test VERSION SUITE DIR: builds the packages in DIR (the suite's
+# chroot, mounted by the caller) and installs them into a clean chroot.
+package_test() {
+  local version=$1 suite=$2 dir=$3 base=$cache/$2.base clean=$cache/$2.pkgtest status=0
+  rm -rf "$dir/debs"
+  in_chroot "$dir" bash -c 'cd /src && bash scripts/package.sh /debs' || return 1
+  unmount_all
+  [[ -d $base ]] || make_chroot "$suite" "$base" || return 1
+  unmount_stale "$clean"
+  rm -rf --one-file-system "$clean"
+  cp -a "$base" "$clean"
+  mkdir -p "$clean/debs"
+  cp "$dir"/debs/*.deb "$clean/debs/"
+  copy_tree "$clean"
+  mount_chroot "$clean" &&
+    in_chroot "$clean" env IDEM_TEST_PORT="${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}" \
+      bash /src/tests/packages/install_test.sh "$version" /debs /src/tests/install_consumer || status=$?
+  unmount_all
+  unmount_stale "$clean"
+  rm -rf --one-file-system "$clean"
+  return "$status"
+}
+
 # run_version VERSION: runs the suite in that version's chroot; adds its line to results.
 results=()
 passed=0
@@ -211,24 +256,36 @@ run_version() {
   fi
   dir=$cache/$suite
   log=$logs/$suite.log
+  lock "$suite"  # then the log: another run may be writing it until it lets go
   : >"$log"
-  lock "$suite"
-  prepare "$suite" "$dir" >>"$log" 2>&1 && {
-    echo "test-matrix: PostgreSQL $version in $suite, log in $log"
-    in_chroot "$dir" env IDEM_PG_VERSION="$version" IDEM_TEST_SCOPE=matrix \
-      IDEM_TEST_PORT="${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}" bash -c 'cd /src && bash scripts/test.sh' \
-      >>"$log" 2>&1
-  } || status=$?
+  local packages="" pstatus=0
+  echo "test-matrix: PostgreSQL $version in $suite, log in $log"
+  if prepare "$suite" "$dir" >>"$log" 2>&1; then
+    if [[ ${IDEM_MATRIX_SUITE:-1} != 0 ]]; then
+      in_chroot "$dir" env IDEM_PG_VERSION="$version" IDEM_TEST_SCOPE=matrix \
+        IDEM_TEST_PORT="${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}" bash -c 'cd /src && bash scripts/test.sh' \
+        >>"$log" 2>&1 || status=$?
+      summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    else
+      summary="suite skipped"
+    fi
+    if [[ ${IDEM_MATRIX_PACKAGES:-1} != 0 ]]; then
+      echo "=== Debian packages: build, install into a clean $suite chroot" >>"$log"
+      package_test "$version" "$suite" "$dir" >>"$log" 2>&1 || pstatus=$?
+      if ((pstatus == 0)); then packages="; packages ok"; else packages="; packages FAILED"; status=1; fi
+    fi
+  else
+    status=1
+  fi
   unmount_all
   unlock
-  grep -E '^--- .*: (ok|FAILED)' "$log" | sed "s/^/  [$version] /"
-  summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  grep -E '^--- .*: (ok|FAILED)|^ok - package: ' "$log" | sed "s/^/  [$version] /"
   if ((status == 0)); then
     passed=$((passed + 1))
-    results+=("PostgreSQL $version ($suite): ok, ${summary:-no summary} ($((SECONDS - start)) s)")
+    results+=("PostgreSQL $version ($suite): ok, ${summary:-no summary}$packages ($((SECONDS - start)) s)")
   else
     failed=$((failed + 1))
-    results+=("PostgreSQL $version ($suite): FAILED, ${summary:-see $log} ($((SECONDS - start)) s)")
+    results+=("PostgreSQL $version ($suite): FAILED, ${summary:-see $log}$packages ($((SECONDS - start)) s)")
     tail -40 "$log" | sed "s/^/  [$version] /"
   fi
 }

@@ -114,6 +114,12 @@ if [[ $scope == full ]]; then
   suite "fuzz canonicalizer (${FUZZ_SECONDS:-60} s)" scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
   # The cluster of this run is stopped first: the chroots' clusters use ports of their own.
   scripts/pgcluster.sh stop "$cluster/pg"
+  # The Debian packages of 15, installed into a clean bookworm chroot (17 and
+  # 18 get theirs in their matrix runs).
+  if [[ -n ${IDEM_MATRIX-17 18} ]]; then
+    suite "Debian packages for PostgreSQL 15 in a clean bookworm chroot" \
+      env IDEM_MATRIX_SUITE=0 scripts/test-matrix.sh 15
+  fi
   for v in ${IDEM_MATRIX-17 18}; do
     suite "PostgreSQL $v in a Debian chroot (scripts/test-matrix.sh $v)" scripts/test-matrix.sh "$v"
   done
