@@ -243,6 +243,47 @@ package_test() {
   return "$status"
 }
 
+# --major-upgrade: keys made on PostgreSQL 15 (bookworm chroot) moved to 17
+# (trixie) and then to 18 (forky) with the newer version's pg_dump and
+# pg_restore, checked at each hop (tests/upgrade/major_step.sh). The three
+# chroots are in use at once (three locks); their clusters listen on three
+# ports of IDEM_MATRIX_PORT's range and see each other over 127.0.0.1.
+if [[ ${versions[0]} == --major-upgrade ]]; then
+  base_port=${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}
+  exec 7>"$cache/bookworm.lock" 8>"$cache/trixie.lock" 9>"$cache/forky.lock"
+  flock 7 && flock 8 && flock 9
+  status=0
+  hop() {  # hop VERSION STEP ARGS...: runs major_step.sh in VERSION's chroot
+    local version=$1 suite
+    shift
+    suite=$(suite_of "$version")
+    in_chroot "$cache/$suite" env IDEM_PG_VERSION="$version" PGBIN="/usr/lib/postgresql/$version/bin" \
+      bash /src/tests/upgrade/major_step.sh "$@"
+  }
+  {
+    for v in 15 17 18; do
+      suite=$(suite_of "$v")
+      prepare "$suite" "$cache/$suite" &&
+        in_chroot "$cache/$suite" env IDEM_PG_VERSION="$v" IDEM_TEST_SCOPE=matrix bash -c \
+          'cd /src && scripts/install-deps.sh >/dev/null && make -s -j2 PG_CONFIG=/usr/lib/postgresql/$IDEM_PG_VERSION/bin/pg_config &&
+           make -s install PG_CONFIG=/usr/lib/postgresql/$IDEM_PG_VERSION/bin/pg_config' >/dev/null || exit 1
+      mkdir -p "$cache/$suite/xfer"
+    done
+    hop 15 fill "$base_port" &&
+      cp "$cache/bookworm/xfer/before.txt" "$cache/trixie/xfer/" &&
+      hop 17 move "$((base_port + 1))" "$base_port" &&
+      cp "$cache/trixie/xfer/before.txt" "$cache/forky/xfer/" &&
+      hop 18 move "$((base_port + 2))" "$((base_port + 1))"
+  } || status=$?
+  for v in 15 17 18; do hop "$v" stop >/dev/null 2>&1 || true; done
+  unmount_all
+  exec 7>&- 8>&- 9>&-
+  echo
+  if ((status == 0)); then echo "major upgrade 15 -> 17 -> 18: ok"; echo "1 passed, 0 failed"; else
+    echo "major upgrade 15 -> 17 -> 18: FAILED"; echo "0 passed, 1 failed"; fi
+  exit "$status"
+fi
+
 # run_version VERSION: runs the suite in that version's chroot; adds its line to results.
 results=()
 passed=0

@@ -123,6 +123,10 @@ if [[ $scope == full ]]; then
   for v in ${IDEM_MATRIX-17 18}; do
     suite "PostgreSQL $v in a Debian chroot (scripts/test-matrix.sh $v)" scripts/test-matrix.sh "$v"
   done
+  if [[ -n ${IDEM_MATRIX-17 18} ]]; then
+    suite "keys moved 15 -> 17 -> 18 (pg_dump/pg_restore, scripts/test-matrix.sh --major-upgrade)" \
+      scripts/test-matrix.sh --major-upgrade
+  fi
 fi
 
 echo
