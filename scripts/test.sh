@@ -85,6 +85,7 @@ python_client_tests() {
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest
+suite "META.json (PGXN meta spec 1.0.0)" /usr/bin/python3 tests/meta/check_meta.py
 [[ $scope == full ]] && suite "ctest under AddressSanitizer + UBSan" sanitizer_tests
 
 cluster=$(mktemp -d /tmp/idem-test.XXXXXX)
