@@ -1,0 +1,349 @@
+/**
+ * The transactional protocol: the key row and the application's writes commit together.
+ *
+ *     const client = new Client();
+ *     const response = await client.handle(db, request, async (db) => {
+ *       const { rows } = await db.query("INSERT ... RETURNING id", [...]);
+ *       return new Response(201, [["Content-Type", "application/json"]], body);
+ *     });
+ *
+ * node-pg has no pipeline mode, so the client sends `BEGIN` with
+ * `idempotency.begin(...)` (the fingerprint computed by `idempotency.fingerprint`
+ * in the same statement) and `idempotency.complete(...)` with `COMMIT` as one
+ * simple-query string each, with the values as escaped literals: a keyed request
+ * takes as many round trips as the same handler between `BEGIN` and `COMMIT`.
+ */
+
+import {
+  BODY_INVALID,
+  DEFAULT_KEPT_HEADERS,
+  FinalStatuses,
+  KEY_REFUSED,
+  RAW_TYPES,
+  RETRYABLE,
+  byteaLiteral,
+  decodeBytea,
+  intervalLiteral,
+  keptHeadersJson,
+  literal,
+  sqlstate,
+  storedResponse,
+  textArrayLiteral,
+  validKey,
+  actionName,
+  type Db,
+  type Request,
+} from "./common";
+import { DETAILS, Problem, Response, problemResponse, type ProblemType } from "./http";
+
+/** Settings of a Client; every member is optional. */
+export interface Options {
+  /** Methods answered 400 when they come without an Idempotency-Key (default POST, PATCH). */
+  methodsRequiringKey?: readonly string[];
+  /** Response headers stored with the key and replayed. */
+  keptHeaders?: readonly string[];
+  /** How long begin waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
+  waitMs?: number | null;
+  /** Key lifetime in ms; default idempotency.key_ttl. */
+  ttlMs?: number | null;
+  /** Attempts of handle() on serialization failures and deadlocks (default 3). */
+  maxAttempts?: number;
+  /** Retry-After (seconds) of a 409 for a key held by a transaction (default 1). */
+  retryAfter?: number;
+  /** Statuses that are stored; default: ask the server once (idempotency.is_final). */
+  finalStatuses?: readonly number[];
+  /** Prefix of problem type URIs (default "/problems/"). */
+  problemTypeBase?: string;
+  /** Longest key accepted before asking the server (default 255). */
+  maxKeyLength?: number;
+  /** The statement that opens the transaction (default "BEGIN"; e.g. "BEGIN ISOLATION LEVEL SERIALIZABLE"). */
+  beginStatement?: string;
+}
+
+/** What a Client did, for metrics. */
+export interface Counters {
+  started: number;
+  replayed: number;
+  mismatched: number;
+  inProgress: number;
+  secretReplayed: number;
+  rejectedKeys: number;
+  notStored: number;
+  storedErrors: number;
+  retries: number;
+}
+
+/** The application's work: runs inside the transaction that holds the key, on `db`. */
+export type Handler = (db: Db) => Promise<Response> | Response;
+
+/** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
+export type AttemptOutcome = "started" | "replay" | "mismatch" | "in_progress" | "secret_replay" | "rejected" | "unkeyed";
+
+/** The columns the client reads from idempotency.begin. */
+function beginSql(request: Request, options: Required<Pick<Options, "ttlMs" | "waitMs">>): string {
+  return (
+    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body," +
+    " resource_id, ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
+    ` FROM idempotency.begin(${literal(request.principal)}, ${literal(request.key)}, ${literal(actionName(request))},` +
+    ` idempotency.fingerprint(${fingerprintArgs(request.method, request.path, request.body, request.exclude)}),` +
+    ` ${intervalLiteral(options.ttlMs)}, ${intervalLiteral(options.waitMs)})`
+  );
+}
+
+function fingerprintArgs(
+  method: string,
+  path: string,
+  body: Buffer | string | null | undefined,
+  exclude: readonly string[] | undefined,
+): string {
+  return `${literal(method)}, ${literal(path)}, ${byteaLiteral(body)}, ${textArrayLiteral(exclude)}`;
+}
+
+async function rollbackQuietly(db: Db): Promise<void> {
+  try {
+    await db.query("ROLLBACK"); // outside a transaction only a warning
+  } catch {
+    // the connection is gone; the server rolls back
+  }
+}
+
+/**
+ * Runs handlers through the transactional protocol and maps outcomes to HTTP.
+ * One Client serves many connections and concurrent requests; a connection
+ * serves one request at a time.
+ */
+export class Client {
+  /** The settings, defaults filled in. */
+  readonly options: Required<Omit<Options, "finalStatuses">> & { finalStatuses?: readonly number[] };
+  /** What this client did. */
+  readonly counters: Counters = {
+    started: 0,
+    replayed: 0,
+    mismatched: 0,
+    inProgress: 0,
+    secretReplayed: 0,
+    rejectedKeys: 0,
+    notStored: 0,
+    storedErrors: 0,
+    retries: 0,
+  };
+  private readonly final: FinalStatuses;
+
+  /** A client with these options (see Options for the defaults). */
+  constructor(options: Options = {}) {
+    this.options = {
+      methodsRequiringKey: options.methodsRequiringKey ?? ["POST", "PATCH"],
+      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
+      waitMs: options.waitMs ?? null,
+      ttlMs: options.ttlMs ?? null,
+      maxAttempts: options.maxAttempts ?? 3,
+      retryAfter: options.retryAfter ?? 1,
+      finalStatuses: options.finalStatuses,
+      problemTypeBase: options.problemTypeBase ?? "/problems/",
+      maxKeyLength: options.maxKeyLength ?? 255,
+      beginStatement: options.beginStatement ?? "BEGIN",
+    };
+    if (!Number.isInteger(this.options.maxAttempts) || this.options.maxAttempts < 1) {
+      throw new RangeError("maxAttempts must be at least 1");
+    }
+    this.final = new FinalStatuses(options.finalStatuses);
+  }
+
+  /** Whether a response with this status is stored (idempotency.final_statuses). */
+  async isFinal(db: Db, status: number): Promise<boolean> {
+    await this.final.load(db);
+    return this.final.isFinal(status);
+  }
+
+  /**
+   * Runs `handler` through the protocol on `db` and returns the response to send.
+   *
+   * `db` must be idle (not in a transaction): the attempt opens the transaction
+   * and ends it (commit with the stored key, or rollback). A handler that throws
+   * rolls back, stores nothing, and the error propagates. Serialization failures
+   * (40001) and deadlocks (40P01) rerun the whole attempt, handler included, up
+   * to maxAttempts; then the error propagates (map it to 503 with Retry-After).
+   */
+  async handle(db: Db, request: Request, handler: Handler): Promise<Response> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.attempt(db, request, handler);
+      } catch (error) {
+        const state = sqlstate(error);
+        if (state === undefined || !RETRYABLE.includes(state) || attempt >= this.options.maxAttempts) throw error;
+        this.counters.retries++;
+      }
+    }
+  }
+
+  /** Wraps `handler` so that it takes (db, request) and runs through handle(). */
+  idempotent(handler: Handler): (db: Db, request: Request) => Promise<Response> {
+    return (db, request) => this.handle(db, request, handler);
+  }
+
+  private problem(problem: ProblemType, detail: string): Response {
+    return problemResponse(problem, detail, this.options.problemTypeBase);
+  }
+
+  /** One attempt, without retries. */
+  private async attempt(db: Db, request: Request, handler: Handler): Promise<Response> {
+    const options = this.options;
+    const method = request.method.toUpperCase();
+    if (request.key === null || request.key === undefined) {
+      if (options.methodsRequiringKey.some((m) => m.toUpperCase() === method)) {
+        this.counters.rejectedKeys++;
+        return this.problem(Problem.KEY_MISSING, `${method} requests need an Idempotency-Key header.`);
+      }
+      // Not idempotent by key: just a transaction around the handler.
+      await db.query(options.beginStatement);
+      let response: Response;
+      try {
+        response = await handler(db);
+      } catch (error) {
+        await rollbackQuietly(db);
+        throw error;
+      }
+      await db.query("COMMIT");
+      return response;
+    }
+    if (!validKey(request.key, options.maxKeyLength)) {
+      this.counters.rejectedKeys++;
+      return this.problem(
+        Problem.KEY_MALFORMED,
+        `The Idempotency-Key must be 1 to ${options.maxKeyLength} visible ASCII characters.`,
+      );
+    }
+    await this.final.load(db); // known before any transaction starts
+
+    let row: Record<string, string | null>;
+    try {
+      const results = (await db.query({
+        text: `${options.beginStatement}; ${beginSql(request, options)}`,
+        types: RAW_TYPES,
+      })) as unknown as Array<{ rows: Array<Record<string, string | null>> }>;
+      row = results[1].rows[0];
+    } catch (error) {
+      await rollbackQuietly(db);
+      const state = sqlstate(error);
+      if (state !== undefined && KEY_REFUSED.includes(state)) {
+        this.counters.rejectedKeys++;
+        return this.problem(Problem.KEY_MALFORMED, DETAILS.keyRefused);
+      }
+      if (state !== undefined && BODY_INVALID.includes(state)) {
+        return this.problem(Problem.BODY_INVALID, (error as Error).message);
+      }
+      throw error;
+    }
+    const outcome = row.outcome ?? "";
+    if (outcome !== "started") {
+      let response: Response;
+      try {
+        response = this.answer(outcome, row);
+      } finally {
+        await db.query("COMMIT");
+      }
+      return response;
+    }
+    this.counters.started++;
+
+    let answer: Response;
+    try {
+      answer = await handler(db);
+      if (!(answer instanceof Response)) throw new TypeError("the handler must return a Response");
+      if (!Number.isInteger(answer.status) || answer.status < 100 || answer.status > 599) {
+        throw new RangeError(`handler returned HTTP status ${answer.status}`);
+      }
+    } catch (error) {
+      await rollbackQuietly(db); // nothing is stored; the error propagates
+      throw error;
+    }
+    if (!this.final.isFinal(answer.status)) {
+      // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
+      // retry after a token refresh, throttling or a crash takes effect once.
+      this.counters.notStored++;
+      await rollbackQuietly(db);
+      return answer;
+    }
+    const headers = keptHeadersJson(answer, options.keptHeaders);
+    const secret = answer.oneTimeSecret;
+    if (answer.status >= 400) {
+      // A final error has no effect to keep: roll back, then store it alone
+      // (save_final runs in an implicit transaction of its own, same string).
+      await db.query(
+        "ROLLBACK; SELECT idempotency.save_final(" +
+          `${literal(request.principal)}, ${literal(request.key)}, ${literal(actionName(request))},` +
+          ` idempotency.fingerprint(${fingerprintArgs(request.method, request.path, request.body, request.exclude)}),` +
+          ` status => ${answer.status}, body => ${byteaLiteral(secret ? Buffer.alloc(0) : answer.body)},` +
+          ` headers => ${secret ? "NULL" : literal(headers)}::jsonb, ttl => ${intervalLiteral(options.ttlMs)},` +
+          ` one_time_secret => ${secret ? "true" : "false"})`,
+      );
+      this.counters.storedErrors++;
+      return answer;
+    }
+    try {
+      // Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+      await db.query(
+        `SELECT idempotency.complete(${literal(request.principal)}, ${literal(request.key)},` +
+          ` status => ${answer.status}, body => ${byteaLiteral(answer.body)}, headers => ${literal(headers)}::jsonb,` +
+          ` resource_id => ${literal(answer.resourceId)}::text, one_time_secret => ${secret ? "true" : "false"}); COMMIT`,
+      );
+    } catch (error) {
+      await rollbackQuietly(db);
+      throw error;
+    }
+    return answer;
+  }
+
+  private answer(outcome: string, row: Record<string, string | null>): Response {
+    if (outcome === "replay") {
+      this.counters.replayed++;
+      return storedResponse(
+        Number(row.response_status),
+        row.response_headers,
+        decodeBytea(row.response_body),
+        row.resource_id,
+      );
+    }
+    if (outcome === "mismatch") {
+      this.counters.mismatched++;
+      return this.problem(Problem.KEY_REUSE, DETAILS.keyReuse);
+    }
+    if (outcome === "secret_replay") {
+      this.counters.secretReplayed++;
+      const response = this.problem(Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret);
+      response.replayed = true;
+      response.setHeader("Idempotent-Replay", "true");
+      return response;
+    }
+    if (outcome === "in_progress") {
+      this.counters.inProgress++;
+      let retry = this.options.retryAfter;
+      if (row.lease_seconds !== null && row.lease_seconds !== undefined) retry = Math.max(1, Number(row.lease_seconds));
+      const response = this.problem(Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress);
+      response.setHeader("Retry-After", String(Math.max(1, retry)));
+      return response;
+    }
+    throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
+  }
+}
+
+/**
+ * The 32-byte request fingerprint, computed by the server's idempotency.fingerprint
+ * with the values exactly as handle() sends them to begin (one round trip; the
+ * protocol itself never needs this call).
+ */
+export async function fingerprint(
+  db: Db,
+  method: string,
+  path: string,
+  body?: Buffer | string | null,
+  exclude?: readonly string[],
+): Promise<Buffer> {
+  const result = await db.query({
+    text: `SELECT idempotency.fingerprint(${fingerprintArgs(method, path, body, exclude)}) AS fingerprint`,
+    types: RAW_TYPES,
+  });
+  const digest = decodeBytea((result.rows[0] as { fingerprint: string | null }).fingerprint);
+  if (digest === null) throw new Error("idempotency.fingerprint returned NULL");
+  return digest;
+}
