@@ -26,7 +26,11 @@ function database() {
   let own = null;
   let server;
   let name;
-  before(async () => {
+  let ready = null;
+  /** Creates the database once; hooks of the test file may await it too. */
+  state.init = () => (ready ??= init());
+  before(() => state.init());
+  async function init() {
     if (process.env.IDEM_NODE_PG) {
       server = JSON.parse(process.env.IDEM_NODE_PG);
     } else {
@@ -50,7 +54,7 @@ function database() {
         " quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
     );
     await setup.end();
-  });
+  }
   after(async () => {
     for (const c of state.clients) await c.end().catch(() => undefined);
     const admin = new pg.Client({ ...server, database: "postgres" });
