@@ -76,6 +76,10 @@ function pathOf(req: MiddlewareRequest): string {
 async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer | null> {
   if (Buffer.isBuffer(req.body)) return req.body; // express.raw() ran first
   if (req.rawBody) return req.rawBody;
+  if ((req as { _body?: boolean })._body === true) {
+    // A body parser (express.json, urlencoded) consumed the stream: the bytes are gone.
+    throw new Error("pg-idempotency: the middleware needs the raw body; put it before body parsers or use express.raw()");
+  }
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
