@@ -66,6 +66,16 @@ python_client_tests() {
   return "$status"
 }
 
+# The Node package built the way users build it (npm install, whose prepare
+# step runs tsc), then its tests (node --test) against a cluster they start
+# themselves. npm's lock file is not kept (.gitignore), like bench/'s.
+node_client_tests() {
+  (cd clients/node &&
+     npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
+     npm run --silent build &&
+     IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
+}
+
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest
@@ -80,6 +90,7 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   regress() { make -s installcheck || { cat regression.diffs 2>/dev/null | head -200; return 1; }; }
   suite "pg_regress and isolation specs" regress
   suite "Python client (pip install, pytest)" python_client_tests
+  suite "Node client (npm install, tsc, node --test)" node_client_tests
   for t in tests/integration/*.sh; do
     [[ -e $t ]] || continue
     suite "integration: $(basename "$t" .sh)" bash "$t"
