@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fingerprints agree across languages: C++ (jcs_tool), Python (the client's
+# Fingerprints agree across languages: C++ (jcs_tool), Python and Node (the clients'
 # parameters) and SQL on the RFC 8785 vectors and 1,000 generated documents.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
