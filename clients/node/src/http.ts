@@ -65,6 +65,24 @@ export class Response {
   }
 }
 
+/**
+ * The handler's answer as a Response: a Response of this package, or an object
+ * of the same shape (another copy of the package, a plain object).
+ */
+export function asResponse(value: unknown): Response {
+  if (value instanceof Response) return value;
+  const v = value as Partial<Response> | null;
+  if (!v || typeof v !== "object" || typeof v.status !== "number") {
+    throw new TypeError("the handler must return a Response");
+  }
+  const body = v.body ?? Buffer.alloc(0);
+  if (!Buffer.isBuffer(body) && typeof body !== "string") throw new TypeError("Response.body must be a Buffer or a string");
+  return new Response(v.status, Array.isArray(v.headers) ? v.headers : [], body, {
+    resourceId: v.resourceId ?? null,
+    oneTimeSecret: v.oneTimeSecret ?? false,
+  });
+}
+
 /** A problem type of the RFC 9457 bodies the client produces. */
 export interface ProblemType {
   /** Appended to the type base URI ("idempotency-key-reuse"). */

@@ -12,6 +12,7 @@
 export {
   Response,
   Problem,
+  asResponse,
   DETAILS,
   PROBLEM_CONTENT_TYPE,
   headerNameEqual,

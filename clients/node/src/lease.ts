@@ -29,7 +29,7 @@ import {
   validKey,
   type Request,
 } from "./common";
-import { DETAILS, Problem, Response, problemResponse, type ProblemType } from "./http";
+import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
 
 const ACQUIRE_SQL =
   "SELECT outcome, fence::text AS fence, response_status, response_headers::text AS response_headers," +
@@ -319,7 +319,7 @@ export class LeaseRunner {
     let failed = false;
     let response = new Response();
     try {
-      response = await body();
+      response = asResponse(await body());
     } catch (error) {
       failed = true; // settled by the policy, then thrown again
       failure = error;

@@ -34,7 +34,7 @@ import {
   type Db,
   type Request,
 } from "./common";
-import { DETAILS, Problem, Response, problemResponse, type ProblemType } from "./http";
+import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
 
 /** Settings of a Client; every member is optional. */
 export interface Options {
@@ -248,8 +248,7 @@ export class Client {
 
     let answer: Response;
     try {
-      answer = await handler(db);
-      if (!(answer instanceof Response)) throw new TypeError("the handler must return a Response");
+      answer = asResponse(await handler(db));
       if (!Number.isInteger(answer.status) || answer.status < 100 || answer.status > 599) {
         throw new RangeError(`handler returned HTTP status ${answer.status}`);
       }

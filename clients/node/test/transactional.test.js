@@ -201,3 +201,18 @@ test("values with quotes, backslashes and non-ASCII go through as literals uncha
   assert.deepEqual(fp, direct.rows[0].f);
   await assert.rejects(client.handle(conn, { principal: "nul\0", key: "k", method: "POST", path: "/" }, handler), (e) => e.code === "22021");
 });
+
+test("a handler may answer a plain object of the Response's shape", async () => {
+  const conn = await db.connect();
+  const client = new Client();
+  const who = principal();
+  const k = key();
+  const plainAnswer = async () => ({ status: 201, headers: [["Content-Type", "text/plain"]], body: "made" });
+  const first = await client.handle(conn, { principal: who, key: k, method: "POST", path: "/p" }, plainAnswer);
+  assert.equal(first.body.toString(), "made");
+  const replay = await client.handle(conn, { principal: who, key: k, method: "POST", path: "/p" }, plainAnswer);
+  assert.equal(replay.replayed, true);
+  assert.equal(replay.body.toString(), "made");
+  await assert.rejects(client.handle(conn, { principal: who, key: key(), method: "POST", path: "/p" }, async () => 42), TypeError);
+  await assert.rejects(client.handle(conn, { principal: who, key: key(), method: "POST", path: "/p" }, async () => new Response(99)), RangeError);
+});
