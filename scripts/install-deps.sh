@@ -11,11 +11,15 @@ packages=(
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl wrk bc
   python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv
+  libpostgresql-jdbc-java
 )
 # node (differential tests, benchmark peers) ships with the machine; Debian's
 # nodejs/npm only where it is missing (they conflict with a preinstalled node).
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
+# A JDK (tests/languages/JdbcForms.java runs as a single-file source) ships with
+# the machine too; Debian's only where javac is missing.
+command -v javac >/dev/null || packages+=(default-jdk-headless)
 
 missing=()
 for p in "${packages[@]}"; do
