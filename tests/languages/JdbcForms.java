@@ -36,6 +36,7 @@ public class JdbcForms {
         + (ok ? "" : "\n#   got " + got + " " + message));
   }
 
+  /** Runs every case against the database of args[0] (a JDBC URL) as args[1]. */
   public static void main(String[] args) throws Exception {
     String url = args[0];
     String user = args.length > 1 ? args[1] : "postgres";
