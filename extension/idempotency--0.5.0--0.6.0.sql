@@ -133,6 +133,15 @@ SELECT g.action, g.state, g.live, g.keys, g.oldest_created_at, g.newest_created_
        g.leases_live, g.earliest_lease_until, o.oldest_principal, o.oldest_key, o.oldest_lease_until
   FROM grouped g JOIN oldest o USING (action, state, live);
 
+-- Headers: a JSON object of name to value, or an array of [name, value] pairs
+-- that keeps their order and repeated names (Set-Cookie, Link). The functions
+-- check names (RFC 9110 tokens) and values (no CR, LF or NUL) before storing.
+ALTER TABLE idempotency.keys DROP CONSTRAINT keys_response_headers_check,
+    ADD CONSTRAINT keys_response_headers_check
+        CHECK (pg_catalog.jsonb_typeof(response_headers) = ANY (ARRAY['object', 'array']));
+COMMENT ON COLUMN idempotency.keys.response_headers IS
+    'headers the application chose to keep: an object of name -> value, or an array of [name, value] pairs (order and repeated names kept)';
+
 -- ---------------------------------------------------------------------------
 -- Cleanup (protocol)
 

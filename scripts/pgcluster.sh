@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL 15 cluster for tests, demos and benchmarks.
+# A throwaway PostgreSQL cluster for tests, demos and benchmarks (15 unless
+# PGBIN or IDEM_PG_VERSION names another version's binaries).
 #
 #   scripts/pgcluster.sh start DIR [PORT]   initdb into DIR (owned by postgres), start it
 #                                           with pg_cron preloaded, listening on 127.0.0.1
@@ -10,7 +11,7 @@
 # Source DIR/env to get PGHOST, PGPORT, PGUSER for psql, pg_regress and libpq.
 set -euo pipefail
 
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-/usr/lib/postgresql/${IDEM_PG_VERSION:-15}/bin}
 cmd=${1:?usage: pgcluster.sh start|stop DIR [PORT]}
 dir=${2:?usage: pgcluster.sh start|stop DIR [PORT]}
 

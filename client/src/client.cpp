@@ -59,9 +59,8 @@ Client::Client(PqxxConnection& connection, Options options)
     if (options_.max_attempts < 1) throw std::invalid_argument("max_attempts must be at least 1");
     if (!options_.final_statuses.empty()) final_ = detail::parse_final_statuses(options_.final_statuses);
     if (options_.prepare_statements) {
-        // libpqxx prepares them on the server on first use, and again after a reconnect.
-        connection_.prepare(begin_name, begin_sql);
-        connection_.prepare(complete_name, complete_sql);
+        pq::prepare(connection_, begin_name, begin_sql);
+        pq::prepare(connection_, complete_name, complete_sql);
     }
 }
 

@@ -45,11 +45,16 @@ bool is_final(FinalStatuses& cache, PqxxConnection& connection, int status) {
 }
 
 std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept) {
-    nlohmann::json object = nlohmann::json::object();
+    // An array of [name, value] pairs keeps the headers' order and repeated
+    // names (Set-Cookie, Link); the server accepts it since 0.6.0.
+    nlohmann::json pairs = nlohmann::json::array();
     for (const auto& [name, value] : response.headers)
         for (const std::string& wanted : kept)
-            if (header_name_equal(name, wanted)) object[name] = value;
-    return object.dump();
+            if (header_name_equal(name, wanted)) {
+                pairs.push_back({name, value});
+                break;
+            }
+    return pairs.dump();
 }
 
 Response stored_response(int status, const std::optional<std::string>& headers_json,
@@ -57,9 +62,16 @@ Response stored_response(int status, const std::optional<std::string>& headers_j
     Response response;
     response.status = status;
     if (headers_json) {
+        // An array of [name, value] pairs, or the object form of name -> value.
         nlohmann::json headers = nlohmann::json::parse(*headers_json);
-        for (auto it = headers.begin(); it != headers.end(); ++it)
-            if (it.value().is_string()) response.headers.emplace_back(it.key(), it.value().get<std::string>());
+        if (headers.is_array()) {
+            for (const auto& pair : headers)
+                if (pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string())
+                    response.headers.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+        } else {
+            for (auto it = headers.begin(); it != headers.end(); ++it)
+                if (it.value().is_string()) response.headers.emplace_back(it.key(), it.value().get<std::string>());
+        }
     }
     if (body) response.body = std::move(*body);
     response.resource_id = std::move(resource_id);

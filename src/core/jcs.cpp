@@ -1312,7 +1312,11 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
     if (n == 0) {
         double value = 0;
         auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
-        if (res.ec != std::errc() || res.ptr != reinterpret_cast<const char*>(s)) return failed(JsonErrc::syntax, start);
+        // fast_float 3 (bookworm) reports overflow as an infinite value; 6 and
+        // later (trixie, forky) also set result_out_of_range, for underflow (0) too.
+        if ((res.ec != std::errc() && res.ec != std::errc::result_out_of_range) ||
+            res.ptr != reinterpret_cast<const char*>(s))
+            return failed(JsonErrc::syntax, start);
         if (!std::isfinite(value)) return failed(JsonErrc::number_overflow, start);  // underflow gives 0
         n = format_number(value, w);
     }

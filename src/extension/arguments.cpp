@@ -70,11 +70,84 @@ int status_argument(FunctionCallInfo fcinfo, int arg) {
     return status;
 }
 
+// An RFC 9110 field name: a token (tchar: ALPHA, DIGIT and !#$%&'*+-.^_`|~).
+bool is_token(const char* name, int length) {
+    if (length == 0) return false;
+    for (int i = 0; i < length; ++i) {
+        const unsigned char c = static_cast<unsigned char>(name[i]);
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", c) != nullptr) || c == '\0')
+            return false;
+    }
+    return true;
+}
+
+// A field value that can be replayed as it was: no CR, LF or NUL (which would
+// split or end the header line).
+bool is_field_value(const char* value, int length) {
+    for (int i = 0; i < length; ++i)
+        if (value[i] == '\r' || value[i] == '\n' || value[i] == '\0') return false;
+    return true;
+}
+
+void check_header(const JsonbValue& name, const JsonbValue& value) {
+    if (name.type != jbvString || !is_token(name.val.string.val, name.val.string.len))
+        invalid("header names must be RFC 9110 tokens", "A name is letters, digits and !#$%&'*+-.^_`|~.");
+    if (value.type != jbvString || !is_field_value(value.val.string.val, value.val.string.len))
+        invalid("header values must be strings without CR, LF or NUL");
+}
+
+// Headers are a JSON object of name to value, or (to keep their order and
+// repeated names such as Set-Cookie and Link) an array of [name, value] pairs.
 void check_headers(FunctionCallInfo fcinfo, int arg) {
     if (!argument_given(fcinfo, arg)) return;
     Jsonb* headers = PG_GETARG_JSONB_P(arg);
-    if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-        invalid("headers must be a JSON object of header name to value");
+    if (JB_ROOT_IS_SCALAR(headers) || !(JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_ARRAY(headers)))
+        invalid("headers must be a JSON object of name to value or an array of [name, value] pairs");
+    const bool pairs = JB_ROOT_IS_ARRAY(headers);
+    JsonbIterator* it = JsonbIteratorInit(&headers->root);
+    JsonbValue token;
+    JsonbValue name;
+    JsonbValue pair[2];
+    int depth = 0;
+    int in_pair = 0;
+    uint32 seen = 0;
+    JsonbIteratorToken kind;
+    while ((kind = JsonbIteratorNext(&it, &token, false)) != WJB_DONE) {
+        if ((++seen & 1023) == 0) CHECK_FOR_INTERRUPTS();
+        switch (kind) {
+            case WJB_BEGIN_ARRAY:
+            case WJB_BEGIN_OBJECT:
+                ++depth;
+                if (depth == 2 && pairs && kind == WJB_BEGIN_ARRAY) {
+                    in_pair = 0;
+                    break;
+                }
+                if (depth > 1) invalid("headers must be a JSON object of name to value or an array of [name, value] pairs");
+                break;
+            case WJB_END_ARRAY:
+            case WJB_END_OBJECT:
+                if (depth == 2) {
+                    if (in_pair != 2) invalid("each header must be a [name, value] pair");
+                    check_header(pair[0], pair[1]);
+                }
+                --depth;
+                break;
+            case WJB_KEY:
+                name = token;
+                break;
+            case WJB_VALUE:
+                check_header(name, token);
+                break;
+            case WJB_ELEM:
+                if (depth != 2) invalid("each header must be a [name, value] pair");
+                if (in_pair >= 2) invalid("each header must be a [name, value] pair");
+                pair[in_pair++] = token;
+                break;
+            default:
+                break;
+        }
+    }
 }
 
 }  // namespace

@@ -12,8 +12,10 @@ extern "C" {
 #include "executor/executor.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
+#include "utils/guc.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
+#include "varatt.h"  // VARSIZE_ANY & co., in postgres.h up to 15
 #endif
 }
 
@@ -64,6 +66,26 @@ inline IndexScanDesc index_beginscan(Relation heap, Relation index, Snapshot sna
     return ::index_beginscan(heap, index, snapshot, nullptr, nkeys, norderbys);
 #else
     return ::index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+/// Memory for a GUC check hook's `extra` (the GUC machinery frees it): malloc
+/// up to 15, the GUC memory context since 16 (guc_malloc, which a check hook
+/// must use there: the GUC code frees `extra` with pfree). Null when out of memory.
+inline void* guc_extra_alloc(size_t size) {
+#if PG_VERSION_NUM >= 160000
+    return ::guc_malloc(LOG, size);
+#else
+    return malloc(size);
+#endif
+}
+
+/// Frees memory from guc_extra_alloc() that was not handed to the GUC machinery.
+inline void guc_extra_free(void* pointer) {
+#if PG_VERSION_NUM >= 160000
+    ::guc_free(pointer);
+#else
+    free(pointer);
 #endif
 }
 

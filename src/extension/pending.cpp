@@ -10,6 +10,8 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "compat.hpp"  // PostgreSQL 15 / 16-17 / 18 differences
+
 namespace idem::pg {
 
 namespace {

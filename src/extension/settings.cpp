@@ -22,6 +22,8 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "compat.hpp"  // PostgreSQL 15 / 16-17 / 18 differences
+
 namespace idem::pg {
 
 int max_json_depth = 1000;
@@ -116,11 +118,11 @@ const char* const setting_names[kSettingCount] = {
 
 
 bool check_final_statuses(char** newval, void** extra, GucSource source) {
-    // GUC "extra" data is allocated with malloc and freed by the GUC machinery.
-    auto* table = static_cast<idem::core::StatusTable*>(malloc(sizeof(idem::core::StatusTable)));
+    // GUC "extra" data is freed by the GUC machinery (malloc'd up to 15, guc_malloc'd since 16).
+    auto* table = static_cast<idem::core::StatusTable*>(compat::guc_extra_alloc(sizeof(idem::core::StatusTable)));
     if (table == nullptr) return false;
     if (!idem::core::parse_status_list(*newval, *table)) {
-        free(table);
+        compat::guc_extra_free(table);
         GUC_check_errdetail("Use a comma-separated list of status codes (409) and classes (2xx), 100 to 599.");
         return false;
     }

@@ -187,6 +187,32 @@ TEST_P(ClientTest, FirstRequestRunsOnceAndRetriesReplayByteForByte) {
     EXPECT_EQ(client.counters().replayed, 1u);
 }
 
+TEST_P(ClientTest, RepeatedHeadersReplayInTheirOrder) {
+    idem::Options options;
+    options.kept_headers = {"Set-Cookie", "Link"};
+    idem::Client client = make_client(options);
+    std::atomic<int> calls{0};
+    idem::TransactionHandler handler = [&](pqxx::transaction_base&) {
+        ++calls;
+        idem::Response response;
+        response.status = 201;
+        response.body = "ok";
+        response.headers = {{"Set-Cookie", "a=1; Path=/"}, {"Link", "</x>; rel=next"}, {"Set-Cookie", "b=2"},
+                            {"X-Not-Kept", "1"}};
+        return response;
+    };
+    run(client, request("k1"), handler);
+    idem::Response replay = run(client, request("k1"), handler);
+    EXPECT_TRUE(replay.replayed);
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (const auto& header : replay.headers)
+        if (header.first != "Idempotent-Replay") kept.push_back(header);
+    const std::vector<std::pair<std::string, std::string>> expected{
+        {"Set-Cookie", "a=1; Path=/"}, {"Link", "</x>; rel=next"}, {"Set-Cookie", "b=2"}};
+    EXPECT_EQ(kept, expected) << "order and repeated names survive (the array form of 0.6.0)";
+    EXPECT_EQ(calls.load(), 1);
+}
+
 TEST_P(ClientTest, AnotherRequestUnderTheSameKeyIs422) {
     idem::Client client = make_client();
     run(client, request("k1"), writer(201));

@@ -5,6 +5,7 @@
 //  - a probe that fires stops every long computation with Interrupted, asked
 //    regularly (every ~64 KiB of input, 1 MiB hashed, 4096 items), and a probe
 //    that never fires changes nothing.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>

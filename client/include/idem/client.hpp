@@ -99,7 +99,9 @@ struct Options : KeyOptions {
     /// twins for pipelining), parsed and planned once per connection instead of
     /// on every request. Off by default because pgbouncer in transaction pooling
     /// mode cannot route them (before 1.21 and its max_prepared_statements);
-    /// turn it on for direct connections and session pooling.
+    /// turn it on for direct connections and session pooling. With libpqxx 7
+    /// and 8 the Client's constructor prepares them at once: make the Client
+    /// while no transaction is open on the connection.
     bool prepare_statements = false;
 };
 
