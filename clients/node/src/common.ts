@@ -119,15 +119,14 @@ export function decodeBytea(value: string | null | undefined): Buffer | null {
   return Buffer.from(value.slice(2), "hex");
 }
 
-/** The kept headers of a response as a JSON object (the last of a repeated name wins). */
+/**
+ * The kept headers of a response as a JSON array of [name, value] pairs, in
+ * their order, repeated names (Set-Cookie, Link) included: the form the server
+ * stores since 0.6.0 (the Python and C++ clients write the same).
+ */
 export function keptHeadersJson(response: Response, kept: readonly string[]): string {
-  const chosen: Record<string, string> = {};
-  for (const [name, value] of response.headers) {
-    if (kept.some((wanted) => headerNameEqual(name, wanted))) chosen[name] = value;
-  }
-  const sorted: Record<string, string> = {};
-  for (const name of Object.keys(chosen).sort()) sorted[name] = chosen[name];
-  return JSON.stringify(sorted);
+  const chosen = response.headers.filter(([name]) => kept.some((wanted) => headerNameEqual(name, wanted)));
+  return JSON.stringify(chosen.map(([name, value]) => [name, value]));
 }
 
 /** A stored response as it is replayed: kept headers, Idempotent-Replay: true. */
@@ -139,10 +138,17 @@ export function storedResponse(
 ): Response {
   const response = new Response(status, [], body ?? Buffer.alloc(0), { resourceId, replayed: true });
   if (headersJson) {
+    // An array of [name, value] pairs (order and repeated names kept), or the
+    // object form of name -> value (rows written by 0.5.0 clients).
     const parsed: unknown = JSON.parse(headersJson);
-    if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) {
-      for (const [name, value] of Object.entries(parsed as Record<string, unknown>)) {
-        if (typeof value === "string") response.headers.push([name, value]);
+    const pairs: unknown[] = Array.isArray(parsed)
+      ? parsed
+      : parsed && typeof parsed === "object"
+        ? Object.entries(parsed as Record<string, unknown>)
+        : [];
+    for (const pair of pairs) {
+      if (Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string" && typeof pair[1] === "string") {
+        response.headers.push([pair[0], pair[1]]);
       }
     }
   }

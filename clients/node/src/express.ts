@@ -36,6 +36,19 @@ export interface RequestContext {
   resourceId: string | null;
 }
 
+declare global {
+  // eslint-disable-next-line @typescript-eslint/no-namespace
+  namespace Express {
+    /** What the middleware adds to Express's request (typed for TypeScript users of Express). */
+    interface Request {
+      /** Set by the middleware for the requests it handles. */
+      idempotency?: RequestContext;
+      /** The raw request body, as fingerprinted. */
+      rawBody?: Buffer;
+    }
+  }
+}
+
 /** The request object the middleware sees (an Express request is one). */
 export type MiddlewareRequest = IncomingMessage & {
   body?: unknown;

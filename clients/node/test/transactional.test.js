@@ -216,3 +216,29 @@ test("a handler may answer a plain object of the Response's shape", async () => 
   await assert.rejects(client.handle(conn, { principal: who, key: key(), method: "POST", path: "/p" }, async () => 42), TypeError);
   await assert.rejects(client.handle(conn, { principal: who, key: key(), method: "POST", path: "/p" }, async () => new Response(99)), RangeError);
 });
+
+test("kept headers keep their order and repeated names; the object form of older rows replays too", async () => {
+  const conn = await db.connect();
+  const client = new Client({ keptHeaders: ["Link", "Content-Type", "Location"] });
+  const who = principal();
+  const k = key();
+  const answer = async () =>
+    new Response(201, [["Link", "</a>; rel=a"], ["Content-Type", "text/plain"], ["X-No", "1"], ["Link", "</b>; rel=b"]], "x");
+  await client.handle(conn, { principal: who, key: k, method: "POST", path: "/h" }, answer);
+  const replay = await client.handle(conn, { principal: who, key: k, method: "POST", path: "/h" }, answer);
+  assert.deepEqual(replay.headers, [["Link", "</a>; rel=a"], ["Content-Type", "text/plain"], ["Link", "</b>; rel=b"], ["Idempotent-Replay", "true"]]);
+  const { rows } = await conn.query("SELECT jsonb_typeof(response_headers) AS t FROM idempotency.keys WHERE principal = $1 AND key = $2", [who, k]);
+  assert.equal(rows[0].t, "array");
+  const old = key();
+  await conn.query("BEGIN");
+  await conn.query("SELECT * FROM idempotency.begin($1, $2, 'POST /h', idempotency.fingerprint('POST', '/h'))", [who, old]);
+  await conn.query("SELECT idempotency.complete($1, $2, 201, $3, $4)", [who, old, Buffer.from("y"), '{"Location":"/o/1"}']);
+  await conn.query("COMMIT");
+  const objectForm = await client.handle(conn, { principal: who, key: old, method: "POST", path: "/h" }, answer);
+  assert.deepEqual(objectForm.headers, [["Location", "/o/1"], ["Idempotent-Replay", "true"]]);
+  // A value the server refuses (CR/LF could split the header line on replay): 22023, nothing stored.
+  await assert.rejects(
+    client.handle(conn, { principal: who, key: key(), method: "POST", path: "/h" }, async () => new Response(201, [["Location", "/a\r\nX: y"]], "z")),
+    (e) => e.code === "22023",
+  );
+});
