@@ -5,7 +5,7 @@
 # synchronous_commit on, fresh key per request, wrk with 8 connections on
 # loopback, order rotated each round, medians. Same method as bench/http/run.sh.
 #
-#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 by default
+#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node" by default
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # /usr/bin/python3 with psycopg, and clients/node built (npm install there).
@@ -46,7 +46,7 @@ rps() {  # rps PATH RUN-ID -> requests/s
 source bench/lib.sh  # median
 
 printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
-for lang in python node; do
+for lang in ${LANGS:-python node}; do
   case $lang in
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;

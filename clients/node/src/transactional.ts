@@ -14,6 +14,8 @@
  * takes as many round trips as the same handler between `BEGIN` and `COMMIT`.
  */
 
+import { randomBytes } from "crypto";
+
 import {
   BODY_INVALID,
   DEFAULT_KEPT_HEADERS,
@@ -58,6 +60,13 @@ export interface Options {
   maxKeyLength?: number;
   /** The statement that opens the transaction (default "BEGIN"; e.g. "BEGIN ISOLATION LEVEL SERIALIZABLE"). */
   beginStatement?: string;
+  /**
+   * Prepare the client's three statements once per session (PREPARE in the first
+   * string, EXECUTE afterwards; default true). false: send the statements in
+   * full every time, for poolers that do not keep a session per client
+   * (pgbouncer in transaction mode).
+   */
+  prepare?: boolean;
 }
 
 /** What a Client did, for metrics. */
@@ -79,15 +88,74 @@ export type Handler = (db: Db) => Promise<Response> | Response;
 /** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
 export type AttemptOutcome = "started" | "replay" | "mismatch" | "in_progress" | "secret_replay" | "rejected" | "unkeyed";
 
-/** The columns the client reads from idempotency.begin. */
-function beginSql(request: Request, options: Required<Pick<Options, "ttlMs" | "waitMs">>): string {
-  return (
-    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body," +
-    " resource_id, ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
-    ` FROM idempotency.begin(${literal(request.principal)}, ${literal(request.key)}, ${literal(actionName(request))},` +
-    ` idempotency.fingerprint(${fingerprintArgs(request.method, request.path, request.body, request.exclude)}),` +
-    ` ${intervalLiteral(options.ttlMs)}, ${intervalLiteral(options.waitMs)})`
-  );
+/** A statement the client sends: $n parameters, their types, a per-process unique name. */
+interface Template {
+  name: string;
+  types: string;
+  sql: string;
+}
+
+// Unique per copy of the module, so two copies never meet on one session.
+const PREFIX = "pg_idempotency_" + randomBytes(4).toString("hex");
+
+const BEGIN_T: Template = {
+  name: PREFIX + "_begin",
+  types: "text, text, text, text, text, bytea, text[], interval, interval",
+  sql:
+    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body, resource_id," +
+    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
+    " FROM idempotency.begin($1::text, $2::text, $3::text," +
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval)",
+};
+// Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+const COMPLETE_T: Template = {
+  name: PREFIX + "_complete",
+  types: "text, text, integer, bytea, jsonb, text, boolean",
+  sql:
+    "SELECT idempotency.complete($1::text, $2::text, status => $3::integer, body => $4::bytea," +
+    " headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)",
+};
+const SAVE_FINAL_T: Template = {
+  name: PREFIX + "_save_final",
+  types: "text, text, text, text, text, bytea, text[], integer, bytea, jsonb, interval, boolean",
+  sql:
+    "SELECT idempotency.save_final($1::text, $2::text, $3::text," +
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), status => $8::integer," +
+    " body => $9::bytea, headers => $10::jsonb, ttl => $11::interval, one_time_secret => $12::boolean)",
+};
+const TEMPLATES = [BEGIN_T, COMPLETE_T, SAVE_FINAL_T];
+
+/** The sessions (node-pg clients) on which this module's statements are prepared. */
+const preparedOn = new WeakSet<object>();
+
+/** The PREPARE statements of every template, for the first string sent on a session. */
+function prepareAll(): string {
+  return TEMPLATES.map((t) => `PREPARE ${t.name}(${t.types}) AS ${t.sql}`).join("; ");
+}
+
+/**
+ * A template with its values as SQL literals: `EXECUTE name(...)` when the
+ * statements are prepared on the session, else the statement itself with the
+ * literals in place of $n (one pass over the template: a value that contains
+ * "$2" is not touched).
+ */
+function render(template: Template, args: string[], prepared: boolean): string {
+  if (prepared) return `EXECUTE ${template.name}(${args.join(", ")})`;
+  return template.sql.replace(/\$(\d+)/g, (_, n: string) => args[Number(n) - 1]);
+}
+
+function beginArgs(request: Request, options: { ttlMs: number | null; waitMs: number | null }): string[] {
+  return [
+    literal(request.principal),
+    literal(request.key),
+    literal(actionName(request)),
+    literal(request.method),
+    literal(request.path),
+    byteaLiteral(request.body),
+    textArrayLiteral(request.exclude),
+    intervalLiteral(options.ttlMs),
+    intervalLiteral(options.waitMs),
+  ];
 }
 
 function fingerprintArgs(
@@ -142,6 +210,7 @@ export class Client {
       problemTypeBase: options.problemTypeBase ?? "/problems/",
       maxKeyLength: options.maxKeyLength ?? 255,
       beginStatement: options.beginStatement ?? "BEGIN",
+      prepare: options.prepare ?? true,
     };
     if (!Number.isInteger(this.options.maxAttempts) || this.options.maxAttempts < 1) {
       throw new RangeError("maxAttempts must be at least 1");
@@ -217,11 +286,7 @@ export class Client {
 
     let row: Record<string, string | null>;
     try {
-      const results = (await db.query({
-        text: `${options.beginStatement}; ${beginSql(request, options)}`,
-        types: RAW_TYPES,
-      })) as unknown as Array<{ rows: Array<Record<string, string | null>> }>;
-      row = results[1].rows[0];
+      row = await this.begin(db, request);
     } catch (error) {
       await rollbackQuietly(db);
       const state = sqlstate(error);
@@ -268,29 +333,74 @@ export class Client {
     if (answer.status >= 400) {
       // A final error has no effect to keep: roll back, then store it alone
       // (save_final runs in an implicit transaction of its own, same string).
-      await db.query(
-        "ROLLBACK; SELECT idempotency.save_final(" +
-          `${literal(request.principal)}, ${literal(request.key)}, ${literal(actionName(request))},` +
-          ` idempotency.fingerprint(${fingerprintArgs(request.method, request.path, request.body, request.exclude)}),` +
-          ` status => ${answer.status}, body => ${byteaLiteral(secret ? Buffer.alloc(0) : answer.body)},` +
-          ` headers => ${secret ? "NULL" : literal(headers)}::jsonb, ttl => ${intervalLiteral(options.ttlMs)},` +
-          ` one_time_secret => ${secret ? "true" : "false"})`,
-      );
+      const args = [
+        ...beginArgs(request, options).slice(0, 7),
+        String(answer.status),
+        byteaLiteral(secret ? Buffer.alloc(0) : answer.body),
+        secret ? "NULL" : literal(headers),
+        intervalLiteral(options.ttlMs),
+        secret ? "true" : "false",
+      ];
+      await db.query(`ROLLBACK; ${render(SAVE_FINAL_T, args, options.prepare && preparedOn.has(db))}`);
       this.counters.storedErrors++;
       return answer;
     }
     try {
-      // Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
-      await db.query(
-        `SELECT idempotency.complete(${literal(request.principal)}, ${literal(request.key)},` +
-          ` status => ${answer.status}, body => ${byteaLiteral(answer.body)}, headers => ${literal(headers)}::jsonb,` +
-          ` resource_id => ${literal(answer.resourceId)}::text, one_time_secret => ${secret ? "true" : "false"}); COMMIT`,
-      );
+      const args = [
+        literal(request.principal),
+        literal(request.key),
+        String(answer.status),
+        byteaLiteral(answer.body),
+        literal(headers),
+        literal(answer.resourceId),
+        secret ? "true" : "false",
+      ];
+      await db.query(`${render(COMPLETE_T, args, options.prepare && preparedOn.has(db))}; COMMIT`);
     } catch (error) {
       await rollbackQuietly(db);
       throw error;
     }
     return answer;
+  }
+
+  /**
+   * Opens the transaction and runs begin() in one simple-query string: on the
+   * first use of a session the string also prepares the client's statements
+   * (PREPARE is not transactional: they stay for the session), later strings
+   * EXECUTE them, so the server parses and plans them once per session.
+   */
+  private async begin(db: Db, request: Request): Promise<Record<string, string | null>> {
+    const options = this.options;
+    const args = beginArgs(request, options);
+    const send = async (prepare: boolean, prepared: boolean) => {
+      const text = `${prepare ? prepareAll() + "; " : ""}${options.beginStatement}; ${render(BEGIN_T, args, prepared)}`;
+      const results = (await db.query({ text, types: RAW_TYPES })) as unknown as Array<{
+        rows: Array<Record<string, string | null>>;
+      }>;
+      return results[results.length - 1].rows[0];
+    };
+    if (!options.prepare) return send(false, false);
+    const known = preparedOn.has(db);
+    try {
+      const row = await send(!known, true);
+      preparedOn.add(db);
+      return row;
+    } catch (error) {
+      const state = sqlstate(error);
+      if (state === "26000" || state === "42P05") {
+        // The session lost our statements (DISCARD ALL, a pooler that switched
+        // sessions) or has some of them already: this attempt goes inline, the
+        // next one prepares afresh.
+        preparedOn.delete(db);
+        await rollbackQuietly(db);
+        if (state === "42P05") {
+          for (const t of TEMPLATES) await db.query(`DEALLOCATE ${t.name}`).catch(() => undefined);
+        }
+        return send(false, false);
+      }
+      if (!known && state !== undefined && !state.startsWith("42")) preparedOn.add(db); // the PREPAREs ran
+      throw error;
+    }
   }
 
   private answer(outcome: string, row: Record<string, string | null>): Response {

@@ -242,3 +242,50 @@ test("kept headers keep their order and repeated names; the object form of older
     (e) => e.code === "22023",
   );
 });
+
+test("statements are prepared once per session; a session that lost them (DISCARD ALL) still works", async () => {
+  const conn = await db.connect();
+  const client = new Client();
+  const who = principal();
+  const prepared = async () =>
+    (await conn.query("SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name LIKE 'pg_idempotency_%'")).rows[0].n;
+  const run = (k) => client.handle(conn, { principal: who, key: k, method: "POST", path: "/o", body: "{}" }, order(who));
+  assert.equal((await run(key())).status, 201);
+  assert.equal(await prepared(), 3);
+  assert.equal((await run(key())).status, 201);
+  assert.equal(await prepared(), 3);
+  await conn.query("DISCARD ALL");
+  const k = key();
+  assert.equal((await run(k)).status, 201, "inline after the statements were lost");
+  assert.equal((await run(k)).replayed, true);
+  assert.equal(await prepared(), 3, "prepared again");
+  // One of the names already taken on a new session (42P05): DEALLOCATE, inline, prepare again.
+  const { rows } = await conn.query("SELECT name FROM pg_prepared_statements WHERE name LIKE 'pg_idempotency_%_complete'");
+  const fresh = await db.connect();
+  await fresh.query(`PREPARE ${rows[0].name} AS SELECT 1`);
+  const other = new Client();
+  const k2 = key();
+  const viaFresh = (kk) => other.handle(fresh, { principal: who, key: kk, method: "POST", path: "/o" }, order(who));
+  assert.equal((await viaFresh(k2)).status, 201);
+  assert.equal((await viaFresh(k2)).replayed, true, "prepared again, with the real statements");
+  const again = await fresh.query("SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name LIKE 'pg_idempotency_%'");
+  assert.equal(again.rows[0].n, 3);
+  assert.equal((await viaFresh(key())).status, 201);
+  assert.equal(await count(conn, who), 5);
+});
+
+test("prepare: false sends every statement in full and prepares nothing", async () => {
+  const conn = await db.connect();
+  await conn.query("DISCARD ALL");
+  const client = new Client({ prepare: false });
+  const who = principal();
+  const k = key();
+  const first = await client.handle(conn, { principal: who, key: k, method: "POST", path: "/o", body: "{}" }, order(who));
+  const retry = await client.handle(conn, { principal: who, key: k, method: "POST", path: "/o", body: "{ }" }, order(who));
+  assert.equal(first.status, 201);
+  assert.equal(retry.replayed, true);
+  const refused = await client.handle(conn, { principal: who, key: key(), method: "POST", path: "/o" }, async () => new Response(404, [], "x"));
+  assert.equal(refused.status, 404);
+  const { rows } = await conn.query("SELECT count(*)::int AS n FROM pg_prepared_statements");
+  assert.equal(rows[0].n, 0);
+});
