@@ -13,6 +13,8 @@
  * idem::LeaseRunner (C++) and the Python LeaseRunner.
  */
 
+import { randomBytes } from "crypto";
+
 import { Client as PgClient, type ClientConfig } from "pg";
 
 import {
@@ -30,6 +32,10 @@ import {
   type Request,
 } from "./common";
 import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
+
+// Statement names, unique per copy of the module: node-pg prepares a named
+// statement once per connection, and the runner's connections are its own.
+const PREFIX = "pg_idempotency_lease_" + randomBytes(4).toString("hex");
 
 const ACQUIRE_SQL =
   "SELECT outcome, fence::text AS fence, response_status, response_headers::text AS response_headers," +
@@ -137,7 +143,7 @@ class Renewer {
         await conn.connect();
         this.conn = conn;
       }
-      const result = await this.conn.query({ text: RENEW_SQL, values: this.args, types: RAW_TYPES });
+      const result = await this.conn.query({ name: PREFIX + "_renew", text: RENEW_SQL, values: this.args, types: RAW_TYPES });
       this.failures = 0;
       if ((result.rows[0] as { ok: string | null }).ok === "t") {
         this.renewals++;
@@ -252,6 +258,7 @@ export class LeaseRunner {
     try {
       const body = request.body ?? null;
       const result = await conn.query({
+        name: PREFIX + "_acquire",
         text: ACQUIRE_SQL,
         values: [
           principal,
@@ -334,12 +341,12 @@ export class LeaseRunner {
 
     // Settle the key by the policy; every statement is fenced.
     conn = await this.connection();
-    const ask = async (text: string, values: unknown[]): Promise<boolean> => {
-      const result = await conn.query({ text, values, types: RAW_TYPES });
+    const ask = async (name: string, text: string, values: unknown[]): Promise<boolean> => {
+      const result = await conn.query({ name: `${PREFIX}_${name}`, text, values, types: RAW_TYPES });
       return (result.rows[0] as { ok: string | null }).ok === "t";
     };
-    const markDone = (status: number) => ask(MARK_DONE_SQL, [principal, key, fenceText, String(status)]);
-    const release = () => ask(RELEASE_SQL, [principal, key, fenceText]);
+    const markDone = (status: number) => ask("done", MARK_DONE_SQL, [principal, key, fenceText, String(status)]);
+    const release = () => ask("release", RELEASE_SQL, [principal, key, fenceText]);
     if (failed) {
       if (options.policy === "once") await markDone(500);
       else await release();
@@ -351,7 +358,7 @@ export class LeaseRunner {
     } else if (options.policy === "commit_on_success") {
       settled = response.status < 400 ? await markDone(response.status) : await release();
     } else if (this.final.isFinal(response.status)) {
-      settled = await ask(REMEMBER_SQL, [
+      settled = await ask("remember", REMEMBER_SQL, [
         principal,
         key,
         fenceText,
