@@ -34,6 +34,7 @@ const CASES = [
   ["complete/4 Buffer body", [BEGIN], "SELECT idempotency.complete($1, $2, $3, $4)", ["p", "k", "200", Buffer.from("{}")]],
   ["complete/7", [BEGIN], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7)", ["p", "k", "201", BODY, '{"Location":"/o/1"}', "1", "false"]],
   ["complete/7 object headers", [BEGIN], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7)", ["p", "k", 201, null, { Location: "/o/1" }, "1", false]],
+  ["complete/7 pairs as JSON text", [BEGIN], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7)", ["p", "k", 201, null, JSON.stringify([["Link", "</a>"], ["Link", "</b>"]]), null, null]],
   ["complete/7 nulls", [BEGIN], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7)", ["p", "k", "201", null, null, null, null]],
   ["complete/8 fence null", [BEGIN], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7, $8)", ["p", "k", "201", null, null, null, null, null]],
   ["complete/8 fenced", [ACQUIRE], "SELECT idempotency.complete($1, $2, $3, $4, $5, $6, $7, $8)", ["p", "k", "200", BODY, null, null, "false", "1"]],
@@ -75,6 +76,20 @@ test("untyped: CALL idempotency.cleanup", async () => {
   const conn = await db.connect();
   await conn.query("CALL idempotency.cleanup($1, $2)", ["100", null]);
   await conn.query("CALL idempotency.cleanup($1, $2)", [100, "1 second"]);
+});
+
+test("a JS array for jsonb is sent as a PostgreSQL array literal, not JSON: JSON.stringify it", async () => {
+  const conn = await db.connect();
+  await conn.query("BEGIN");
+  try {
+    await conn.query(BEGIN.replace("'p'", "'arr'"));
+    await assert.rejects(
+      conn.query("SELECT idempotency.complete($1, $2, $3, headers => $4)", ["arr", "k", 201, [["Link", "</a>"]]]),
+      (e) => e.code === "22P02",
+    );
+  } finally {
+    await conn.query("ROLLBACK");
+  }
 });
 
 test("SELECT * FROM begin(...) runs begin once; the row has every column", async () => {
