@@ -12,6 +12,8 @@
  * in the same statement) and `idempotency.complete(...)` with `COMMIT` as one
  * simple-query string each, with the values as escaped literals: a keyed request
  * takes as many round trips as the same handler between `BEGIN` and `COMMIT`.
+ * The statements are prepared once per session (PREPARE in the first string,
+ * EXECUTE afterwards), so the server does not parse and plan them per request.
  */
 
 import { randomBytes } from "crypto";
