@@ -66,14 +66,14 @@ test("commit_on_success: a failure releases the key, the retry runs; a success i
 });
 
 test("a live lease is 409 with Retry-After; the lease is renewed while the body runs", async (t) => {
-  const runner = new LeaseRunner(db.config, { leaseMs: 300 });
-  const other = new LeaseRunner(db.config, { leaseMs: 300 });
+  const runner = new LeaseRunner(db.config, { leaseMs: 900 });
+  const other = new LeaseRunner(db.config, { leaseMs: 900 });
   t.after(async () => { await runner.close(); await other.close(); });
   const who = principal();
   const k = key();
   let busy;
   const result = await runner.run(request(who, k), async () => {
-    await sleep(700); // more than twice the lease: only renewals keep it
+    await sleep(2000); // more than twice the lease: only renewals keep it
     busy = await other.run(request(who, k), async () => new Response(200));
     return new Response(201, [], "done");
   });
