@@ -21,6 +21,7 @@ OBJS = src/extension/module.o \
        src/extension/outcome.o \
        src/extension/transactional.o \
        src/extension/lease.o \
+       src/extension/counters.o \
        src/core/jcs.o \
        src/core/fingerprint.o \
        src/core/statuses.o

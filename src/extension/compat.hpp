@@ -10,6 +10,7 @@ extern "C" {
 
 #include "access/genam.h"
 #include "executor/executor.h"
+#include "funcapi.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
 #if PG_VERSION_NUM >= 160000
@@ -64,6 +65,16 @@ inline IndexScanDesc index_beginscan(Relation heap, Relation index, Snapshot sna
     return ::index_beginscan(heap, index, snapshot, nullptr, nkeys, norderbys);
 #else
     return ::index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+/// InitMaterializedSRF() (PostgreSQL 15.1 and later; 15.0 called it
+/// SetSingleFuncCall, which every 15.x keeps and 16 dropped).
+inline void InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags) {
+#if PG_VERSION_NUM < 160000
+    ::SetSingleFuncCall(fcinfo, flags);
+#else
+    ::InitMaterializedSRF(fcinfo, flags);
 #endif
 }
 

@@ -32,6 +32,7 @@ int key_format = kKeyFormatAny;
 int lease_ms = 30000;
 int cleanup_batch_size = 1000;
 int principal_binding = kBindingOff;
+int max_actions = 1000;
 
 namespace {
 
@@ -186,6 +187,12 @@ void define_settings() {
                              "Under current_user every function refuses (42501) any other principal.",
                              &principal_binding, kBindingOff, principal_binding_options, PGC_SUSET, 0, nullptr,
                              assigned<kPrincipalBinding>, nullptr);
+    DefineCustomIntVariable("idempotency.max_actions",
+                            "How many actions idempotency.stats counts each under its own name.",
+                            "Per server, across databases; calls of further actions are counted under "
+                            "'(other)'. Takes effect at server start (the counters need idempotency in "
+                            "shared_preload_libraries).",
+                            &max_actions, 1000, 1, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     MarkGUCPrefixReserved("idempotency");
 
     for (int i = 0; i < kSettingCount; ++i) {
