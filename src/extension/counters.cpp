@@ -9,7 +9,7 @@
 //
 // At most idempotency.max_actions actions get an entry of their own; the
 // rest are counted under '(other)' (one per database while room is left,
-// then one for the whole server, shown with database NULL).
+// then one for the whole server, shown with database NULL, always listed).
 #include "counters.hpp"
 
 #include "guard.hpp"
@@ -331,15 +331,9 @@ IDEM_SQL_FUNCTION(idempotency_stats_counters) {
     for (Entry* entry; (entry = static_cast<Entry*>(hash_seq_search(&scan))) != nullptr;) found[count++] = entry;
     LWLockRelease(shared->lock);
     found[count++] = &shared->other;
-    for (int i = 0; i < count; ++i) {
-        // The server-wide '(other)' shows only once it counted something.
-        if (found[i] == &shared->other) {
-            bool any = false;
-            for (auto& c : shared->other.counts) any = any || pg_atomic_read_u64(&c) != 0;
-            if (!any) continue;
-        }
-        put_row(result->setResult, result->setDesc, found[i], reset_at);
-    }
+    // The server-wide '(other)' row is always there, so that stats_reset shows
+    // even before the first call (after a start, a crash or a reset).
+    for (int i = 0; i < count; ++i) put_row(result->setResult, result->setDesc, found[i], reset_at);
     return static_cast<Datum>(0);
 }
 
