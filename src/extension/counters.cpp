@@ -168,10 +168,24 @@ Entry* shared_entry(uint64 hash, const char* action, int length) {
     return entry;
 }
 
+// The action of the last call and its entry: a service calls begin() and
+// complete() of one action in a row, so most calls stop at this memcmp.
+char last_action[kShownAction];
+int last_length = -1;
+Entry* last_entry = nullptr;
+
+void remember(const char* name, int length, Entry* entry) {
+    if (length >= kShownAction) return;
+    memcpy(last_action, name, length);
+    last_length = length;
+    last_entry = entry;
+}
+
 // The entry that counts `action` in this database, found once per backend.
 Entry* entry_for(text* action) {
     const char* name = action == nullptr ? "(unknown)" : VARDATA_ANY(action);
     const int length = action == nullptr ? 9 : static_cast<int>(VARSIZE_ANY_EXHDR(action));
+    if (length == last_length && memcmp(name, last_action, length) == 0) return last_entry;
     uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char*>(name), length, 0x636f756e74657273);
     if (hash == kOtherHash) hash = 1;
     if (local == nullptr) {
@@ -185,10 +199,14 @@ Entry* entry_for(text* action) {
     }
     bool found;
     auto* cached = static_cast<LocalEntry*>(hash_search(local, &hash, HASH_FIND, nullptr));
-    if (cached != nullptr) return cached->entry;
+    if (cached != nullptr) {
+        remember(name, length, cached->entry);
+        return cached->entry;
+    }
     Entry* entry = shared_entry(hash, name, length);
     cached = static_cast<LocalEntry*>(hash_search(local, &hash, HASH_ENTER, &found));
     cached->entry = entry;
+    remember(name, length, entry);
     return entry;
 }
 
@@ -229,7 +247,8 @@ void warn_off() {
 }
 
 Datum array_of(const Datum* values, int n, Oid type) {
-    return PointerGetDatum(construct_array(const_cast<Datum*>(values), n, type, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+    return PointerGetDatum(
+        construct_array(const_cast<Datum*>(values), n, type, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 // Columns of idempotency.stats_counters() after the counters.
@@ -281,7 +300,8 @@ void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& 
     if (!counters_on()) return;
     Entry* entry = entry_for(action);
     add(entry, outcome_counter(caller, outcome), 1);
-    if (outcome == Outcome::started && row != nullptr && row->found && !row->completed) add(entry, Counter::takeovers, 1);
+    if (outcome == Outcome::started && row != nullptr && row->found && !row->completed)
+        add(entry, Counter::takeovers, 1);
     add_wait(entry, lock);
 }
 

@@ -80,8 +80,10 @@ IDEM_SQL_FUNCTION(idempotency_complete) {
         PreventCommandIfReadOnly("idempotency.complete()");
         check_principal_binding(PG_GETARG_TEXT_PP(0));
         text* action = nullptr;
-        const bool held = complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(7), response, &action);
-        PG_RETURN_BOOL(count_fenced(Counter::lease_completed, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+        const bool held =
+            complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(7), response, &action);
+        PG_RETURN_BOOL(
+            count_fenced(Counter::lease_completed, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
     }
     PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
     if (entry == nullptr)
