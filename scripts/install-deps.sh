@@ -18,7 +18,7 @@ packages=(
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl bc
-  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv
+  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv python3-yaml
 )
 if [[ $scope == full ]]; then
   packages+=(clang-14 libclang-rt-14-dev wrk)

@@ -10,6 +10,7 @@ extern "C" {
 
 #include "access/genam.h"
 #include "executor/executor.h"
+#include "funcapi.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
 #include "utils/guc.h"
@@ -86,6 +87,16 @@ inline void guc_extra_free(void* pointer) {
     ::guc_free(pointer);
 #else
     free(pointer);
+#endif
+}
+
+/// InitMaterializedSRF() (PostgreSQL 15.1 and later; 15.0 called it
+/// SetSingleFuncCall, which every 15.x keeps and 16 dropped).
+inline void InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags) {
+#if PG_VERSION_NUM < 160000
+    ::SetSingleFuncCall(fcinfo, flags);
+#else
+    ::InitMaterializedSRF(fcinfo, flags);
 #endif
 }
 

@@ -13,6 +13,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 }
 
 namespace idem::pg {
@@ -75,10 +76,13 @@ KeyLock lock_key(text* principal, text* key, int wait_ms) {
     key_locktag(&lock.tag, principal, key);
     if (LockAcquire(&lock.tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
         lock.holder = LockHolder::statement;
-    else if (wait_ms > 0 && wait_for_key_lock(&lock.tag, wait_ms))
-        lock.holder = LockHolder::transaction;
-    else
-        lock.holder = LockHolder::none;
+    else {
+        const TimestampTz started = GetCurrentTimestamp();
+        lock.holder = wait_ms > 0 && wait_for_key_lock(&lock.tag, wait_ms) ? LockHolder::transaction
+                                                                           : LockHolder::none;
+        lock.waited = true;
+        lock.waited_us = GetCurrentTimestamp() - started;
+    }
     return lock;
 }
 

@@ -17,6 +17,7 @@ struct KeyRow {
     bool found = false;        // false: no row (every other field is unset)
     bool completed = false;    // state: completed, or in_progress
     bytea* request_sha256 = nullptr;
+    Datum action = 0;  // text (rows read from the table only)
     bool has_status = false;
     int status = 0;
     Datum headers = 0;  // jsonb

@@ -81,7 +81,8 @@ const char* const kRenewSql =
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
     "   AND (expires_at OPERATOR(pg_catalog.>) pg_catalog.now()"
-    "        OR lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())";
+    "        OR lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
+    " RETURNING action";
 
 // A key completed after its ttl ran out (its lease kept it live) is kept for
 // one more ttl from now, so that its response can be replayed.
@@ -92,14 +93,16 @@ const char* const kCompleteLeaseSql =
     "       expires_at = GREATEST(expires_at, pg_catalog.now() OPERATOR(pg_catalog.+)"
     "                    (expires_at OPERATOR(pg_catalog.-) created_at))"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
-    "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'";
+    "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
+    " RETURNING action";
 
 // The row stays, with its lease ended; the next holder's fence is higher anyway.
 const char* const kReleaseSql =
     "UPDATE idempotency.keys SET lease_until = '-infinity'"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
-    "   AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()";
+    "   AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
+    " RETURNING action";
 
 // A claim is a completed row with status 204, no body and an all-zero
 // fingerprint (no request can have it), so begin()/acquire() on a claimed key
@@ -139,18 +142,21 @@ Statement insert_statement{kInsertSql, 11,
                            SPI_OK_INSERT, nullptr};
 Statement lease_statement{kLeaseSql, 7, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID},
                           SPI_OK_INSERT_RETURNING, nullptr};
-Statement renew_statement{kRenewSql, 4, {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE, nullptr};
+Statement renew_statement{kRenewSql, 4, {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE_RETURNING,
+                          nullptr};
 Statement complete_lease_statement{kCompleteLeaseSql, 8,
                                    {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID},
-                                   SPI_OK_UPDATE, nullptr};
-Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE, nullptr};
+                                   SPI_OK_UPDATE_RETURNING, nullptr};
+Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING, nullptr};
 Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT, nullptr};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE, nullptr};
 
 // Runs a statement as the table's owner inside its own SPI connection; returns
 // the number of rows it processed. With `returned`, the first returned row is
-// copied into the caller's memory context.
-uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* returned = nullptr) {
+// copied into the caller's memory context; with `action`, the text the
+// statement returned (its only column) is.
+uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* returned = nullptr,
+           text** action = nullptr) {
     const Oid owner = key_table().owner;
     MemoryContext caller_context = CurrentMemoryContext;
     Oid saved_user;
@@ -181,6 +187,13 @@ uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* retur
         returned->created_at = DatumGetTimestampTz(heap_getattr(tuple, 3, desc, &isnull));
         returned->expires_at = DatumGetTimestampTz(heap_getattr(tuple, 4, desc, &isnull));
         returned->has_times = true;
+        MemoryContextSwitchTo(spi_context);
+    }
+    if (action != nullptr && processed == 1) {
+        bool isnull;
+        const Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+        MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
+        *action = isnull ? nullptr : DatumGetTextPCopy(value);
         MemoryContextSwitchTo(spi_context);
     }
     SPI_finish();
@@ -219,23 +232,23 @@ KeyRow take_lease(const Request& request, const Interval* lease, const Interval*
     return written;
 }
 
-bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease) {
+bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease, text** action) {
     Datum values[4] = {principal, key, fence, IntervalPGetDatum(lease)};
-    return run(renew_statement, values, nullptr) == 1;
+    return run(renew_statement, values, nullptr, nullptr, action) == 1;
 }
 
-bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response) {
+bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response, text** action) {
     Datum values[8] = {principal,        key,           fence, Int16GetDatum(static_cast<int16>(response.status)),
                        response.body,    response.headers, response.resource_id,
                        BoolGetDatum(response.one_time_secret)};
     const char nulls[8] = {' ', ' ', ' ', ' ', response.body_null ? 'n' : ' ', response.headers_null ? 'n' : ' ',
                            response.resource_id_null ? 'n' : ' ', ' '};
-    return run(complete_lease_statement, values, nulls) == 1;
+    return run(complete_lease_statement, values, nulls, nullptr, action) == 1;
 }
 
-bool release_lease(Datum principal, Datum key, Datum fence) {
+bool release_lease(Datum principal, Datum key, Datum fence, text** action) {
     Datum values[3] = {principal, key, fence};
-    return run(release_statement, values, nullptr) == 1;
+    return run(release_statement, values, nullptr, nullptr, action) == 1;
 }
 
 bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence) {

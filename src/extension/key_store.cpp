@@ -71,6 +71,7 @@ KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
     text* state = DatumGetTextPP(column(aState));
     row.completed = VARSIZE_ANY_EXHDR(state) == 9 && memcmp(VARDATA_ANY(state), "completed", 9) == 0;
     row.request_sha256 = DatumGetByteaPP(column(aSha));
+    row.action = column(aAction);
     const Datum status = column(aStatus);
     row.has_status = !isnull;
     row.status = isnull ? 0 : DatumGetInt16(status);

@@ -37,13 +37,15 @@ bool store_completed(const Request& request, const StoredResponse& response, con
 KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence);
 
 /// Extends the lease of `fence` while the row is live. False: not held by it.
-bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease);
+/// `action`, when given, gets the row's action when it was held (renew, complete and release alike).
+bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease, text** action = nullptr);
 
 /// Stores the response of the lease `fence` (any status). False: not held by it.
-bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response);
+bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response,
+                    text** action = nullptr);
 
 /// Ends the live lease of `fence`. False: not held by it, or already run out.
-bool release_lease(Datum principal, Datum key, Datum fence);
+bool release_lease(Datum principal, Datum key, Datum fence, text** action = nullptr);
 
 /// Writes a claim marker (status 204, all-zero fingerprint) unless a live row
 /// exists. False when the key is taken.

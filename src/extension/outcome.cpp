@@ -2,6 +2,7 @@
 // where an outcome becomes the text of idempotency.key_outcome.outcome.
 #include "outcome.hpp"
 
+#include "counters.hpp"
 #include "key_store.hpp"
 
 extern "C" {
@@ -75,12 +76,13 @@ Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
     return row.leased() ? Outcome::in_progress : Outcome::started;
 }
 
-void require_snapshot_sees_winner(text* principal, text* key) {
+void require_snapshot_sees_winner(const Request& request) {
     if (!IsolationUsesXactSnapshot()) return;
-    const KeyRow latest = lookup_key(principal, key, GetLatestSnapshot());
+    const KeyRow latest = lookup_key(request.principal, request.key, GetLatestSnapshot());
     // A live row that a new attempt must respect: anything but a lapsed lease.
-    if (latest.found && latest.live() && (latest.completed || latest.leased()))
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+    if (!latest.found || !latest.live() || !(latest.completed || latest.leased())) return;
+    count_event(Counter::serialization_failures, request.action);
+    ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                         errmsg("could not serialize access due to a concurrent use of the idempotency key"),
                         errhint("Retry the transaction; it will see the stored response.")));
 }

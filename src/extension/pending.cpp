@@ -3,6 +3,8 @@
 // savepoint forgets the keys begun in it and the completions made in it.
 #include "pending.hpp"
 
+#include "counters.hpp"
+
 extern "C" {
 #include "postgres.h"
 
@@ -40,10 +42,12 @@ void on_transaction_event(XactEvent event, void* arg) {
             // Committing the handler's writes without the key row would open
             // exactly the window this extension exists to close.
             for (int i = 0; i < pending_count; ++i)
-                if (pending[i].completed_subxact == InvalidSubTransactionId)
+                if (pending[i].completed_subxact == InvalidSubTransactionId) {
+                    count_event(Counter::commit_refused, pending[i].request.action);
                     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                                     errmsg("idempotency key was started but not completed in this transaction"),
                                     errhint("Call idempotency.complete() before COMMIT, or ROLLBACK.")));
+                }
             break;
         default:
             // Commit, abort, prepare: the list lived in TopTransactionContext.

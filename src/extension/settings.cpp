@@ -18,6 +18,7 @@
 extern "C" {
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 }
@@ -34,6 +35,7 @@ int key_format = kKeyFormatAny;
 int lease_ms = 30000;
 int cleanup_batch_size = 1000;
 int principal_binding = kBindingOff;
+int max_actions = 1000;
 
 namespace {
 
@@ -188,6 +190,14 @@ void define_settings() {
                              "Under current_user every function refuses (42501) any other principal.",
                              &principal_binding, kBindingOff, principal_binding_options, PGC_SUSET, 0, nullptr,
                              assigned<kPrincipalBinding>, nullptr);
+    // A server-start setting can only be defined while the library is preloaded.
+    if (process_shared_preload_libraries_in_progress)
+        DefineCustomIntVariable("idempotency.max_actions",
+                                "How many actions idempotency.stats counts each under its own name.",
+                                "Per server, across databases; calls of further actions are counted under "
+                                "'(other)'. Takes effect at server start (the counters need idempotency in "
+                                "shared_preload_libraries).",
+                                &max_actions, 1000, 1, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     MarkGUCPrefixReserved("idempotency");
 
     for (int i = 0; i < kSettingCount; ++i) {
