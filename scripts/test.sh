@@ -92,6 +92,7 @@ node_client_tests() {
      IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
 }
 
+[[ $scope == full ]] && suite "format (clang-format, .clang-format)" scripts/check-format.sh
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest

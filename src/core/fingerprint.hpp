@@ -66,7 +66,8 @@ Digest fingerprint(std::string_view method, std::string_view path,
                    const CanonicalizeOptions& options = {});
 
 /// fingerprint(), excluding by a PointerList (the form to use for many pointers).
-Digest fingerprint_excluding(std::string_view method, std::string_view path, std::optional<std::string_view> body,
-                             const PointerList& exclude, const CanonicalizeOptions& options = {});
+Digest fingerprint_excluding(std::string_view method, std::string_view path,
+                             std::optional<std::string_view> body, const PointerList& exclude,
+                             const CanonicalizeOptions& options = {});
 
 }  // namespace idem::core

@@ -68,8 +68,7 @@ const char* Interrupted::what() const noexcept { return "interrupted"; }
 JsonPointer JsonPointer::parse(std::string_view text) {
     if (text.empty())
         throw std::invalid_argument("JSON pointer \"\" would exclude the whole document");
-    if (text.front() != '/')
-        throw std::invalid_argument("JSON pointer must start with '/'");
+    if (text.front() != '/') throw std::invalid_argument("JSON pointer must start with '/'");
     JsonPointer pointer;
     std::string token;
     for (std::size_t i = 1; i <= text.size(); ++i) {
@@ -101,8 +100,7 @@ void PointerList::end_token() {
 void PointerList::add(std::string_view text, InterruptProbe probe) {
     if (text.empty())
         throw std::invalid_argument("JSON pointer \"\" would exclude the whole document");
-    if (text.front() != '/')
-        throw std::invalid_argument("JSON pointer must start with '/'");
+    if (text.front() != '/') throw std::invalid_argument("JSON pointer must start with '/'");
     const std::size_t bytes = bytes_.size(), offsets = offsets_.size();
     try {
         for (std::size_t i = 1; i <= text.size(); ++i) {
@@ -202,7 +200,8 @@ std::size_t format_number(double value, char* buffer) noexcept {
     int k = 1;
     if (*p == '.') {
         ++p;
-        const char* e = static_cast<const char*>(std::memchr(p, 'e', static_cast<std::size_t>(end - p)));
+        const char* e =
+            static_cast<const char*>(std::memchr(p, 'e', static_cast<std::size_t>(end - p)));
         std::memcpy(digits + 1, p, static_cast<std::size_t>(e - p));
         k += static_cast<int>(e - p);
         p = e;
@@ -213,7 +212,8 @@ std::size_t format_number(double value, char* buffer) noexcept {
     int exponent = 0;
     for (; p < end; ++p) exponent = exponent * 10 + (*p - '0');
     if (negative_exponent) exponent = -exponent;
-    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, exponent + 1) - buffer);
+    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, exponent + 1) -
+                                    buffer);
 }
 
 std::string format_number(double value) {
@@ -296,8 +296,8 @@ inline UnicodeEscape read_unicode_escape(const unsigned char* s, const unsigned 
     if (unit >= 0xDC00 && unit <= 0xDFFF) return {nullptr, 0, JsonErrc::lone_surrogate, s};
     if (unit < 0xD800 || unit > 0xDBFF) return {after, unit, JsonErrc::none, nullptr};
     std::uint32_t low;
-    if (end - after < 6 || after[0] != '\\' || after[1] != 'u' || !read_hex4(after + 2, end, low) || low < 0xDC00 ||
-        low > 0xDFFF)
+    if (end - after < 6 || after[0] != '\\' || after[1] != 'u' || !read_hex4(after + 2, end, low) ||
+        low < 0xDC00 || low > 0xDFFF)
         return {nullptr, 0, JsonErrc::lone_surrogate, s};
     return {after + 6, 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00), JsonErrc::none, nullptr};
 }
@@ -414,8 +414,8 @@ struct Member {
     std::uint64_t out_pos;  // output offset of the name's opening quote
     std::uint32_t key_pos;  // offset of the unescaped name in the input or the arena
     std::uint32_t key_len;
-    std::uint32_t quote;    // input offset of the name's opening quote (error offsets)
-    std::uint8_t flags;     // StringFlags
+    std::uint32_t quote;  // input offset of the name's opening quote (error offsets)
+    std::uint8_t flags;   // StringFlags
 };
 
 // An open array or object.
@@ -434,13 +434,13 @@ struct Frame {
 // Buffers reused across calls on one thread, so that canonicalizing many small
 // documents does not pay for allocations each time (see release()).
 struct Scratch {
-    std::vector<Member> members;           // members of the open objects
-    std::vector<Frame> stack;              // the open containers
-    std::vector<MemberName> names;         // an object with many members being sorted
-    std::vector<std::uint32_t> excluded;   // the exclusion pointers' indexes, sorted by their tokens
-    std::vector<std::uint64_t> order;      // an object with many members: its sorted ordinals
-    std::string arena;                   // unescaped strings
-    std::string temp;                    // an object's text while its members are reordered
+    std::vector<Member> members;          // members of the open objects
+    std::vector<Frame> stack;             // the open containers
+    std::vector<MemberName> names;        // an object with many members being sorted
+    std::vector<std::uint32_t> excluded;  // the exclusion pointers' indexes, sorted by their tokens
+    std::vector<std::uint64_t> order;     // an object with many members: its sorted ordinals
+    std::string arena;                    // unescaped strings
+    std::string temp;                     // an object's text while its members are reordered
 
     void clear() {
         excluded.clear();
@@ -576,12 +576,14 @@ private:
     template <bool kPolled>
     bool parse_string(const unsigned char*& p, char*& w, bool name);
     template <bool kPolled>
-    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w,
-                                                    bool name);
+    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote,
+                                                    const unsigned char* s, char* w, bool name);
     template <bool kPolled>
-    __attribute__((noinline)) Pos rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w);
+    __attribute__((noinline)) Pos rewrite_escaped_string(const unsigned char* quote,
+                                                         const unsigned char* s, char* w);
     template <bool kPolled>
-    __attribute__((noinline)) Pos parse_escaped_string(const unsigned char* quote, const unsigned char* s,
+    __attribute__((noinline)) Pos parse_escaped_string(const unsigned char* quote,
+                                                       const unsigned char* s,
                                                        std::uint8_t non_ascii, char* w);
     __attribute__((noinline)) Pos parse_number(const unsigned char* p, char* w);
     template <bool kPolled>
@@ -595,7 +597,8 @@ private:
 
     // The unescaped name of a member (in the input or the arena).
     std::string_view key_text(const Member& m) const {
-        const char* base = (m.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
+        const char* base =
+            (m.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
         return {base + m.key_pos, m.key_len};
     }
 
@@ -670,7 +673,8 @@ inline const unsigned char* scan_plain(const unsigned char* s, const unsigned ch
 // scanned for the closing quote (an escape-free, well-formed string is its own
 // canonical form). Anything else continues out of line in parse_string_tail.
 template <bool kPolled>
-__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w, bool name) {
+__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w,
+                                                                  bool name) {
     const unsigned char* const quote = p;
     const unsigned char* s = p + 1;
     char* const o = w;  // the string's output; o[s - quote] is where the byte at s goes
@@ -722,7 +726,8 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
 // is, and hands over at the first escape: to parse_escaped_string for a member
 // name (which is needed unescaped), to rewrite_escaped_string for a value.
 template <bool kPolled>
-Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w, bool name) {
+Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s,
+                                          char* w, bool name) {
     std::uint8_t non_ascii = 0;
     for (;;) {
         if constexpr (kPolled) {
@@ -809,7 +814,8 @@ char* write_escaped(char* w, std::string_view s) {
 inline char* put_short(char* w, std::string_view s, const char* limit) {
 #if defined(__SSE2__)
     if (s.size() <= 16 && limit - s.data() >= 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(w), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(w),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
         return w + s.size();
     }
 #endif
@@ -916,7 +922,8 @@ inline const unsigned char* copy_plain(const unsigned char* s, const unsigned ch
         o += 16;
     }
 #endif
-    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') *o++ = static_cast<char>(*s++);
+    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
+        *o++ = static_cast<char>(*s++);
     return s;
 }
 
@@ -929,7 +936,8 @@ inline const unsigned char* copy_plain(const unsigned char* s, const unsigned ch
 // [quote, s) was validated by the caller and is copied first; the output never
 // outgrows the input consumed (an escape is never replaced by more bytes).
 template <bool kPolled>
-Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w) {
+Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const unsigned char* s,
+                                               char* w) {
     std::memcpy(w, quote, static_cast<std::size_t>(s - quote));
     char* o = w + (s - quote);
     for (;;) {
@@ -997,9 +1005,10 @@ Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const
 // double range (where subnormals carry fewer digits and large values overflow),
 // which are left to the general path. The parts are the literal's integer digits,
 // fraction digits (possibly empty) and exponent (sign and digits, possibly empty).
-std::size_t rewrite_decimal(bool negative, const unsigned char* int_begin, const unsigned char* int_end,
-                            const unsigned char* frac_begin, const unsigned char* frac_end,
-                            const unsigned char* exp_begin, const unsigned char* exp_end, char* buffer) {
+std::size_t rewrite_decimal(bool negative, const unsigned char* int_begin,
+                            const unsigned char* int_end, const unsigned char* frac_begin,
+                            const unsigned char* frac_end, const unsigned char* exp_begin,
+                            const unsigned char* exp_end, char* buffer) {
     char digits[15];
     int k = 0;
     int zeros = 0;  // zeros seen since the last nonzero digit, written only if one follows
@@ -1038,22 +1047,47 @@ std::size_t rewrite_decimal(bool negative, const unsigned char* int_begin, const
         n += negative_exponent ? -e : e;
     }
     if (n < -300 || n > 300) return 0;
-    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
+    return static_cast<std::size_t>(
+        layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
 }
 
 // 5^0 .. 5^27 (5^27 < 2^63).
 constexpr std::uint64_t kPowersOfFive[28] = {
-    1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull,
-    9765625ull, 48828125ull, 244140625ull, 1220703125ull, 6103515625ull, 30517578125ull,
-    152587890625ull, 762939453125ull, 3814697265625ull, 19073486328125ull, 95367431640625ull,
-    476837158203125ull, 2384185791015625ull, 11920928955078125ull, 59604644775390625ull,
-    298023223876953125ull, 1490116119384765625ull, 7450580596923828125ull,
+    1ull,
+    5ull,
+    25ull,
+    125ull,
+    625ull,
+    3125ull,
+    15625ull,
+    78125ull,
+    390625ull,
+    1953125ull,
+    9765625ull,
+    48828125ull,
+    244140625ull,
+    1220703125ull,
+    6103515625ull,
+    30517578125ull,
+    152587890625ull,
+    762939453125ull,
+    3814697265625ull,
+    19073486328125ull,
+    95367431640625ull,
+    476837158203125ull,
+    2384185791015625ull,
+    11920928955078125ull,
+    59604644775390625ull,
+    298023223876953125ull,
+    1490116119384765625ull,
+    7450580596923828125ull,
 };
 
 constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 
 // 10^0 .. 10^8.
-constexpr std::uint64_t kPowersOfTen[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+constexpr std::uint64_t kPowersOfTen[9] = {1,      10,      100,      1000,     10000,
+                                           100000, 1000000, 10000000, 100000000};
 
 // The value of the r (1 to 8) ASCII digits that end at `to`, from one 8-byte
 // load (the 8 - r bytes before them, which must be readable, are masked off):
@@ -1103,7 +1137,8 @@ bool is_shortest_decimal(std::uint64_t d, std::uint64_t r, int q) {
         // known to fit in 64 bits, t <= 58 keeps everything else below 2^64.
         const u128 big_r = static_cast<u128>(m) * five - (static_cast<u128>(d) << t);
         const auto low = static_cast<std::uint64_t>(big_r);
-        if (static_cast<std::uint64_t>(big_r >> 64) != static_cast<std::uint64_t>(static_cast<std::int64_t>(low) >> 63))
+        if (static_cast<std::uint64_t>(big_r >> 64) !=
+            static_cast<std::uint64_t>(static_cast<std::int64_t>(low) >> 63))
             return false;  // |R| >= 2^63: (1) fails
         const std::uint64_t unit = std::uint64_t{1} << t;
         const std::uint64_t u = low + (unit >> 1);
@@ -1124,7 +1159,8 @@ bool is_shortest_decimal(std::uint64_t d, std::uint64_t r, int q) {
         at <<= shift;
         above <<= shift;
     } else if (shift < 0) {
-        if (shift < -126 || (up >> (127 + shift)) != 0) return false;  // up is the largest right side
+        if (shift < -126 || (up >> (127 + shift)) != 0)
+            return false;  // up is the largest right side
         lo <<= -shift;
         hi <<= -shift;
         down <<= -shift;
@@ -1139,14 +1175,16 @@ bool is_shortest_decimal(std::uint64_t d, std::uint64_t r, int q) {
 // ECMAScript's Number::toString does. Writes into buffer (kMaxNumberChars
 // bytes) and returns the length, or returns 0 (the caller then reformats from
 // the double). Typically a double printed by another serializer.
-std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned char* input_end, bool negative,
-                              const unsigned char* int_begin, const unsigned char* int_end,
-                              const unsigned char* frac_begin, const unsigned char* frac_end,
-                              std::size_t frac_leading_zeros, const unsigned char* exp_begin,
-                              const unsigned char* exp_end, char* buffer) {
+std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned char* input_end,
+                              bool negative, const unsigned char* int_begin,
+                              const unsigned char* int_end, const unsigned char* frac_begin,
+                              const unsigned char* frac_end, std::size_t frac_leading_zeros,
+                              const unsigned char* exp_begin, const unsigned char* exp_end,
+                              char* buffer) {
     const long frac_digits = frac_end - frac_begin;
     const bool has_exponent = exp_begin < exp_end;
-    const unsigned char* first = *int_begin == '0' ? frac_begin + frac_leading_zeros : int_begin;  // first significant digit
+    const unsigned char* first =
+        *int_begin == '0' ? frac_begin + frac_leading_zeros : int_begin;  // first significant digit
     // Digits from first on, skipping the '.' if first is in the integer part.
     const long k_all = first == int_begin ? (int_end - int_begin) + frac_digits : frac_end - first;
     if (k_all > 19) return 0;  // d below 10^19 < 2^64
@@ -1186,15 +1224,18 @@ std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned c
         ++q;
     }
     if (k < 16 || k > 17 || q < -27 || q > 27) return 0;
-    if (!is_shortest_decimal(d, k == k_literal ? last - '0' : d % 10, static_cast<int>(q))) return 0;
+    if (!is_shortest_decimal(d, k == k_literal ? last - '0' : d % 10, static_cast<int>(q)))
+        return 0;
     const long n = q + k;  // value = 0.digits × 10^n
     if (k == k_literal && !has_exponent && n > -6) {
         // [-]int[.frac] with no trailing zero, and ECMAScript's layout is plain
         // notation too (n <= 21 as k <= 17): the literal is the canonical text.
         const unsigned char* literal = int_begin - negative;
-        const auto len = static_cast<std::size_t>(exp_end - literal);  // no exponent: the literal ends there
+        const auto len =
+            static_cast<std::size_t>(exp_end - literal);  // no exponent: the literal ends there
 #if defined(__SSE2__)
-        if (input_end - literal >= 32) {  // at most 25 bytes; the output has kMaxNumberChars of room
+        if (input_end - literal >=
+            32) {  // at most 25 bytes; the output has kMaxNumberChars of room
             const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal));
             const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal + 16));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(buffer), a);
@@ -1210,7 +1251,8 @@ std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned c
     for (int i = 0; i < k; ++first) {
         if (*first != '.') digits[i++] = static_cast<char>(*first);
     }
-    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
+    return static_cast<std::size_t>(
+        layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
 }
 
 // First byte at or after s that is not an ASCII digit, or end. Numbers in API
@@ -1219,8 +1261,9 @@ inline const unsigned char* scan_digits(const unsigned char* s, const unsigned c
 #if defined(__SSE2__)
     while (end - s >= 16) {
         __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-        __m128i other = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),   // signed: also bytes >= 0x80
-                                     _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
+        __m128i other =
+            _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),  // signed: also bytes >= 0x80
+                         _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
         int mask = _mm_movemask_epi8(other);
         if (mask != 0) return s + __builtin_ctz(static_cast<unsigned>(mask));
         s += 16;
@@ -1262,7 +1305,8 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
         frac_end = s;
         frac_digits = static_cast<std::size_t>(s - frac);
         if (frac_digits == 0) return failed(JsonErrc::syntax, s);
-        while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0') ++frac_leading_zeros;
+        while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0')
+            ++frac_leading_zeros;
         frac_trailing_zero = s[-1] == '0';
     }
     const unsigned char* exp = s;  // the exponent's sign and digits: none unless 'e' follows
@@ -1276,7 +1320,8 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
         if (s == exp_digits) return failed(JsonErrc::syntax, s);
     }
     const std::uint32_t len = static_cast<std::uint32_t>(s - start);
-    if (len >= kPollBytes) check_interrupt(options_.interrupt);  // a huge literal: the passes below are linear
+    if (len >= kPollBytes)
+        check_interrupt(options_.interrupt);  // a huge literal: the passes below are linear
 
     // Already canonical? With at most 15 significant digits the literal is the
     // shortest decimal that round-trips (DBL_DIG = 15), so only the layout
@@ -1286,8 +1331,9 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
     if (!has_exponent && !frac_trailing_zero) {
         bool canonical;
         if (int_zero) {
-            canonical = frac_digits == 0 ? !negative
-                                         : (frac_leading_zeros <= 5 && frac_digits - frac_leading_zeros <= 15);
+            canonical = frac_digits == 0
+                            ? !negative
+                            : (frac_leading_zeros <= 5 && frac_digits - frac_leading_zeros <= 15);
         } else {
             canonical = int_digits + frac_digits <= 15;
         }
@@ -1300,24 +1346,30 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
 
     // Written directly into the output, which may be longer than the literal
     // ("1e21" -> "1e+21"): make room first.
-    if (static_cast<std::size_t>(cap_ - w) < kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack)
+    if (static_cast<std::size_t>(cap_ - w) <
+        kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack)
         w = grow(w, kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack);
     // More than 15 significant digits and no trailing zero (typically a double
     // printed by another serializer) is never a rewrite: skip trying.
-    const std::size_t significant = int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
+    const std::size_t significant =
+        int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
     const bool rewritable = significant <= 15 || frac_end[-1] == '0';
-    std::size_t n = rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, w) : 0;
+    std::size_t n =
+        rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, w) : 0;
     if (n == 0 && significant >= 16)
-        n = keep_long_decimal(in_, end_, negative, int_begin, int_end, frac, frac_end, frac_leading_zeros, exp, s, w);
+        n = keep_long_decimal(in_, end_, negative, int_begin, int_end, frac, frac_end,
+                              frac_leading_zeros, exp, s, w);
     if (n == 0) {
         double value = 0;
-        auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
+        auto res = fast_float::from_chars(reinterpret_cast<const char*>(start),
+                                          reinterpret_cast<const char*>(s), value);
         // fast_float 3 (bookworm) reports overflow as an infinite value; 6 and
         // later (trixie, forky) also set result_out_of_range, for underflow (0) too.
         if ((res.ec != std::errc() && res.ec != std::errc::result_out_of_range) ||
             res.ptr != reinterpret_cast<const char*>(s))
             return failed(JsonErrc::syntax, start);
-        if (!std::isfinite(value)) return failed(JsonErrc::number_overflow, start);  // underflow gives 0
+        if (!std::isfinite(value))
+            return failed(JsonErrc::number_overflow, start);  // underflow gives 0
         n = format_number(value, w);
     }
     return {s, w + n};
@@ -1333,15 +1385,18 @@ __attribute__((always_inline)) inline bool copy_canonical_number(const unsigned 
 #if defined(__SSE2__)
     if (end - p < 16) return false;
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),  // signed: not bytes >= 0x80
-                                        _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
-    const unsigned non_digit = ~static_cast<unsigned>(_mm_movemask_epi8(digit));  // bit 16 and up set
+    const __m128i digit =
+        _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),  // signed: not bytes >= 0x80
+                      _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+    const unsigned non_digit =
+        ~static_cast<unsigned>(_mm_movemask_epi8(digit));  // bit 16 and up set
     const unsigned start = p[0] == '-';
     const unsigned int_end = static_cast<unsigned>(__builtin_ctz(non_digit & (~0u << start)));
     const unsigned int_digits = int_end - start;
     if (int_digits == 0 || int_end >= 16) return false;
     const bool int_zero = p[start] == '0';
-    if (int_zero && int_digits > 1) return false;  // a syntax error, reported by parse_number's caller
+    if (int_zero && int_digits > 1)
+        return false;  // a syntax error, reported by parse_number's caller
     unsigned number_end = int_end;
     unsigned frac_digits = 0;
     if (p[int_end] == '.') {
@@ -1350,7 +1405,8 @@ __attribute__((always_inline)) inline bool copy_canonical_number(const unsigned 
         frac_digits = number_end - frac_begin;
         if (frac_digits == 0 || number_end >= 16 || p[number_end - 1] == '0') return false;
         if (int_zero) {
-            const unsigned zeros = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('0'))));
+            const unsigned zeros =
+                static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('0'))));
             const unsigned leading = static_cast<unsigned>(__builtin_ctz(~zeros >> frac_begin));
             if (leading > 5 || frac_digits - leading > 15) return false;
         }
@@ -1375,7 +1431,8 @@ __attribute__((always_inline)) inline bool copy_canonical_number(const unsigned 
 // records the member in members_. Inline in the parser's loop, like
 // parse_string: a call per member costs more than the work it does.
 template <bool kPolled>
-__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p, char*& w) {
+__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p,
+                                                                       char*& w) {
     if (!(p < end_ && *p == '"')) {  // whitespace first: rare
         while (p < end_ && is_ws(*p)) ++p;
         if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
@@ -1386,8 +1443,10 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
     const std::uint64_t prefix =
         (str_flags_ & kInArena)
             ? name_prefix({arena_.data() + str_pos_, str_len_}, arena_.data() + arena_.size())
-            : name_prefix({reinterpret_cast<const char*>(name), str_len_}, reinterpret_cast<const char*>(end_));
-    members_.push(Member{prefix, out_pos, str_pos_, str_len_, static_cast<std::uint32_t>(name - 1 - in_), str_flags_});
+            : name_prefix({reinterpret_cast<const char*>(name), str_len_},
+                          reinterpret_cast<const char*>(end_));
+    members_.push(Member{prefix, out_pos, str_pos_, str_len_,
+                         static_cast<std::uint32_t>(name - 1 - in_), str_flags_});
     if (!(p < end_ && *p == ':')) {
         while (p < end_ && is_ws(*p)) ++p;
         if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
@@ -1403,7 +1462,8 @@ inline char* copy_blocks(char* to, const char* from, std::size_t n) {
 #if defined(__SSE2__)
     std::size_t i = 0;
     do {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
         i += 16;
     } while (i < n);
 #else
@@ -1498,8 +1558,8 @@ char* Document::close_object(const Frame& frame, char* w) {
                 if (i % kPollItems == kPollItems - 1) check_interrupt(options_.interrupt);
             }
             const Member& m = first[i];
-            names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos, m.key_len,
-                                  static_cast<std::uint32_t>(i)};
+            names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos,
+                                  m.key_len, static_cast<std::uint32_t>(i)};
             flags |= m.flags;
         }
         if (kPolled && count > kPollItems) {
@@ -1512,7 +1572,8 @@ char* Document::close_object(const Frame& frame, char* w) {
                     return less(a, b);
                 };
             };
-            std::sort(names, names + count, polled((flags & kNonAscii) ? utf16_name_less : ascii_name_less));
+            std::sort(names, names + count,
+                      polled((flags & kNonAscii) ? utf16_name_less : ascii_name_less));
         } else if (flags & kNonAscii) {
             sort_names(names, count, utf16_name_less);
         } else {
@@ -1524,9 +1585,11 @@ char* Document::close_object(const Frame& frame, char* w) {
             }
             const MemberName& x = names[i - 1];
             const MemberName& y = names[i];
-            if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
+            if (x.prefix == y.prefix && x.len == y.len &&
+                same_bytes({x.data, x.len}, {y.data, y.len})) {
                 error_.code = JsonErrc::duplicate_name;
-                error_.offset = std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
+                error_.offset =
+                    std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
                 return nullptr;
             }
         }
@@ -1545,7 +1608,8 @@ char* Document::close_object(const Frame& frame, char* w) {
             const auto k = static_cast<std::size_t>(keys[i] & mask);
             if (first[k].flags & kRemoved) continue;
             const std::uint64_t from = first[k].out_pos;
-            t = copy_blocks(t, base_ + from, static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
+            t = copy_blocks(t, base_ + from,
+                            static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
             *t++ = ',';
             if constexpr (kPolled) {
                 if (static_cast<std::size_t>(t - begin) >= poll_at) {
@@ -1587,7 +1651,8 @@ void Document::prepare_exclusions() {
 // Orders pointers a and b of `list` by their tokens from `depth` on (the
 // tokens before are equal): <0, 0 or >0. A pointer that ends sorts before its
 // continuations.
-inline int compare_tokens_at(const PointerList& list, std::uint32_t a, std::uint32_t b, std::size_t depth) {
+inline int compare_tokens_at(const PointerList& list, std::uint32_t a, std::uint32_t b,
+                             std::size_t depth) {
     const bool a_ends = list.token_count(a) <= depth;
     const bool b_ends = list.token_count(b) <= depth;
     if (a_ends || b_ends) return static_cast<int>(b_ends) - static_cast<int>(a_ends);
@@ -1611,7 +1676,8 @@ void Document::sort_exclusions() {
     excluded_.reserve(list.size());
     for (std::size_t i = 0; i < list.size(); ++i) {
         if (i % kPollItems == kPollItems - 1) check_interrupt(probe);
-        if (list.token_count(i) != 0) excluded_.push_back(static_cast<std::uint32_t>(i));  // none: excludes nothing
+        if (list.token_count(i) != 0)
+            excluded_.push_back(static_cast<std::uint32_t>(i));  // none: excludes nothing
     }
     std::uint32_t* const a = excluded_.data();
     struct Part {
@@ -1632,7 +1698,8 @@ void Document::sort_exclusions() {
                     std::size_t hole = i;
                     for (; hole > part.begin; --hole) {
                         const std::uint32_t other = a[hole - 1];
-                        const std::size_t longer = std::max(list.token_count(value), list.token_count(other));
+                        const std::size_t longer =
+                            std::max(list.token_count(value), list.token_count(other));
                         int c = 0;
                         for (std::size_t d = part.depth; c == 0 && d < longer; ++d)
                             c = compare_tokens_at(list, value, other, d);
@@ -1660,7 +1727,8 @@ void Document::sort_exclusions() {
             }
             if (lt - part.begin > 1) parts.push_back({part.begin, lt, part.depth});
             if (part.end - gt > 1) parts.push_back({gt, part.end, part.depth});
-            if (list.token_count(pivot) <= part.depth || gt - lt < 2) break;  // the equal part ended, or is one
+            if (list.token_count(pivot) <= part.depth || gt - lt < 2)
+                break;  // the equal part ended, or is one
             part = {lt, gt, part.depth + 1};
         }
     }
@@ -1671,20 +1739,20 @@ void Document::sort_exclusions() {
 // returns true when one of them ends there (the value is excluded, and nothing
 // below it needs looking at), else leaves those that continue below it as the
 // pending range (empty when there are none).
-bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth, std::string_view token) {
+bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth,
+                       std::string_view token) {
     const PointerList& list = *exclude_;
     const std::uint32_t* const data = excluded_.data();
     const std::uint32_t* const lo = std::lower_bound(
-        data + begin, data + end, token, [&list, depth](std::uint32_t t, std::string_view v) {
-            return list.token(t, depth) < v;
-        });
+        data + begin, data + end, token,
+        [&list, depth](std::uint32_t t, std::string_view v) { return list.token(t, depth) < v; });
     const std::uint32_t* const hi = std::upper_bound(
-        lo, data + end, token, [&list, depth](std::string_view v, std::uint32_t t) {
-            return v < list.token(t, depth);
-        });
+        lo, data + end, token,
+        [&list, depth](std::string_view v, std::uint32_t t) { return v < list.token(t, depth); });
     pending_begin_ = pending_end_ = 0;
     if (lo == hi) return false;
-    if (list.token_count(*lo) == depth + 1) return true;  // the shortest sorts first: a pointer ends here
+    if (list.token_count(*lo) == depth + 1)
+        return true;  // the shortest sorts first: a pointer ends here
     pending_begin_ = static_cast<std::uint32_t>(lo - data);
     pending_end_ = static_cast<std::uint32_t>(hi - data);
     return false;
@@ -1695,7 +1763,8 @@ bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth
 // the pointers that continue below it pending for its value.
 void Document::descend_member(const Frame& frame) {
     Member& member = members_.back();
-    if (descend(frame.match_begin, frame.match_end, stack_.size() - 1, key_text(member))) member.flags |= kRemoved;
+    if (descend(frame.match_begin, frame.match_end, stack_.size() - 1, key_text(member)))
+        member.flags |= kRemoved;
 }
 
 // The element of the array `frame` about to be parsed (at frame.index), which
@@ -1748,10 +1817,12 @@ bool Document::run_pass(JsonError& error) {
     bool drop = false;
     std::uint64_t mark = 0;
     // Compact JSON has no whitespace: one compare rejects every token byte.
-    auto skip_ws = [&] { while (p < end_ && *p <= ' ' && is_ws(*p)) ++p; };
+    auto skip_ws = [&] {
+        while (p < end_ && *p <= ' ' && is_ws(*p)) ++p;
+    };
     // The start of an element of the array on top of the stack: its comma and
     // its exclusion (the element's index is frame.index).
-    auto start_element = [&](Frame& frame) __attribute__((always_inline)) {
+    auto start_element = [&](Frame & frame) __attribute__((always_inline)) {
         const auto before = static_cast<std::uint64_t>(w - base_);
         if (frame.kept++ != 0) *w++ = ',';
         if (frame.match_begin != frame.match_end) {
@@ -1760,7 +1831,7 @@ bool Document::run_pass(JsonError& error) {
         }
     };
     // The start of a member of the object on top of the stack.
-    auto start_member = [&](Frame& frame) __attribute__((always_inline)) {
+    auto start_member = [&](Frame & frame) __attribute__((always_inline)) {
         if (!parse_member_name<kPolled>(p, w)) return false;
         if (frame.match_begin != frame.match_end) descend_member(frame);
         return true;
@@ -1777,62 +1848,63 @@ bool Document::run_pass(JsonError& error) {
         return p < end_ ? static_cast<int>(*p) : -1;
     };
 
-value:  // a value starts at p (after whitespace)
-    {
-        if constexpr (kPolled) {
-            if (p >= poll_at_) poll(p);
+value :  // a value starts at p (after whitespace)
+{
+    if constexpr (kPolled) {
+        if (p >= poll_at_) poll(p);
+    }
+    const int c = next_byte();
+    if (c == '"') {
+        if (!parse_string<kPolled>(p, w, false)) goto failed;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (!copy_canonical_number(p, w, end_)) {
+            const Pos next = parse_number(p, w);
+            if (next.p == nullptr) goto failed;
+            p = next.p;
+            w = next.w;
         }
-        const int c = next_byte();
-        if (c == '"') {
-            if (!parse_string<kPolled>(p, w, false)) goto failed;
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            if (!copy_canonical_number(p, w, end_)) {
-                const Pos next = parse_number(p, w);
-                if (next.p == nullptr) goto failed;
-                p = next.p;
-                w = next.w;
-            }
-        } else if (c == '{' || c == '[') {
-            if (stack_.size() >= options_.max_depth) {
-                fail(JsonErrc::too_deep, p);
-                goto failed;
-            }
-            *w++ = static_cast<char>(c);
-            stack_.push(Frame{static_cast<std::uint64_t>(w - base_), mark,
-                              static_cast<std::uint32_t>(members_.size()), 0, 0, pending_begin_, pending_end_,
-                              c == '{', drop});
-            drop = false;
-            ++p;
-            Frame& frame = stack_.back();
-            if (next_byte() == (c == '{' ? '}' : ']')) goto after_value;  // empty: closed there
-            if (c == '{') {
-                if (!start_member(frame)) goto failed;  // the first member's
-            } else {
-                start_element(frame);
-            }
-            goto value;
-        } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
-            std::memcpy(w, "true", 4);
-            w += 4;
-            p += 4;
-        } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
-            std::memcpy(w, "false", 5);
-            w += 5;
-            p += 5;
-        } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
-            std::memcpy(w, "null", 4);
-            w += 4;
-            p += 4;
-        } else {
-            fail(JsonErrc::syntax, p);  // also at the end of the input
+    } else if (c == '{' || c == '[') {
+        if (stack_.size() >= options_.max_depth) {
+            fail(JsonErrc::too_deep, p);
             goto failed;
         }
-        if (drop) {  // an excluded array element
-            w = base_ + mark;
-            --stack_.back().kept;
-            drop = false;
+        *w++ = static_cast<char>(c);
+        stack_.push(Frame{static_cast<std::uint64_t>(w - base_), mark,
+                          static_cast<std::uint32_t>(members_.size()), 0, 0, pending_begin_,
+                          pending_end_, c == '{', drop});
+        drop = false;
+        ++p;
+        Frame& frame = stack_.back();
+        if (next_byte() == (c == '{' ? '}' : ']')) goto after_value;  // empty: closed there
+        if (c == '{') {
+            if (!start_member(frame)) goto failed;  // the first member's
+        } else {
+            start_element(frame);
         }
+        goto value;
+    } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
+        std::memcpy(w, "true", 4);
+        w += 4;
+        p += 4;
+    } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' &&
+               p[4] == 'e') {
+        std::memcpy(w, "false", 5);
+        w += 5;
+        p += 5;
+    } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
+        std::memcpy(w, "null", 4);
+        w += 4;
+        p += 4;
+    } else {
+        fail(JsonErrc::syntax, p);  // also at the end of the input
+        goto failed;
     }
+    if (drop) {  // an excluded array element
+        w = base_ + mark;
+        --stack_.back().kept;
+        drop = false;
+    }
+}
 
 after_value:  // a value is complete: close containers or move to the next value
     while (!stack_.empty()) {
@@ -1885,8 +1957,9 @@ namespace {
 
 // Both canonicalize() overloads end here: the one place the pass is inlined
 // into (it is too large to be inlined twice), with no cleanup around it.
-__attribute__((noinline)) bool run_document(std::string_view json, std::string& out, JsonError& error,
-                                            const CanonicalizeOptions& options, const PointerList* exclude) {
+__attribute__((noinline)) bool run_document(std::string_view json, std::string& out,
+                                            JsonError& error, const CanonicalizeOptions& options,
+                                            const PointerList* exclude) {
     thread_local Scratch scratch;
     Document document(json, options, exclude, scratch, out);
     const bool ok = document.run(error);  // releases the scratch itself when interrupted
@@ -1895,7 +1968,8 @@ __attribute__((noinline)) bool run_document(std::string_view json, std::string& 
 }
 
 // canonicalize() with a vector of pointers: converts them to a PointerList.
-__attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std::string& out, JsonError& error,
+__attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std::string& out,
+                                                      JsonError& error,
                                                       const CanonicalizeOptions& options,
                                                       const std::vector<JsonPointer>& exclude) {
     PointerList list;
@@ -1910,12 +1984,13 @@ __attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std
 
 bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
-    if (exclude != nullptr && !exclude->empty()) return canonicalize_excluding(json, out, error, options, *exclude);
+    if (exclude != nullptr && !exclude->empty())
+        return canonicalize_excluding(json, out, error, options, *exclude);
     return run_document(json, out, error, options, nullptr);
 }
 
-bool canonicalize(std::string_view json, std::string& out, JsonError& error, const CanonicalizeOptions& options,
-                  const PointerList& exclude) {
+bool canonicalize(std::string_view json, std::string& out, JsonError& error,
+                  const CanonicalizeOptions& options, const PointerList& exclude) {
     return run_document(json, out, error, options, &exclude);
 }
 

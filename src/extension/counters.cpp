@@ -48,8 +48,9 @@ namespace {
 constexpr int kCounters = static_cast<int>(Counter::count);
 // Upper bounds of the wait histogram's buckets, in microseconds (1-2-5 steps
 // from 1 ms to 1 min, then everything longer).
-constexpr uint64 kBucketBoundsUs[] = {1000,    2000,    5000,    10000,    20000,    50000,    100000,  200000,
-                                      500000,  1000000, 2000000, 5000000,  10000000, 30000000, 60000000};
+constexpr uint64 kBucketBoundsUs[] = {1000,    2000,    5000,     10000,    20000,
+                                      50000,   100000,  200000,   500000,   1000000,
+                                      2000000, 5000000, 10000000, 30000000, 60000000};
 constexpr int kBuckets = sizeof kBucketBoundsUs / sizeof kBucketBoundsUs[0] + 1;  // + infinity
 // Shown bytes of an action's name (the entry is found by a 64-bit hash of all of it).
 constexpr int kShownAction = 256;
@@ -113,7 +114,8 @@ void init_entry(Entry* entry, const char* action, int length) {
 
 void request_shmem() {
     if (previous_request_hook != nullptr) previous_request_hook();
-    RequestAddinShmemSpace(add_size(MAXALIGN(sizeof(Shared)), hash_estimate_size(capacity(), sizeof(Entry))));
+    RequestAddinShmemSpace(
+        add_size(MAXALIGN(sizeof(Shared)), hash_estimate_size(capacity(), sizeof(Entry))));
     RequestNamedLWLockTranche(kTrancheName, 1);
 }
 
@@ -186,7 +188,8 @@ Entry* entry_for(text* action) {
     const char* name = action == nullptr ? "(unknown)" : VARDATA_ANY(action);
     const int length = action == nullptr ? 9 : static_cast<int>(VARSIZE_ANY_EXHDR(action));
     if (length == last_length && memcmp(name, last_action, length) == 0) return last_entry;
-    uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char*>(name), length, 0x636f756e74657273);
+    uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char*>(name), length,
+                                      0x636f756e74657273);
     if (hash == kOtherHash) hash = 1;
     if (local == nullptr) {
         HASHCTL info;
@@ -227,7 +230,8 @@ void add_wait(Entry* entry, const KeyLock& lock) {
 }
 
 Counter outcome_counter(Caller caller, Outcome outcome) {
-    const int base = static_cast<int>(caller == Caller::begin ? Counter::begin_started : Counter::acquire_started);
+    const int base = static_cast<int>(caller == Caller::begin ? Counter::begin_started
+                                                              : Counter::acquire_started);
     switch (outcome) {
         case Outcome::started: return static_cast<Counter>(base + 0);
         case Outcome::replay: return static_cast<Counter>(base + 1);
@@ -239,11 +243,12 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
 }
 
 void warn_off() {
-    ereport(WARNING, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                      errmsg("idempotency counters are off"),
-                      errdetail("The idempotency library was not loaded by shared_preload_libraries."),
-                      errhint("Add idempotency to shared_preload_libraries (e.g. 'pg_cron,idempotency') and "
-                              "restart the server.")));
+    ereport(
+        WARNING,
+        (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), errmsg("idempotency counters are off"),
+         errdetail("The idempotency library was not loaded by shared_preload_libraries."),
+         errhint("Add idempotency to shared_preload_libraries (e.g. 'pg_cron,idempotency') and "
+                 "restart the server.")));
 }
 
 Datum array_of(const Datum* values, int n, Oid type) {
@@ -252,26 +257,40 @@ Datum array_of(const Datum* values, int n, Oid type) {
 }
 
 // Columns of idempotency.stats_counters() after the counters.
-enum StatsColumn { sDatabase, sAction, sFirstCounter, sWaits = sFirstCounter + kCounters, sWaitSum, sWaitMax,
-                   sWaitLe, sWaitBuckets, sReset, sColumns };
+enum StatsColumn {
+    sDatabase,
+    sAction,
+    sFirstCounter,
+    sWaits = sFirstCounter + kCounters,
+    sWaitSum,
+    sWaitMax,
+    sWaitLe,
+    sWaitBuckets,
+    sReset,
+    sColumns
+};
 
 void put_row(Tuplestorestate* store, TupleDesc desc, const Entry* entry_in, TimestampTz reset_at) {
     auto* entry = const_cast<Entry*>(entry_in);
     Datum values[sColumns];
     bool nulls[sColumns] = {};
-    char* database = OidIsValid(entry->key.database) ? get_database_name(entry->key.database) : nullptr;
+    char* database =
+        OidIsValid(entry->key.database) ? get_database_name(entry->key.database) : nullptr;
     nulls[sDatabase] = database == nullptr;
-    values[sDatabase] = database == nullptr ? 0 : DirectFunctionCall1(namein, CStringGetDatum(database));
+    values[sDatabase] =
+        database == nullptr ? 0 : DirectFunctionCall1(namein, CStringGetDatum(database));
     values[sAction] = CStringGetTextDatum(entry->action);
     for (int i = 0; i < kCounters; ++i)
-        values[sFirstCounter + i] = Int64GetDatum(static_cast<int64>(pg_atomic_read_u64(&entry->counts[i])));
+        values[sFirstCounter + i] =
+            Int64GetDatum(static_cast<int64>(pg_atomic_read_u64(&entry->counts[i])));
     Datum bounds[kBuckets];
     Datum cumulative[kBuckets];
     uint64 total = 0;
     for (int i = 0; i < kBuckets; ++i) {
         total += pg_atomic_read_u64(&entry->buckets[i]);
         cumulative[i] = Int64GetDatum(static_cast<int64>(total));
-        bounds[i] = Float8GetDatum(i < kBuckets - 1 ? kBucketBoundsUs[i] / 1000.0 : get_float8_infinity());
+        bounds[i] =
+            Float8GetDatum(i < kBuckets - 1 ? kBucketBoundsUs[i] / 1000.0 : get_float8_infinity());
     }
     values[sWaits] = Int64GetDatum(static_cast<int64>(total));
     values[sWaitSum] = Float8GetDatum(pg_atomic_read_u64(&entry->wait_sum_us) / 1000.0);
@@ -296,7 +315,8 @@ void count_event(Counter counter, text* action, int64 n) {
     add(entry_for(action), counter, n);
 }
 
-void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock, const KeyRow* row) {
+void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
+                   const KeyRow* row) {
     if (!counters_on()) return;
     Entry* entry = entry_for(action);
     add(entry, outcome_counter(caller, outcome), 1);
@@ -348,7 +368,8 @@ IDEM_SQL_FUNCTION(idempotency_stats_counters) {
     LWLockAcquire(shared->lock, LW_SHARED);
     HASH_SEQ_STATUS scan;
     hash_seq_init(&scan, entries);
-    for (Entry* entry; (entry = static_cast<Entry*>(hash_seq_search(&scan))) != nullptr;) found[count++] = entry;
+    for (Entry* entry; (entry = static_cast<Entry*>(hash_seq_search(&scan))) != nullptr;)
+        found[count++] = entry;
     LWLockRelease(shared->lock);
     found[count++] = &shared->other;
     // The server-wide '(other)' row is always there, so that stats_reset shows
@@ -368,7 +389,8 @@ IDEM_SQL_FUNCTION(idempotency_stats_reset) {
     LWLockAcquire(shared->lock, LW_SHARED);
     HASH_SEQ_STATUS scan;
     hash_seq_init(&scan, entries);
-    for (Entry* entry; (entry = static_cast<Entry*>(hash_seq_search(&scan))) != nullptr;) reset_entry(entry);
+    for (Entry* entry; (entry = static_cast<Entry*>(hash_seq_search(&scan))) != nullptr;)
+        reset_entry(entry);
     reset_entry(&shared->other);
     const TimestampTz now = GetCurrentTimestamp();
     pg_atomic_write_u64(&shared->reset_at, static_cast<uint64>(now));

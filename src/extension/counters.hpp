@@ -19,10 +19,18 @@ namespace idem::pg {
 /// The events counted, one shared counter each per (database, action). The
 /// order is the order of the columns of idempotency.stats.
 enum class Counter {
-    begin_started, begin_replay, begin_secret_replay, begin_mismatch, begin_in_progress,
-    acquire_started, acquire_replay, acquire_secret_replay, acquire_mismatch, acquire_in_progress,
-    takeovers,               ///< starts (begin or acquire) that replaced an in_progress row whose lease lapsed
-    completed,               ///< complete() without fence: response stored
+    begin_started,
+    begin_replay,
+    begin_secret_replay,
+    begin_mismatch,
+    begin_in_progress,
+    acquire_started,
+    acquire_replay,
+    acquire_secret_replay,
+    acquire_mismatch,
+    acquire_in_progress,
+    takeovers,  ///< starts (begin or acquire) that replaced an in_progress row whose lease lapsed
+    completed,  ///< complete() without fence: response stored
     lease_completed,         ///< complete(fence => f): true
     save_final_stored,       ///< save_final(): true
     save_final_refused,      ///< save_final(): false
@@ -54,7 +62,8 @@ void count_event(Counter counter, text* action, int64 n = 1);
 /// Counts the outcome of begin() or acquire(), a takeover when the start
 /// replaced an in_progress row (`row` may be nullptr), and the wait for the
 /// key lock when there was one.
-void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock, const KeyRow* row);
+void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
+                   const KeyRow* row);
 
 /// Counts the wait for the key lock, when there was one.
 void count_wait(text* action, const KeyLock& lock);

@@ -53,8 +53,9 @@ IDEM_SQL_FUNCTION(idempotency_acquire) {
     const KeyRow written = take_lease(request, &lease, &ttl, next_fence());
     if (!written.found) {
         count_event(Counter::serialization_failures, request.action);
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("idempotency key was taken by another transaction"), errhint("Retry.")));
+        ereport(ERROR,
+                (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                 errmsg("idempotency key was taken by another transaction"), errhint("Retry.")));
     }
     count_outcome(Caller::acquire, request.action, Outcome::started, lock, &row);
     return outcome_result(fcinfo, Outcome::started, &written);
@@ -69,8 +70,10 @@ IDEM_SQL_FUNCTION(idempotency_renew) {
     const Interval lease = lease_argument(fcinfo, 3);
     PreventCommandIfReadOnly("idempotency.renew()");
     text* action = nullptr;
-    const bool held = renew_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &lease, &action);
-    PG_RETURN_BOOL(count_fenced(Counter::renewed, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+    const bool held =
+        renew_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &lease, &action);
+    PG_RETURN_BOOL(
+        count_fenced(Counter::renewed, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
 }
 
 /// idempotency.release(principal, key, fence) -> boolean: ends a live lease so
@@ -80,8 +83,10 @@ IDEM_SQL_FUNCTION(idempotency_release) {
     check_principal_binding(PG_GETARG_TEXT_PP(0));
     PreventCommandIfReadOnly("idempotency.release()");
     text* action = nullptr;
-    const bool held = release_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &action);
-    PG_RETURN_BOOL(count_fenced(Counter::released, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+    const bool held =
+        release_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &action);
+    PG_RETURN_BOOL(
+        count_fenced(Counter::released, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
 }
 
 /// idempotency.claim(principal, key, ttl) -> boolean: true for the first caller
@@ -109,5 +114,6 @@ IDEM_SQL_FUNCTION(idempotency_complete_fenced) {
     const StoredResponse response = response_arguments(fcinfo, 3, 4, 5, 6, 7);
     PreventCommandIfReadOnly("idempotency.complete()");
     check_principal_binding(PG_GETARG_TEXT_PP(0));
-    PG_RETURN_BOOL(complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), response));
+    PG_RETURN_BOOL(
+        complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), response));
 }
