@@ -21,7 +21,7 @@ packages=(
   python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv python3-yaml
 )
 if [[ $scope == full ]]; then
-  packages+=(clang-14 libclang-rt-14-dev clang-format wrk)
+  packages+=(clang-14 libclang-rt-14-dev clang-format wrk debootstrap)  # debootstrap: scripts/test-matrix.sh
   # node (differential tests, benchmark peers) ships with the machine; Debian's
   # nodejs/npm only where it is missing (they conflict with a preinstalled node).
   command -v node >/dev/null || packages+=(nodejs)

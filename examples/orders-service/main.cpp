@@ -142,8 +142,8 @@ idem::TransactionHandler create_api_key(const std::string& principal, const std:
             !input["name"].is_string() || input["name"].get<std::string>().empty())
             return problem(400, "Invalid API key request",
                            "The body must be a JSON object with a non-empty \"name\" string.");
-        pqxx::row row = tx.exec_params1(
-            "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
+        pqxx::row row = idem::pq::exec1(
+            tx, "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
             " RETURNING id, 'sk_' || replace(pg_catalog.gen_random_uuid()::text, '-', '')",
             principal, input["name"].get<std::string>());
         const long id = row[0].as<long>();
