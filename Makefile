@@ -23,6 +23,7 @@ OBJS = src/extension/module.o \
        src/extension/lease.o \
        src/extension/counters.o \
        src/core/jcs.o \
+       src/core/numbers.o \
        src/core/fingerprint.o \
        src/core/statuses.o
 

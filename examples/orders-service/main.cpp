@@ -143,7 +143,8 @@ idem::TransactionHandler create_api_key(const std::string& principal, const std:
             return problem(400, "Invalid API key request",
                            "The body must be a JSON object with a non-empty \"name\" string.");
         pqxx::row row = idem::pq::exec1(
-            tx, "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
+            tx,
+            "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
             " RETURNING id, 'sk_' || replace(pg_catalog.gen_random_uuid()::text, '-', '')",
             principal, input["name"].get<std::string>());
         const long id = row[0].as<long>();

@@ -99,17 +99,6 @@ void check_path(std::string_view path) {
         throw InvalidRequest("path contains a line feed");
 }
 
-std::string canonical_body(std::optional<std::string_view> body,
-                           const std::vector<JsonPointer>& exclude,
-                           const CanonicalizeOptions& options) {
-    if (!body || body->empty()) return {};
-    std::string canonical;
-    JsonError error;
-    if (canonicalize(*body, canonical, error, options, &exclude)) return canonical;
-    if (error.code == JsonErrc::too_deep) throw JsonException(error);
-    return std::string(*body);
-}
-
 Digest fingerprint(std::string_view method, std::string_view path,
                    std::optional<std::string_view> body, const std::vector<JsonPointer>& exclude,
                    const CanonicalizeOptions& options) {
