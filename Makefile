@@ -9,6 +9,7 @@ RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0
 
 MODULE_big = idempotency
 OBJS = src/extension/module.o \
+       src/extension/settings.o \
        src/extension/jcs_sql.o \
        src/extension/protocol.o \
        src/core/jcs.o \

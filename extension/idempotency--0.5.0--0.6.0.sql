@@ -7,11 +7,209 @@
 -- ---------------------------------------------------------------------------
 -- Fences (protocol)
 
+-- Every fence comes from this one sequence: a fence is never handed out twice
+-- for a key, not after cleanup or forget deleted its row, a crash, or a dump
+-- and restore (the sequence's value is dumped with the extension's data).
+-- Until 0.5.0 a fence was the replaced row's + 1 and started again at 1 once
+-- a row was gone.
+CREATE SEQUENCE idempotency.fences AS bigint;
+COMMENT ON SEQUENCE idempotency.fences IS
+    'Source of every lease generation (fence) of idempotency.keys; fences never repeat in this database';
+-- Above every fence a stored row holds today.
+SELECT pg_catalog.setval('idempotency.fences', pg_catalog.max(fence)) FROM idempotency.keys
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.fences', '');
+REVOKE ALL ON SEQUENCE idempotency.fences FROM PUBLIC;
+ALTER TABLE idempotency.keys
+    ALTER COLUMN fence SET DEFAULT pg_catalog.nextval('idempotency.fences'::pg_catalog.regclass);
+COMMENT ON COLUMN idempotency.keys.fence IS
+    'lease generation, from idempotency.fences: higher at every takeover, never repeated for a key';
+
 -- ---------------------------------------------------------------------------
 -- Protocol functions (protocol)
 
+-- Grants that roles hold on functions this script replaces are handed on to
+-- the replacements, so that an application keeps working after the update.
+CREATE TEMPORARY TABLE idempotency_060_grants ON COMMIT DROP AS
+SELECT p.proname::pg_catalog.text AS function, a.grantee, a.is_grantable
+  FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+ WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+           'idempotency.complete(text, text, integer, bytea, jsonb, text, boolean)'::pg_catalog.regprocedure,
+           'idempotency.complete(text, text, bigint, integer, bytea, jsonb, text, boolean)'::pg_catalog.regprocedure,
+           'idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval)'::pg_catalog.regprocedure])
+   AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
+
+-- One complete() for both protocols: node-pg, psycopg and JDBC send untyped
+-- parameters, and two overloads with four leading parameters were ambiguous
+-- for them (42725). The lease protocol passes fence => f.
+DROP FUNCTION idempotency.complete(text, text, integer, bytea, jsonb, text, boolean);
+DROP FUNCTION idempotency.complete(text, text, bigint, integer, bytea, jsonb, text, boolean);
+CREATE FUNCTION idempotency.complete(principal text, key text, status integer, body bytea DEFAULT NULL,
+                                     headers jsonb DEFAULT NULL, resource_id text DEFAULT NULL,
+                                     one_time_secret boolean DEFAULT false, fence bigint DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_complete'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint) IS
+    'Stores the final response. Without fence: of a key started by idempotency.begin in this transaction, committing with it (55000 without a matching begin). With fence: of a key taken by idempotency.acquire, while fence still holds it (false, changing nothing, once exclusivity was lost)';
+REVOKE ALL ON FUNCTION idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint) FROM PUBLIC;
+
+-- save_final learns one_time_secret: a final error that carries a secret keeps
+-- only its status and the marker, like complete().
+DROP FUNCTION idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval);
+CREATE FUNCTION idempotency.save_final(principal text, key text, action text, fingerprint bytea,
+                                       status integer, body bytea DEFAULT NULL, headers jsonb DEFAULT NULL,
+                                       ttl interval DEFAULT NULL, one_time_secret boolean DEFAULT false)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_save_final'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval, boolean) IS
+    'After a rolled-back attempt: stores a final error response (true) if no live row holds the key, or does nothing (false: not final, the key is live, or the wait for a transaction holding it ran out)';
+REVOKE ALL ON FUNCTION idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval, boolean)
+    FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM idempotency_060_grants LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s',
+            CASE g.function
+                WHEN 'complete' THEN 'idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint)'
+                ELSE 'idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval, boolean)'
+            END,
+            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$grants$;
+DROP TABLE idempotency_060_grants;
+
+CREATE FUNCTION idempotency.bound_principal(principal text) RETURNS text
+    AS 'MODULE_PATHNAME', 'idempotency_bound_principal'
+    LANGUAGE C STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION idempotency.bound_principal(text) IS
+    'Returns principal when the calling role may act for it under idempotency.principal_binding; 42501 otherwise';
+
+-- A row is live while its key has not expired or a lease holds it.
+CREATE OR REPLACE FUNCTION idempotency.lookup(principal text, key text)
+    RETURNS TABLE (state text, action text, live boolean, response_status integer, resource_id text,
+                   one_time_secret boolean, fence bigint, lease_until timestamptz, created_at timestamptz,
+                   expires_at timestamptz)
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT k.state, k.action,
+           k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+               OR COALESCE(k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false),
+           k.response_status::pg_catalog.int4, k.resource_id, k.one_time_secret, k.fence, k.lease_until,
+           k.created_at, k.expires_at
+      FROM idempotency.keys AS k
+     WHERE k.principal OPERATOR(pg_catalog.=) idempotency.bound_principal(lookup.principal)
+       AND k.key OPERATOR(pg_catalog.=) lookup.key
+$$;
+
+CREATE OR REPLACE VIEW idempotency.status AS
+WITH rows AS (
+    SELECT k.*, k.expires_at > pg_catalog.now() OR COALESCE(k.lease_until > pg_catalog.clock_timestamp(), false) AS live
+      FROM idempotency.keys AS k),
+grouped AS (
+    SELECT action, state, live, pg_catalog.count(*) AS keys,
+           pg_catalog.min(created_at) AS oldest_created_at, pg_catalog.max(created_at) AS newest_created_at,
+           pg_catalog.min(expires_at) AS next_expires_at,
+           pg_catalog.count(*) FILTER (WHERE state = 'in_progress' AND lease_until > pg_catalog.clock_timestamp())
+               AS leases_live,
+           pg_catalog.min(lease_until) FILTER (WHERE state = 'in_progress') AS earliest_lease_until
+      FROM rows
+     GROUP BY 1, 2, 3),
+oldest AS (
+    SELECT DISTINCT ON (action, state, live)
+           action, state, live, principal AS oldest_principal, key AS oldest_key, lease_until AS oldest_lease_until
+      FROM rows
+     ORDER BY action, state, live, created_at)
+SELECT g.action, g.state, g.live, g.keys, g.oldest_created_at, g.newest_created_at, g.next_expires_at,
+       g.leases_live, g.earliest_lease_until, o.oldest_principal, o.oldest_key, o.oldest_lease_until
+  FROM grouped g JOIN oldest o USING (action, state, live);
+
 -- ---------------------------------------------------------------------------
 -- Cleanup (protocol)
+
+DROP FUNCTION idempotency.cleanup_batch(integer);  -- left behind by 0.5.0, unused since
+
+-- A row is deleted only when it is dead: its key expired and no lease holds it
+-- (a lease may outlive its key's ttl). The outer condition is evaluated again
+-- on the newest version of a row that a concurrent renew or takeover changed,
+-- so such a row is kept.
+CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after timestamptz,
+                                                     OUT deleted integer, OUT last_expiry timestamptz)
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- PL/pgSQL keeps this statement's plan for the session.
+    WITH gone AS (
+        DELETE FROM idempotency.keys
+         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+                   SELECT k.ctid FROM idempotency.keys AS k
+                    WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                      AND k.expires_at OPERATOR(pg_catalog.>=)
+                          COALESCE(after, '-infinity'::pg_catalog.timestamptz)
+                      AND (k.lease_until IS NULL
+                           OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+                    ORDER BY k.expires_at
+                    LIMIT GREATEST(batch_size, 0)))
+           AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND (lease_until IS NULL OR lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+        RETURNING expires_at)
+    SELECT pg_catalog.count(*)::pg_catalog.int4, pg_catalog.max(gone.expires_at) INTO deleted, last_expiry
+      FROM gone;
+END
+$$;
+
+-- Runs as its caller and cannot fix its search_path (PostgreSQL refuses
+-- COMMIT in a procedure with a SET clause), so every type, function and
+-- operator in it is schema-qualified: 0.5.0 declared timestamptz bare, and a
+-- domain of that name planted in a schema ahead of pg_catalog ran its CHECK
+-- as whoever called cleanup.
+CREATE OR REPLACE PROCEDURE idempotency.cleanup(batch_size integer DEFAULT NULL, max_runtime interval DEFAULT NULL,
+                                                pause interval DEFAULT NULL, INOUT deleted bigint DEFAULT NULL)
+    LANGUAGE plpgsql
+AS $$
+DECLARE
+    size pg_catalog.int4 := COALESCE(batch_size,
+                                     pg_catalog.current_setting('idempotency.cleanup_batch_size', true)::pg_catalog.int4,
+                                     1000);
+    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    batch pg_catalog.int4;
+    resume_at pg_catalog.timestamptz;
+    last_expiry pg_catalog.timestamptz;
+BEGIN
+    IF size OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'batch_size must be positive' USING ERRCODE = '22023';
+    END IF;
+    IF max_runtime OPERATOR(pg_catalog.<) '0'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'max_runtime must not be negative' USING ERRCODE = '22023';
+    END IF;
+    deleted := 0;
+    LOOP
+        SELECT b.deleted, b.last_expiry INTO batch, last_expiry
+          FROM idempotency.cleanup_batch(size, resume_at) AS b;
+        deleted := deleted OPERATOR(pg_catalog.+) batch;
+        COMMIT;
+        EXIT WHEN batch OPERATOR(pg_catalog.<) size;
+        resume_at := last_expiry;
+        EXIT WHEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started OPERATOR(pg_catalog.>=) max_runtime;
+        IF pause OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN
+            PERFORM pg_catalog.pg_sleep(pg_catalog.date_part('epoch', pause));
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- ---------------------------------------------------------------------------
 -- search_path hardening of the remaining objects (security)

@@ -1,5 +1,7 @@
 -- Cleanup of expired keys, the status view and the support lookup.
 \set VERBOSITY sqlstate
+-- Fences come from one sequence; start it afresh so that this file's numbers read 1, 2, 3...
+ALTER SEQUENCE idempotency.fences RESTART;
 -- 25 expired keys (two actions), 3 live ones, 1 live lease.
 INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
 SELECT 'p', 'old-' || i, CASE WHEN i % 2 = 0 THEN 'create_order' ELSE 'refund' END, decode(repeat('00', 32), 'hex'),
@@ -74,7 +76,7 @@ SELECT deleted FROM idempotency.cleanup_batch(NULL, NULL);
 -- Operators only.
 SELECT has_table_privilege('public', 'idempotency.status', 'SELECT') AS public_status,
        has_function_privilege('public', 'idempotency.lookup(text,text)', 'EXECUTE') AS public_lookup,
-       has_function_privilege('public', 'idempotency.cleanup_batch(integer)', 'EXECUTE') AS public_batch,
+       to_regprocedure('idempotency.cleanup_batch(integer)') IS NULL AS old_batch_dropped,
        has_function_privilege('public', 'idempotency.cleanup_batch(integer,timestamptz)', 'EXECUTE') AS public_resume;
 
 DELETE FROM idempotency.keys;

@@ -1,5 +1,7 @@
 -- The lease protocol: acquire / renew / complete(fence) / release / claim.
 \set VERBOSITY sqlstate
+-- Fences come from one sequence; start it afresh so that this file's numbers read 1, 2, 3...
+ALTER SEQUENCE idempotency.fences RESTART;
 CREATE FUNCTION fp(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
     AS $$ SELECT idempotency.fingerprint('POST', '/v1/call', convert_to(t, 'UTF8')) $$;
 
@@ -27,42 +29,42 @@ SELECT outcome, response_status, convert_from(response_body, 'UTF8') AS body, re
 SELECT idempotency.complete('alice', 'l-1', fence => 1, status => 200) AS again,
        idempotency.renew('alice', 'l-1', 1) AS renew_done, idempotency.release('alice', 'l-1', 1) AS release_done;
 
--- An expired lease is taken over with fence + 1; the stale holder is fenced out.
-SELECT outcome, fence FROM idempotency.acquire('alice', 'l-2', 'charge', fp('{}'), lease => '50 ms');
-SELECT pg_sleep(0.1);
+-- An expired lease is taken over with a higher fence (2, then 3); the stale holder is fenced out.
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-2', 'charge', fp('{}'), lease => '100 ms');
+SELECT pg_sleep(0.15);
 SELECT outcome, fence FROM idempotency.acquire('alice', 'l-2', 'charge', fp('{}'), lease => '10 min');
-SELECT idempotency.renew('alice', 'l-2', 1) AS stale_renew,
-       idempotency.complete('alice', 'l-2', fence => 1, status => 200, body => convert_to('stale', 'UTF8')) AS stale_complete,
-       idempotency.release('alice', 'l-2', 1) AS stale_release;
+SELECT idempotency.renew('alice', 'l-2', 2) AS stale_renew,
+       idempotency.complete('alice', 'l-2', fence => 2, status => 200, body => convert_to('stale', 'UTF8')) AS stale_complete,
+       idempotency.release('alice', 'l-2', 2) AS stale_release;
 SELECT state, fence, response_body FROM idempotency.keys WHERE key = 'l-2';
-SELECT idempotency.complete('alice', 'l-2', fence => 2, status => 200, body => convert_to('fresh', 'UTF8')) AS current_complete;
+SELECT idempotency.complete('alice', 'l-2', fence => 3, status => 200, body => convert_to('fresh', 'UTF8')) AS current_complete;
 SELECT convert_from(response_body, 'UTF8') AS body, fence FROM idempotency.keys WHERE key = 'l-2';
 
--- begin on a key whose lease ran out starts, and complete replaces the row (fence + 1).
-SELECT outcome, fence FROM idempotency.acquire('alice', 'l-3', 'charge', fp('{}'), lease => '50 ms');
-SELECT pg_sleep(0.1);
+-- begin on a key whose lease ran out (fence 4) starts with fence 5, and complete replaces the row.
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-3', 'charge', fp('{}'), lease => '100 ms');
+SELECT pg_sleep(0.15);
 BEGIN;
 SELECT outcome, fence FROM idempotency.begin('alice', 'l-3', 'charge', fp('{}'));
 SELECT idempotency.complete('alice', 'l-3', 201, convert_to('by begin', 'UTF8'));
 COMMIT;
 SELECT state, fence, convert_from(response_body, 'UTF8') AS body FROM idempotency.keys WHERE key = 'l-3';
 
--- release ends the lease so that a retry runs again, with a higher fence.
+-- release ends the lease (fence 6) so that a retry runs again, with a higher fence.
 SELECT outcome, fence FROM idempotency.acquire('alice', 'l-4', 'charge', fp('{}'));
-SELECT idempotency.release('alice', 'l-4', 1) AS released, idempotency.release('alice', 'l-4', 1) AS released_twice;
+SELECT idempotency.release('alice', 'l-4', 6) AS released, idempotency.release('alice', 'l-4', 6) AS released_twice;
 SELECT outcome, fence FROM idempotency.acquire('alice', 'l-4', 'charge', fp('{}'));
-SELECT idempotency.renew('alice', 'l-4', 1) AS old_fence_renew;
+SELECT idempotency.renew('alice', 'l-4', 6) AS old_fence_renew;
 
--- one_time_secret through the fenced complete.
-SELECT outcome FROM idempotency.acquire('alice', 'l-5', 'create_key', fp('{}'));
-SELECT idempotency.complete('alice', 'l-5', fence => 1, status => 201, body => convert_to('sk_123', 'UTF8'), one_time_secret => true);
+-- one_time_secret through the fenced complete (fence 8).
+SELECT outcome, fence FROM idempotency.acquire('alice', 'l-5', 'create_key', fp('{}'));
+SELECT idempotency.complete('alice', 'l-5', fence => 8, status => 201, body => convert_to('sk_123', 'UTF8'), one_time_secret => true);
 SELECT outcome, response_status, response_body FROM idempotency.acquire('alice', 'l-5', 'create_key', fp('{}'));
 
 -- claim: true for the first caller within the window.
 SELECT idempotency.claim('alice', 'job-1') AS first, idempotency.claim('alice', 'job-1') AS second,
        idempotency.claim('bob', 'job-1') AS other_principal;
-SELECT idempotency.claim('alice', 'job-2', ttl => '50 ms') AS short;
-SELECT pg_sleep(0.1);
+SELECT idempotency.claim('alice', 'job-2', ttl => '100 ms') AS short;
+SELECT pg_sleep(0.15);
 SELECT idempotency.claim('alice', 'job-2') AS after_expiry;
 SELECT outcome FROM idempotency.acquire('alice', 'job-1', 'charge', fp('{}'));
 
@@ -74,6 +76,13 @@ RESET idempotency.lease;
 SET idempotency.lease = 0;
 SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), lease => '0');
 SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), lease => '-1 s');
+-- One range for the setting and the argument: 100 ms to 24 h.
+SET idempotency.lease = 99;
+SET idempotency.lease = '25 h';
+SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), lease => '99 ms');
+SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), lease => '1000 years');
+SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), ttl => '1000 years');
+SELECT idempotency.acquire('alice', 'l-7', 'charge', fp('{}'), ttl => '178000000 years');
 SELECT idempotency.renew('alice', 'l-6', NULL);
 SELECT idempotency.renew('alice', 'l-6', 1, '0');
 SELECT idempotency.complete('alice', 'l-6', fence => 1, status => 600);

@@ -1,5 +1,7 @@
 -- The transactional protocol: begin / complete / save_final / is_final / forget.
 \set VERBOSITY sqlstate
+-- Fences come from one sequence; start it afresh so that this file's numbers read 1, 2, 3...
+ALTER SEQUENCE idempotency.fences RESTART;
 CREATE TABLE orders (id serial PRIMARY KEY, note text);
 CREATE FUNCTION fp(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
     AS $$ SELECT idempotency.fingerprint('POST', '/orders', convert_to(t, 'UTF8')) $$;

@@ -120,7 +120,7 @@ constexpr const char* complete_name = "idempotency_complete_1";
 constexpr const char* begin_raw_name = "idempotency_begin_p1";
 constexpr const char* complete_raw_name = "idempotency_complete_p1";
 constexpr const char* save_final_sql =
-    "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7::jsonb, $8::interval)";
+    "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7::jsonb, $8::interval, $9)";
 
 }  // namespace
 
@@ -311,10 +311,13 @@ Client::Disposition Client::dispose(const Response& response) {
 
 void Client::store_final_error(const Call& call, const Response& response, const std::string& headers) {
     pqxx::work store(connection_);
+    // A one-time secret is sent without its body and headers: the server
+    // would drop them anyway, and they need not cross the wire again.
+    const bool secret = response.one_time_secret;
     store.exec_params(save_final_sql, call.request.principal, call.key, call.action,
                       pqxx::binarystring(call.digest.data(), call.digest.size()), response.status,
-                      pqxx::binarystring(response.body.data(), response.body.size()), headers,
-                      c_str_or_null(call.ttl));
+                      secret ? pqxx::binarystring(std::string()) : pqxx::binarystring(response.body.data(), response.body.size()),
+                      secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
     store.commit();
     ++counters_.stored_errors;
 }
@@ -331,7 +334,7 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
             begin_row = tx.exec_params1(begin_sql, call.request.principal, call.key, call.action, digest_param,
                                         c_str_or_null(call.ttl), c_str_or_null(call.wait));
     } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() == "22023") return refuse_key_on_server();  // the server's key checks (length, format)
+        if (e.sqlstate() == "22P02") return refuse_key_on_server();  // the server's key checks (length, format)
         throw;
     }
     const pqxx::row& row = *begin_row;
@@ -398,7 +401,7 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
         if (prepared) prepare_raw(raw);
         tx.emplace(connection_, raw, begin);
     } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() == "22023") return refuse_key_on_server();
+        if (e.sqlstate() == "22P02") return refuse_key_on_server();
         throw;
     }
     const PGresult* row = tx->first_result();

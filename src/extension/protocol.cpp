@@ -31,11 +31,13 @@ extern "C" {
 #include "executor/tuptable.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/lock.h"
@@ -63,48 +65,28 @@ PG_FUNCTION_INFO_V1(idempotency_renew);
 PG_FUNCTION_INFO_V1(idempotency_complete_fenced);
 PG_FUNCTION_INFO_V1(idempotency_release);
 PG_FUNCTION_INFO_V1(idempotency_claim);
+PG_FUNCTION_INFO_V1(idempotency_bound_principal);
 }
 
 namespace idem::pg {
 
-int key_ttl_seconds = 86400;
-int wait_timeout_ms = 5000;
-int max_key_length = 255;
-int key_format = kKeyFormatAny;
-int lease_ms = 30000;
-int cleanup_batch_size = 1000;
-
 namespace {
 
 // ---------------------------------------------------------------------------
-// Settings
+// Argument checks
 
-char* final_statuses_setting = nullptr;
-// Parsed form of idempotency.final_statuses.
-const idem::core::StatusTable* final_status_table = nullptr;
-
-const struct config_enum_entry key_format_options[] = {
-    {"any", kKeyFormatAny, false},
-    {"uuid", kKeyFormatUuid, false},
-    {"uuidv7", kKeyFormatUuidV7, false},
-    {nullptr, 0, false},
-};
-
-bool check_final_statuses(char** newval, void** extra, GucSource source) {
-    // GUC "extra" data is allocated with malloc and freed by the GUC machinery.
-    auto* table = static_cast<idem::core::StatusTable*>(malloc(sizeof(idem::core::StatusTable)));
-    if (table == nullptr) return false;
-    if (!idem::core::parse_status_list(*newval, *table)) {
-        free(table);
-        GUC_check_errdetail("Use a comma-separated list of status codes (409) and classes (2xx), 100 to 599.");
-        return false;
-    }
-    *extra = table;
-    return true;
-}
-
-void assign_final_statuses(const char* newval, void* extra) {
-    final_status_table = static_cast<const idem::core::StatusTable*>(extra);
+// Under idempotency.principal_binding = current_user a role acts only for the
+// principal that is its own name. The role is the session's current role
+// (after SET ROLE), not the owner that SECURITY DEFINER switches to.
+void check_principal_binding(text* principal) {
+    if (principal_binding == kBindingOff) return;
+    const char* role = GetUserNameFromId(GetOuterUserId(), false);
+    const size_t length = VARSIZE_ANY_EXHDR(principal);
+    if (strlen(role) != length || memcmp(role, VARDATA_ANY(principal), length) != 0)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("principal is not the calling role"),
+                        errdetail("idempotency.principal_binding is current_user."),
+                        errhint("Connect (or SET ROLE) as the role whose name is the principal.")));
 }
 
 // ---------------------------------------------------------------------------
@@ -125,29 +107,50 @@ void require_args(FunctionCallInfo fcinfo, int count, const char* names) {
 
 bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
+// A key the client sent that the server refuses: 22P02, so that a client can
+// answer 400 for exactly these and treat every 22023 as its own bug.
+[[noreturn]] void malformed_key(const char* message, const char* detail = nullptr) {
+    if (detail != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION), errmsg("%s", message), errdetail("%s", detail)));
+    ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION), errmsg("%s", message)));
+    pg_unreachable();
+}
+
 // Keys and principals are never echoed in messages above DEBUG: they may be secrets.
 void check_key(text* key) {
     const char* p = VARDATA_ANY(key);
     const int length = VARSIZE_ANY_EXHDR(key);
-    if (length == 0) invalid("idempotency key must not be empty");
+    if (length == 0) malformed_key("idempotency key must not be empty");
     if (length > max_key_length)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+        ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
                         errmsg("idempotency key is %d bytes long, longer than idempotency.max_key_length (%d)",
                                length, max_key_length)));
+    const bool utf8 = GetDatabaseEncoding() == PG_UTF8;
     for (int i = 0; i < length; ++i) {
         unsigned char c = static_cast<unsigned char>(p[i]);
-        if (c < 0x20 || c == 0x7f) invalid("idempotency key must not contain control characters");
+        // C0 controls, DEL, and the C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F).
+        const bool c1 = utf8 && c == 0xc2 && i + 1 < length && static_cast<unsigned char>(p[i + 1]) < 0xa0;
+        if (c < 0x20 || c == 0x7f || c1) malformed_key("idempotency key must not contain control characters");
     }
     if (key_format == kKeyFormatAny) return;
     bool ok = length == 36;
     for (int i = 0; ok && i < 36; ++i) ok = (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : is_hex(p[i]);
-    if (!ok) invalid("idempotency key is not a UUID", "idempotency.key_format requires the form 8-4-4-4-12 hexadecimal digits.");
+    if (!ok)
+        malformed_key("idempotency key is not a UUID",
+                      "idempotency.key_format requires the form 8-4-4-4-12 hexadecimal digits.");
     if (key_format == kKeyFormatUuidV7 && (p[14] != '7' || strchr("89abAB", p[19]) == nullptr))
-        invalid("idempotency key is not a version 7 UUID", "idempotency.key_format is uuidv7.");
+        malformed_key("idempotency key is not a version 7 UUID", "idempotency.key_format is uuidv7.");
 }
 
+// An empty principal is refused: it is what an unauthenticated request turns
+// into when an auth layer maps "nobody" to "", and every such request would
+// share one key space. Single-tenant applications pass a constant.
 void check_principal(text* principal) {
+    if (VARSIZE_ANY_EXHDR(principal) == 0)
+        invalid("principal must not be empty", "Pass the authenticated user, API key or tenant; a constant such as "
+                                               "'default' for a single-tenant application.");
     if (VARSIZE_ANY_EXHDR(principal) > 1024) invalid("principal must be at most 1024 bytes long");
+    check_principal_binding(principal);
 }
 
 void check_action(text* action) {
@@ -160,33 +163,46 @@ void check_fingerprint(bytea* fingerprint) {
         invalid("fingerprint must be 32 bytes (SHA-256)", "Compute it with idempotency.fingerprint().");
 }
 
+// Microseconds of an interval (a month counts 30 days), saturated to the int64
+// range so that no interval, however extreme, overflows.
 int64 interval_usecs(const Interval* span) {
-    return span->time + span->day * USECS_PER_DAY + static_cast<int64>(span->month) * DAYS_PER_MONTH * USECS_PER_DAY;
+    const __int128 usecs = static_cast<__int128>(span->time) + static_cast<__int128>(span->day) * USECS_PER_DAY +
+                           static_cast<__int128>(span->month) * DAYS_PER_MONTH * USECS_PER_DAY;
+    if (usecs > PG_INT64_MAX) return PG_INT64_MAX;
+    if (usecs < PG_INT64_MIN) return PG_INT64_MIN;
+    return static_cast<int64>(usecs);
 }
 
-// The TTL argument, or idempotency.key_ttl when NULL; must be positive.
+bool argument_given(FunctionCallInfo fcinfo, int arg) { return PG_NARGS() > arg && !PG_ARGISNULL(arg); }
+
+Interval interval_of_usecs(int64 usecs) {
+    Interval span;
+    memset(&span, 0, sizeof span);
+    span.time = usecs;
+    return span;
+}
+
+// The TTL argument, or idempotency.key_ttl when NULL: more than 0, at most
+// kMaxTtlSeconds (the setting's own maximum; any larger value would only
+// push expires_at towards the end of the timestamp range).
 Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
-    Interval ttl;
-    if (PG_ARGISNULL(arg)) {
-        memset(&ttl, 0, sizeof ttl);
-        ttl.time = static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC;
-        return ttl;
-    }
-    ttl = *PG_GETARG_INTERVAL_P(arg);
-    if (interval_usecs(&ttl) <= 0) invalid("ttl must be positive");
+    if (!argument_given(fcinfo, arg)) return interval_of_usecs(static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC);
+    Interval ttl = *PG_GETARG_INTERVAL_P(arg);
+    const int64 usecs = interval_usecs(&ttl);
+    if (usecs <= 0 || usecs > static_cast<int64>(kMaxTtlSeconds) * USECS_PER_SEC)
+        invalid("ttl must be more than 0 and at most 366 days");
     return ttl;
 }
 
-// The lease argument, or idempotency.lease when NULL; must be positive.
+// The lease argument, or idempotency.lease when NULL: the setting's own range,
+// kMinLeaseMs to kMaxLeaseMs. The floor is one a renewer can keep: clients
+// renew every third of the lease but never more often than every 50 ms.
 Interval lease_argument(FunctionCallInfo fcinfo, int arg) {
-    Interval lease;
-    if (PG_ARGISNULL(arg)) {
-        memset(&lease, 0, sizeof lease);
-        lease.time = static_cast<int64>(lease_ms) * 1000;
-        return lease;
-    }
-    lease = *PG_GETARG_INTERVAL_P(arg);
-    if (interval_usecs(&lease) <= 0) invalid("lease must be positive");
+    if (!argument_given(fcinfo, arg)) return interval_of_usecs(static_cast<int64>(lease_ms) * 1000);
+    Interval lease = *PG_GETARG_INTERVAL_P(arg);
+    const int64 usecs = interval_usecs(&lease);
+    if (usecs < static_cast<int64>(kMinLeaseMs) * 1000 || usecs > static_cast<int64>(kMaxLeaseMs) * 1000)
+        invalid("lease must be between 100 milliseconds and 24 hours", "idempotency.lease has the same range.");
     return lease;
 }
 
@@ -294,6 +310,7 @@ struct PendingKey {
     text* action;
     bytea* fingerprint;
     Interval ttl;
+    int64 fence;                         // drawn by begin; complete writes it
     bool replaces;                       // begin saw a row (expired, or its lease ended) to replace
     SubTransactionId subxact;            // where begin ran (its lock belongs to it)
     SubTransactionId completed_subxact;  // where complete ran, or InvalidSubTransactionId
@@ -349,7 +366,8 @@ text* copy_to_transaction(text* value) {
     return copy;
 }
 
-void add_pending(text* principal, text* key, text* action, bytea* fingerprint, const Interval& ttl, bool replaces) {
+void add_pending(text* principal, text* key, text* action, bytea* fingerprint, const Interval& ttl, int64 fence,
+                 bool replaces) {
     if (pending_count == pending_capacity) {
         int capacity = pending_capacity == 0 ? 4 : pending_capacity * 2;
         PendingKey* grown = static_cast<PendingKey*>(MemoryContextAlloc(TopTransactionContext, sizeof(PendingKey) * capacity));
@@ -363,6 +381,7 @@ void add_pending(text* principal, text* key, text* action, bytea* fingerprint, c
     entry.action = copy_to_transaction(action);
     entry.fingerprint = copy_to_transaction(fingerprint);
     entry.ttl = ttl;
+    entry.fence = fence;
     entry.replaces = replaces;
     entry.subxact = GetCurrentSubTransactionId();
     entry.completed_subxact = InvalidSubTransactionId;
@@ -422,23 +441,35 @@ SPIPlanPtr fenced_complete_plan = nullptr;
 SPIPlanPtr release_plan = nullptr;
 SPIPlanPtr claim_plan = nullptr;
 
-// Writes the in_progress row of a lease: a new row, or a takeover of an
-// expired row or of an in_progress row whose lease ran out (fence + 1). A
-// takeover of a live key keeps its created_at and expires_at: the key's TTL
-// runs from its first use.
+// When an existing row may be replaced by a new attempt (the WHERE of every
+// upsert below; lookup_key and outcome_for say the same in C): the row is dead
+// (its key expired and no lease holds it), or it is an in_progress row of the
+// same request whose lease ran out. A live row of another request is never
+// replaced, whichever function asks: that is a mismatch.
+#define REPLACEABLE_ROW                                                                                  \
+    " WHERE (k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"                                     \
+    "        AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))" \
+    "    OR (k.state OPERATOR(pg_catalog.=) 'in_progress'"                                              \
+    "        AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"                    \
+    "        AND k.request_sha256 OPERATOR(pg_catalog.=) excluded.request_sha256)"
+
+// Writes the in_progress row of a lease with the fence drawn for it ($7): a
+// new row, or a takeover of a replaceable row. A takeover of a live key keeps
+// its created_at and expires_at: the key's TTL runs from its first use.
 const char* const kLeaseSql =
     "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, lease_until,"
-    "       created_at, expires_at)"
-    " VALUES ($1, $2, $3, $4, 'in_progress', pg_catalog.clock_timestamp() + $5, pg_catalog.now(),"
-    "         pg_catalog.now() + $6)"
+    "       created_at, expires_at, fence)"
+    " VALUES ($1, $2, $3, $4, 'in_progress', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $5,"
+    "         pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $6, $7)"
     " ON CONFLICT (principal, key) DO UPDATE"
     "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'in_progress',"
     "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,"
-    "       one_time_secret = false, fence = k.fence + 1, lease_until = excluded.lease_until,"
-    "       created_at = CASE WHEN k.expires_at <= pg_catalog.now() THEN excluded.created_at ELSE k.created_at END,"
-    "       expires_at = CASE WHEN k.expires_at <= pg_catalog.now() THEN excluded.expires_at ELSE k.expires_at END"
-    " WHERE k.expires_at <= pg_catalog.now()"
-    "    OR (k.state = 'in_progress' AND k.lease_until <= pg_catalog.clock_timestamp())"
+    "       one_time_secret = false, fence = excluded.fence, lease_until = excluded.lease_until,"
+    "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+    "                    THEN excluded.created_at ELSE k.created_at END,"
+    "       expires_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+    "                    THEN excluded.expires_at ELSE k.expires_at END"
+    REPLACEABLE_ROW
     " RETURNING fence, lease_until, created_at, expires_at";
 
 SPIPlanPtr prepared(SPIPlanPtr* slot, const char* sql, int nargs, Oid* types) {
@@ -457,29 +488,61 @@ enum LookupColumn {
 };
 
 
-// Inserts the final row; replaces an expired row or an in_progress row whose
-// lease ran out, never a live one (then nothing is written).
+// Inserts the final row with its fence ($11); replaces a replaceable row,
+// never a live one of another request (then nothing is written).
 const char* const kStoreSql =
     "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, response_status,"
-    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at)"
-    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(), pg_catalog.now() + $10)"
+    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, fence)"
+    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(),"
+    "         pg_catalog.now() OPERATOR(pg_catalog.+) $10, $11)"
     " ON CONFLICT (principal, key) DO UPDATE"
     "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'completed',"
     "       response_status = excluded.response_status, response_headers = excluded.response_headers,"
     "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
-    "       one_time_secret = excluded.one_time_secret, fence = k.fence + 1, lease_until = NULL,"
+    "       one_time_secret = excluded.one_time_secret, fence = excluded.fence, lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
-    " WHERE k.expires_at <= pg_catalog.now()"
-    "    OR (k.state = 'in_progress' AND k.lease_until <= pg_catalog.clock_timestamp())";
+    REPLACEABLE_ROW;
 
 // The common case of complete(): the key had no row when begin() looked, and
 // every writer of new key rows (begin/complete, acquire, save_final, claim)
 // holds the key lock, so a plain INSERT suffices: no speculative insertion,
-// no extra WAL record.
+// no extra WAL record. (Only when the direct insert cannot be used.)
 const char* const kInsertSql =
     "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,"
-    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at)"
-    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(), pg_catalog.now() + $10)";
+    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, fence)"
+    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(),"
+    "         pg_catalog.now() OPERATOR(pg_catalog.+) $10, $11)";
+
+// The response a call stores, built once from its arguments. A one-time
+// secret keeps neither body nor headers: only the status and the marker.
+struct StoredResponse {
+    int status;
+    Datum headers;
+    Datum body;
+    Datum resource_id;
+    bool headers_null;
+    bool body_null;
+    bool resource_id_null;
+    bool one_time_secret;
+};
+
+// The response from the arguments at these positions (-1: no such argument).
+StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int body_arg, int headers_arg,
+                                  int resource_id_arg, int secret_arg) {
+    StoredResponse response{};
+    response.status = status_argument(fcinfo, status_arg);
+    check_headers(fcinfo, headers_arg);
+    response.one_time_secret = secret_arg >= 0 && argument_given(fcinfo, secret_arg) && PG_GETARG_BOOL(secret_arg);
+    auto take = [&](int arg, Datum* value, bool* isnull) {
+        *isnull = arg < 0 || response.one_time_secret || !argument_given(fcinfo, arg);
+        *value = *isnull ? (Datum)0 : PG_GETARG_DATUM(arg);
+    };
+    take(headers_arg, &response.headers, &response.headers_null);
+    take(body_arg, &response.body, &response.body_null);
+    response.resource_id_null = resource_id_arg < 0 || !argument_given(fcinfo, resource_id_arg);
+    response.resource_id = response.resource_id_null ? (Datum)0 : PG_GETARG_DATUM(resource_id_arg);
+    return response;
+}
 
 // A looked-up key row, copied out of SPI memory.
 struct KeyRow {
@@ -513,11 +576,13 @@ bool row_blocks_start(const KeyRow& row) {
 // the relation cache says either changed (DROP/CREATE EXTENSION, REINDEX...).
 Oid keys_table_oid = InvalidOid;
 Oid keys_index_oid = InvalidOid;
+Oid fences_sequence_oid = InvalidOid;
 
 void forget_key_relations(Datum arg, Oid relid) {
-    if (relid == InvalidOid || relid == keys_table_oid || relid == keys_index_oid) {
+    if (relid == InvalidOid || relid == keys_table_oid || relid == keys_index_oid || relid == fences_sequence_oid) {
         keys_table_oid = InvalidOid;
         keys_index_oid = InvalidOid;
+        fences_sequence_oid = InvalidOid;
     }
 }
 
@@ -570,24 +635,37 @@ TupleDesc lookup_desc() {
 struct KeyTableOids {
     Oid table;
     Oid index;
+    Oid fences;
 };
 
 // The key table's OIDs, looked up once per session (dropped by the relcache
 // callback above). Callers use the returned copy: opening a relation accepts
 // invalidation messages, and the callback may clear the cache in between.
 KeyTableOids resolve_key_table() {
-    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid)) {
+    if (!OidIsValid(keys_table_oid) || !OidIsValid(keys_index_oid) || !OidIsValid(fences_sequence_oid)) {
         Oid schema = get_namespace_oid("idempotency", false);
         Oid table = get_relname_relid("keys", schema);
         Oid index = get_relname_relid("keys_pkey", schema);
+        Oid fences = get_relname_relid("fences", schema);
         if (!OidIsValid(table) || !OidIsValid(index))
             ereport(ERROR,
                     (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+        if (!OidIsValid(fences))
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.fences is missing"),
+                            errhint("The installed library is newer than the extension's objects: run ALTER "
+                                    "EXTENSION idempotency UPDATE.")));
         keys_table_oid = table;
         keys_index_oid = index;
+        fences_sequence_oid = fences;
     }
-    return KeyTableOids{keys_table_oid, keys_index_oid};
+    return KeyTableOids{keys_table_oid, keys_index_oid, fences_sequence_oid};
 }
+
+// A new fence: from one sequence per database, so a fence is never handed out
+// twice for a key - not after cleanup or forget deleted its row, nor after a
+// crash (a sequence never goes back past a value whose use committed), nor
+// after dump and restore (the sequence is dumped with the extension's data).
+int64 next_fence() { return nextval_internal(resolve_key_table().fences, false); }
 
 // Looks the key up through the primary key index directly: no SPI, no
 // executor, on the path every request takes. `snapshot` InvalidSnapshot means
@@ -630,11 +708,13 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
         take(kExpires, aExpires);
         take(kFence, aFence);
         take(kLeaseUntil, aLeaseUntil);
+        // A row is live while its key has not expired or a lease holds it (a
+        // lease may outlive the key's ttl; only in_progress rows have one).
         const TimestampTz expires = DatumGetTimestampTz(values[kExpires - 1]);
-        values[kLive - 1] = BoolGetDatum(expires > GetCurrentTransactionStartTimestamp());  // now()
-        nulls[kLive - 1] = false;
         const bool leased = !nulls[kLeaseUntil - 1] &&
                             DatumGetTimestampTz(values[kLeaseUntil - 1]) > GetCurrentTimestamp();  // clock_timestamp()
+        values[kLive - 1] = BoolGetDatum(leased || expires > GetCurrentTransactionStartTimestamp());  // now()
+        nulls[kLive - 1] = false;
         values[kLeaseLive - 1] = BoolGetDatum(leased);
         nulls[kLeaseLive - 1] = false;
         row.found = true;
@@ -657,13 +737,12 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
 //
 // The table's CHECK constraints are not evaluated here: every value is checked
 // by the callers before (fingerprint 32 bytes, status 100..599, headers a JSON
-// object, a positive TTL) or is fixed (state 'completed', fence 1), so they hold
-// by construction; the statement path would re-read and re-plan all seven of
-// them for every request. A duplicate key raises unique_violation as the
-// INSERT would.
-bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
-                    bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
-                    bool one_time_secret, const Interval* ttl) {
+// object, a positive TTL, a fence from the sequence) or is fixed (state
+// 'completed'), so they hold by construction; the statement path would re-read
+// and re-plan all seven of them for every request. A duplicate key raises
+// unique_violation as the INSERT would.
+bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint, const StoredResponse& response,
+                    const Interval* ttl, int64 fence) {
     Relation rel = table_open(resolve_key_table().table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
     if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relrowsecurity ||
@@ -690,12 +769,12 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
     set(aAction, PointerGetDatum(action));
     set(aSha, PointerGetDatum(fingerprint));
     set(aState, CStringGetTextDatum("completed"));
-    set(aStatus, Int16GetDatum(static_cast<int16>(status)));
-    if (!headers_null) set(aHeaders, headers);
-    if (!body_null) set(aBody, body);
-    if (!resource_id_null) set(aResourceId, resource_id);
-    set(aSecret, BoolGetDatum(one_time_secret));
-    set(aFence, Int64GetDatum(1));  // lease_until stays NULL: no lease
+    set(aStatus, Int16GetDatum(static_cast<int16>(response.status)));
+    if (!response.headers_null) set(aHeaders, response.headers);
+    if (!response.body_null) set(aBody, response.body);
+    if (!response.resource_id_null) set(aResourceId, response.resource_id);
+    set(aSecret, BoolGetDatum(response.one_time_secret));
+    set(aFence, Int64GetDatum(fence));  // lease_until stays NULL: no lease
     set(aCreated, TimestampTzGetDatum(now));
     set(aExpires, expires);
 
@@ -728,24 +807,30 @@ bool insert_key_row(text* principal, text* key, text* action, bytea* fingerprint
     return true;
 }
 
-// Stores a completed key; returns the number of rows written (0 or 1). A key
-// known to be absent is inserted directly (insert_key_row); otherwise the
-// upsert statement replaces only an expired row or a lapsed lease.
-uint64 store_key(text* principal, text* key, text* action, bytea* fingerprint, int status, Datum headers,
-                 bool headers_null, Datum body, bool body_null, Datum resource_id, bool resource_id_null,
-                 bool one_time_secret, const Interval* ttl, bool known_absent = false) {
-    if (known_absent && insert_key_row(principal, key, action, fingerprint, status, headers, headers_null, body,
-                                       body_null, resource_id, resource_id_null, one_time_secret, ttl))
-        return 1;
+// Stores a completed key with its fence; returns the number of rows written
+// (0 or 1). A key known to be absent is inserted directly (insert_key_row);
+// otherwise the upsert statement replaces only a replaceable row.
+uint64 store_key(text* principal, text* key, text* action, bytea* fingerprint, const StoredResponse& response,
+                 const Interval* ttl, int64 fence, bool known_absent = false) {
+    if (known_absent && insert_key_row(principal, key, action, fingerprint, response, ttl, fence)) return 1;
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    Oid types[10] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID, INTERVALOID};
-    SPIPlanPtr plan = known_absent ? prepared(&insert_plan, kInsertSql, 10, types)
-                                   : prepared(&store_plan, kStoreSql, 10, types);
-    Datum values[10] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
-                        PointerGetDatum(fingerprint), Int16GetDatum(static_cast<int16>(status)), headers, body,
-                        resource_id, BoolGetDatum(one_time_secret), IntervalPGetDatum(ttl)};
-    char nulls[10] = {' ', ' ', ' ', ' ', ' ', headers_null ? 'n' : ' ', body_null ? 'n' : ' ',
-                      resource_id_null ? 'n' : ' ', ' ', ' '};
+    Oid types[11] = {TEXTOID, TEXTOID,  TEXTOID, BYTEAOID,    INT2OID, JSONBOID,
+                     BYTEAOID, TEXTOID, BOOLOID, INTERVALOID, INT8OID};
+    SPIPlanPtr plan = known_absent ? prepared(&insert_plan, kInsertSql, 11, types)
+                                   : prepared(&store_plan, kStoreSql, 11, types);
+    Datum values[11] = {PointerGetDatum(principal),
+                        PointerGetDatum(key),
+                        PointerGetDatum(action),
+                        PointerGetDatum(fingerprint),
+                        Int16GetDatum(static_cast<int16>(response.status)),
+                        response.headers,
+                        response.body,
+                        response.resource_id,
+                        BoolGetDatum(response.one_time_secret),
+                        IntervalPGetDatum(ttl),
+                        Int64GetDatum(fence)};
+    char nulls[11] = {' ', ' ', ' ', ' ', ' ', response.headers_null ? 'n' : ' ', response.body_null ? 'n' : ' ',
+                      response.resource_id_null ? 'n' : ' ', ' ', ' ', ' '};
     int rc = SPI_execute_plan(plan, values, nulls, false, 0);
     if (rc != SPI_OK_INSERT) elog(ERROR, "storing the key failed: %s", SPI_result_code_string(rc));
     uint64 written = SPI_processed;
@@ -856,41 +941,7 @@ void result_from_row(OutcomeRow* result, const char* outcome, const KeyRow& row)
 
 }  // namespace
 
-bool is_final_status(int status) {
-    if (status < 100 || status > 599 || final_status_table == nullptr) return false;
-    return (*final_status_table)[static_cast<std::size_t>(status - 100)];
-}
-
 void protocol_init() {
-    DefineCustomIntVariable("idempotency.key_ttl", "How long a key counts after its first use.",
-                            "Rows older than this behave as absent and are removed by cleanup. begin() and "
-                            "save_final() take a per-call ttl that overrides it.",
-                            &key_ttl_seconds, 86400, 1, 366 * 86400, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
-                            nullptr);
-    DefineCustomIntVariable("idempotency.wait_timeout",
-                            "How long begin() waits for another transaction that holds the same key.",
-                            "When it runs out, begin() returns in_progress and the caller's transaction stays usable.",
-                            &wait_timeout_ms, 5000, 0, 3600 * 1000, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
-                            nullptr);
-    DefineCustomIntVariable("idempotency.max_key_length", "Longest idempotency key accepted, in bytes.", nullptr,
-                            &max_key_length, 255, 1, 1024, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("idempotency.lease", "Default lease of idempotency.acquire() and renew().",
-                            "A lease-held key counts as in progress until the lease runs out; then another "
-                            "acquire() may take it over (fence + 1). Clients renew at a third of it.",
-                            &lease_ms, 30000, 10, 86400 * 1000, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("idempotency.cleanup_batch_size",
-                            "Rows idempotency.cleanup() deletes per batch (one transaction each).",
-                            "Larger batches delete faster; smaller ones hold fewer row locks and less WAL per commit.",
-                            &cleanup_batch_size, 1000, 1, 1000000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomEnumVariable("idempotency.key_format", "Which idempotency keys are accepted: any, uuid or uuidv7.",
-                             "any accepts 1 to max_key_length bytes without control characters.", &key_format,
-                             kKeyFormatAny, key_format_options, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomStringVariable("idempotency.final_statuses",
-                               "HTTP statuses whose responses are stored and replayed.",
-                               "A comma-separated list of codes (409) and classes (2xx). Others (401, 429, 5xx "
-                               "by default) are not stored, so a retry runs again.",
-                               &final_statuses_setting, "2xx,400,403,404,409,410,412,413,415,422", PGC_USERSET, 0,
-                               check_final_statuses, assign_final_statuses, nullptr);
     CacheRegisterRelcacheCallback(forget_key_relations, (Datum)0);
     RegisterXactCallback(on_transaction_event, nullptr);
     RegisterSubXactCallback(on_subtransaction_event, nullptr);
@@ -904,6 +955,7 @@ extern "C" {
 
 /// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
 Datum idempotency_begin(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     Interval ttl = ttl_argument(fcinfo, 4);
     int wait_ms = wait_argument(fcinfo, 5);
@@ -928,10 +980,10 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
     const bool started = strcmp(outcome, "started") == 0;
     if (started) require_snapshot_sees_winner(principal, key);
 
+    int64 fence = 0;
     if (started) {
-        // complete() writes fence 1, or the replaced row's fence + 1.
-        bool isnull;
-        const int64 fence = row.found ? DatumGetInt64(column(row, kFence, &isnull)) + 1 : 1;
+        // The fence complete() will write, drawn now so that the caller knows it.
+        fence = next_fence();
         result_init(&result, outcome);
         Datum now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
         result.values[rCreated] = now;
@@ -946,7 +998,7 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
     Datum datum = result_datum(fcinfo, &result);
 
     if (started) {
-        add_pending(principal, key, action, fingerprint, ttl, row.found);
+        add_pending(principal, key, action, fingerprint, ttl, fence, row.found);
     } else {
         // Nothing to do under this key: let waiting duplicates go on now.
         unlock_key(&tag, holder);
@@ -954,32 +1006,93 @@ Datum idempotency_begin(PG_FUNCTION_ARGS) {
     return datum;
 }
 
-/// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret) -> boolean
+}  // extern "C"
+
+namespace idem::pg {
+namespace {
+
+// Runs one fenced statement ($1 principal, $2 key, $3 fence, more after);
+// returns the number of rows it changed.
+uint64 run_fenced(SPIPlanPtr* slot, const char* sql, int nargs, Oid* types, Datum* values, const char* nulls,
+                  int expected_rc) {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    SPIPlanPtr plan = prepared(slot, sql, nargs, types);
+    int rc = SPI_execute_plan(plan, values, nulls, false, 0);
+    if (rc != expected_rc) elog(ERROR, "fenced statement failed: %s", SPI_result_code_string(rc));
+    uint64 changed = SPI_processed;
+    SPI_finish();
+    return changed;
+}
+
+// The lease protocol's completion: stores the response while `fence` still
+// holds the key (true); false, changing nothing, once another holder took the
+// key over. A key whose ttl ran out while its lease kept it alive is kept for
+// one more ttl from now, so that the stored response can be replayed.
+Datum complete_with_fence(FunctionCallInfo fcinfo, int fence_arg, const StoredResponse& response) {
+    PreventCommandIfReadOnly("idempotency.complete()");
+    check_principal_binding(PG_GETARG_TEXT_PP(0));
+    Oid types[8] = {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID};
+    Datum values[8] = {PG_GETARG_DATUM(0),
+                       PG_GETARG_DATUM(1),
+                       PG_GETARG_DATUM(fence_arg),
+                       Int16GetDatum(static_cast<int16>(response.status)),
+                       response.body,
+                       response.headers,
+                       response.resource_id,
+                       BoolGetDatum(response.one_time_secret)};
+    char nulls[8] = {' ',
+                     ' ',
+                     ' ',
+                     ' ',
+                     response.body_null ? 'n' : ' ',
+                     response.headers_null ? 'n' : ' ',
+                     response.resource_id_null ? 'n' : ' ',
+                     ' '};
+    uint64 changed = run_fenced(
+        &fenced_complete_plan,
+        "UPDATE idempotency.keys SET state = 'completed', response_status = $4,"
+        "       response_body = $5, response_headers = $6, resource_id = $7,"
+        "       one_time_secret = $8, lease_until = NULL,"
+        "       expires_at = GREATEST(expires_at, pg_catalog.now() OPERATOR(pg_catalog.+)"
+        "                    (expires_at OPERATOR(pg_catalog.-) created_at))"
+        " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+        "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'",
+        8, types, values, nulls, SPI_OK_UPDATE);
+    if (changed != 1) ereport(DEBUG1, (errmsg("idempotency: complete with a stale fence changed nothing")));
+    PG_RETURN_BOOL(changed == 1);
+}
+
+}  // namespace
+}  // namespace idem::pg
+
+extern "C" {
+
+/// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret, fence) -> boolean
+/// Without fence: the transactional completion of a key begun in this
+/// transaction. With fence: the lease protocol's completion.
 Datum idempotency_complete(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 3, "principal, key and status");
+    if (argument_given(fcinfo, 7)) return complete_with_fence(fcinfo, 7, response_arguments(fcinfo, 2, 3, 4, 5, 6));
     text* principal = PG_GETARG_TEXT_PP(0);
     text* key = PG_GETARG_TEXT_PP(1);
-    int status = status_argument(fcinfo, 2);
-    check_headers(fcinfo, 4);
+    const StoredResponse response = response_arguments(fcinfo, 2, 3, 4, 5, 6);
     PendingKey* entry = find_pending(principal, key);
     if (entry == nullptr)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("idempotency key was not started in this transaction"),
-                        errhint("Call idempotency.begin() in the same transaction and complete only when it returns started.")));
+                        errhint("Call idempotency.begin() in the same transaction and complete only when it "
+                                "returns started; pass fence => for a key taken with idempotency.acquire().")));
     if (entry->completed_subxact != InvalidSubTransactionId)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("idempotency key was already completed in this transaction")));
-    if (!is_final_status(status))
+    if (!is_final_status(response.status))
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("HTTP status %d is not final and cannot be stored", status),
+                        errmsg("HTTP status %d is not final and cannot be stored", response.status),
                         errhint("Roll back instead, so that a retry runs again; see idempotency.final_statuses.")));
-    const bool secret = !PG_ARGISNULL(6) && PG_GETARG_BOOL(6);
 
-    uint64 written = store_key(entry->principal, entry->key, entry->action, entry->fingerprint, status,
-                               secret || PG_ARGISNULL(4) ? (Datum)0 : PG_GETARG_DATUM(4), secret || PG_ARGISNULL(4),
-                               secret || PG_ARGISNULL(3) ? (Datum)0 : PG_GETARG_DATUM(3), secret || PG_ARGISNULL(3),
-                               PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), secret,
-                               &entry->ttl, !entry->replaces);
+    uint64 written = store_key(entry->principal, entry->key, entry->action, entry->fingerprint, response,
+                               &entry->ttl, entry->fence, !entry->replaces);
     if (written != 1)
         ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                         errmsg("idempotency key was taken by another transaction"),
@@ -988,39 +1101,64 @@ Datum idempotency_complete(PG_FUNCTION_ARGS) {
     PG_RETURN_BOOL(true);
 }
 
-/// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl) -> boolean
+/// The 0.3.0-0.5.0 overload complete(principal, key, fence, status, body,
+/// headers, resource_id, one_time_secret); 0.6.0 drops it from SQL, the symbol
+/// stays for the upgrade scripts that create it on the way.
+Datum idempotency_complete_fenced(PG_FUNCTION_ARGS) {
+    require_valid_settings();
+    require_args(fcinfo, 4, "principal, key, fence and status");
+    return complete_with_fence(fcinfo, 2, response_arguments(fcinfo, 3, 4, 5, 6, 7));
+}
+
+/// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl, one_time_secret)
+/// -> boolean
 Datum idempotency_save_final(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     require_args(fcinfo, 5, "status");
-    int status = status_argument(fcinfo, 4);
-    check_headers(fcinfo, 6);
+    const StoredResponse response = response_arguments(fcinfo, 4, 5, 6, -1, 8);
     Interval ttl = ttl_argument(fcinfo, 7);
     PreventCommandIfReadOnly("idempotency.save_final()");
     refuse_if_begun(principal, key, "idempotency.save_final()");
-    if (!is_final_status(status)) PG_RETURN_BOOL(false);
+    if (!is_final_status(response.status)) PG_RETURN_BOOL(false);
 
+    // false when the wait for a transaction that holds the key runs out: the
+    // response may or may not be stored by then, and the caller answers the
+    // same either way.
     LOCKTAG tag;
     key_locktag(&tag, principal, key);
     if (lock_key(&tag, wait_timeout_ms) == LockHolder::none) PG_RETURN_BOOL(false);
-    uint64 written = store_key(principal, key, action, fingerprint, status,
-                               PG_ARGISNULL(6) ? (Datum)0 : PG_GETARG_DATUM(6), PG_ARGISNULL(6),
-                               PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5), (Datum)0, true,
-                               false, &ttl);
+    uint64 written = store_key(principal, key, action, fingerprint, response, &ttl, next_fence());
     PG_RETURN_BOOL(written == 1);
 }
 
 /// idempotency.is_final(status) -> boolean
-Datum idempotency_is_final(PG_FUNCTION_ARGS) { PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0))); }
+Datum idempotency_is_final(PG_FUNCTION_ARGS) {
+    require_valid_settings();
+    PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0)));
+}
+
+/// idempotency.bound_principal(principal) -> text: the principal, when the
+/// calling role may act for it under idempotency.principal_binding (42501 otherwise).
+Datum idempotency_bound_principal(PG_FUNCTION_ARGS) {
+    require_valid_settings();
+    check_principal_binding(PG_GETARG_TEXT_PP(0));
+    PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+}
 
 /// idempotency.forget(principal, key) -> boolean
 Datum idempotency_forget(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     text* principal = PG_GETARG_TEXT_PP(0);
     text* key = PG_GETARG_TEXT_PP(1);
+    check_principal_binding(principal);
     PreventCommandIfReadOnly("idempotency.forget()");
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     Oid types[2] = {TEXTOID, TEXTOID};
-    SPIPlanPtr plan =
-        prepared(&forget_plan, "DELETE FROM idempotency.keys WHERE principal = $1 AND key = $2", 2, types);
+    SPIPlanPtr plan = prepared(&forget_plan,
+                               "DELETE FROM idempotency.keys"
+                               " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
+                               2, types);
     Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
     int rc = SPI_execute_plan(plan, values, nullptr, false, 0);
     if (rc != SPI_OK_DELETE) elog(ERROR, "forgetting the key failed: %s", SPI_result_code_string(rc));
@@ -1035,6 +1173,7 @@ Datum idempotency_forget(PG_FUNCTION_ARGS) {
 
 /// idempotency.acquire(principal, key, action, fingerprint, lease, ttl, wait) -> key_outcome
 Datum idempotency_acquire(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     const auto [principal, key, action, fingerprint] = request_args(fcinfo);
     Interval lease = lease_argument(fcinfo, 4);
     Interval ttl = ttl_argument(fcinfo, 5);
@@ -1058,11 +1197,13 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
     bool have_written = false;
     if (strcmp(outcome, "started") == 0) {
         require_snapshot_sees_winner(principal, key);
+        const int64 fence = next_fence();
         if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-        Oid types[6] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID};
-        SPIPlanPtr plan = prepared(&lease_plan, kLeaseSql, 6, types);
-        Datum values[6] = {PointerGetDatum(principal), PointerGetDatum(key), PointerGetDatum(action),
-                           PointerGetDatum(fingerprint), IntervalPGetDatum(&lease), IntervalPGetDatum(&ttl)};
+        Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID};
+        SPIPlanPtr plan = prepared(&lease_plan, kLeaseSql, 7, types);
+        Datum values[7] = {PointerGetDatum(principal), PointerGetDatum(key),     PointerGetDatum(action),
+                           PointerGetDatum(fingerprint), IntervalPGetDatum(&lease), IntervalPGetDatum(&ttl),
+                           Int64GetDatum(fence)};
         int rc = SPI_execute_plan(plan, values, nullptr, false, 0);
         if (rc != SPI_OK_INSERT_RETURNING) elog(ERROR, "taking the lease failed: %s", SPI_result_code_string(rc));
         if (SPI_processed != 1)
@@ -1089,84 +1230,53 @@ Datum idempotency_acquire(PG_FUNCTION_ARGS) {
     return datum;
 }
 
-namespace {
-
-// Runs one fenced statement ($1 principal, $2 key, $3 fence, more after);
-// returns the number of rows it changed.
-uint64 run_fenced(SPIPlanPtr* slot, const char* sql, int nargs, Oid* types, Datum* values, const char* nulls,
-                  int expected_rc) {
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    SPIPlanPtr plan = prepared(slot, sql, nargs, types);
-    int rc = SPI_execute_plan(plan, values, nulls, false, 0);
-    if (rc != expected_rc) elog(ERROR, "fenced statement failed: %s", SPI_result_code_string(rc));
-    uint64 changed = SPI_processed;
-    SPI_finish();
-    return changed;
-}
-
-}  // namespace
-
 /// idempotency.renew(principal, key, fence, lease) -> boolean
+/// Extends the lease while fence holds the key and the row is live (its key
+/// has not expired or its lease has not run out); a lease may outlive the key's ttl.
 Datum idempotency_renew(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 3, "principal, key and fence");
+    check_principal_binding(PG_GETARG_TEXT_PP(0));
     Interval lease = lease_argument(fcinfo, 3);
     PreventCommandIfReadOnly("idempotency.renew()");
     Oid types[4] = {TEXTOID, TEXTOID, INT8OID, INTERVALOID};
     Datum values[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), IntervalPGetDatum(&lease)};
-    uint64 changed = run_fenced(&renew_plan,
-                                "UPDATE idempotency.keys SET lease_until = pg_catalog.clock_timestamp() + $4"
-                                " WHERE principal = $1 AND key = $2 AND fence = $3 AND state = 'in_progress'"
-                                "   AND expires_at > pg_catalog.now()",
-                                4, types, values, nullptr, SPI_OK_UPDATE);
-    PG_RETURN_BOOL(changed == 1);
-}
-
-/// idempotency.complete(principal, key, fence, status, body, headers, resource_id, one_time_secret) -> boolean
-Datum idempotency_complete_fenced(PG_FUNCTION_ARGS) {
-    require_args(fcinfo, 4, "principal, key, fence and status");
-    int status = status_argument(fcinfo, 3);
-    check_headers(fcinfo, 5);
-    PreventCommandIfReadOnly("idempotency.complete()");
-    const bool secret = !PG_ARGISNULL(7) && PG_GETARG_BOOL(7);
-    Oid types[8] = {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID};
-    Datum values[8] = {PG_GETARG_DATUM(0),
-                       PG_GETARG_DATUM(1),
-                       PG_GETARG_DATUM(2),
-                       Int16GetDatum(static_cast<int16>(status)),
-                       secret || PG_ARGISNULL(4) ? (Datum)0 : PG_GETARG_DATUM(4),
-                       secret || PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5),
-                       PG_ARGISNULL(6) ? (Datum)0 : PG_GETARG_DATUM(6),
-                       BoolGetDatum(secret)};
-    char nulls[8] = {' ', ' ', ' ', ' ', secret || PG_ARGISNULL(4) ? 'n' : ' ', secret || PG_ARGISNULL(5) ? 'n' : ' ',
-                     PG_ARGISNULL(6) ? 'n' : ' ', ' '};
-    uint64 changed = run_fenced(&fenced_complete_plan,
-                                "UPDATE idempotency.keys SET state = 'completed', response_status = $4,"
-                                "       response_body = $5, response_headers = $6, resource_id = $7,"
-                                "       one_time_secret = $8, lease_until = NULL"
-                                " WHERE principal = $1 AND key = $2 AND fence = $3 AND state = 'in_progress'",
-                                8, types, values, nulls, SPI_OK_UPDATE);
-    if (changed != 1)
-        ereport(DEBUG1, (errmsg("idempotency: complete with a stale fence changed nothing")));
+    uint64 changed = run_fenced(
+        &renew_plan,
+        "UPDATE idempotency.keys"
+        "   SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4"
+        " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+        "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
+        "   AND (expires_at OPERATOR(pg_catalog.>) pg_catalog.now()"
+        "        OR lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())",
+        4, types, values, nullptr, SPI_OK_UPDATE);
     PG_RETURN_BOOL(changed == 1);
 }
 
 /// idempotency.release(principal, key, fence) -> boolean
+/// Ends a live lease so that a retry may run again; false when fence no longer
+/// holds the key or its lease had already run out.
 Datum idempotency_release(PG_FUNCTION_ARGS) {
+    require_valid_settings();
+    check_principal_binding(PG_GETARG_TEXT_PP(0));
     PreventCommandIfReadOnly("idempotency.release()");
     Oid types[3] = {TEXTOID, TEXTOID, INT8OID};
     Datum values[3] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)};
-    // The row stays, with its lease ended, so that the next holder gets a
-    // higher fence than any earlier one and stale holders stay fenced out.
-    uint64 changed = run_fenced(&release_plan,
-                                "UPDATE idempotency.keys SET lease_until = '-infinity'"
-                                " WHERE principal = $1 AND key = $2 AND fence = $3 AND state = 'in_progress'"
-                                "   AND lease_until > '-infinity'",
-                                3, types, values, nullptr, SPI_OK_UPDATE);
+    // The row stays, with its lease ended; fences come from a sequence, so the
+    // next holder's is higher than any earlier one's either way.
+    uint64 changed = run_fenced(
+        &release_plan,
+        "UPDATE idempotency.keys SET lease_until = '-infinity'"
+        " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+        "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
+        "   AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
+        3, types, values, nullptr, SPI_OK_UPDATE);
     PG_RETURN_BOOL(changed == 1);
 }
 
 /// idempotency.claim(principal, key, ttl) -> boolean
 Datum idempotency_claim(PG_FUNCTION_ARGS) {
+    require_valid_settings();
     require_args(fcinfo, 2, "principal and key");
     text* principal = PG_GETARG_TEXT_PP(0);
     text* key = PG_GETARG_TEXT_PP(1);
@@ -1181,24 +1291,26 @@ Datum idempotency_claim(PG_FUNCTION_ARGS) {
     LOCKTAG tag;
     key_locktag(&tag, principal, key);
     if (lock_key(&tag, wait_timeout_ms) == LockHolder::none) PG_RETURN_BOOL(false);
-    Oid types[3] = {TEXTOID, TEXTOID, INTERVALOID};
-    Datum values[3] = {PointerGetDatum(principal), PointerGetDatum(key), IntervalPGetDatum(&ttl)};
+    Oid types[4] = {TEXTOID, TEXTOID, INTERVALOID, INT8OID};
+    Datum values[4] = {PointerGetDatum(principal), PointerGetDatum(key), IntervalPGetDatum(&ttl),
+                       Int64GetDatum(next_fence())};
     // A claim is a completed row with status 204, no body and an all-zero
     // fingerprint (no request can have it), so begin()/acquire() on a claimed
-    // key answer mismatch.
+    // key answer mismatch. Only a dead row (expired, no live lease) is replaced.
     uint64 changed = run_fenced(
         &claim_plan,
         "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, response_status,"
-        "       created_at, expires_at)"
+        "       created_at, expires_at, fence)"
         " VALUES ($1, $2, 'claim', pg_catalog.decode(pg_catalog.repeat('00', 32), 'hex'), 'completed', 204,"
-        "         pg_catalog.now(), pg_catalog.now() + $3)"
+        "         pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $3, $4)"
         " ON CONFLICT (principal, key) DO UPDATE"
         "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'completed',"
         "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = NULL,"
-        "       one_time_secret = false, fence = k.fence + 1, lease_until = NULL,"
+        "       one_time_secret = false, fence = excluded.fence, lease_until = NULL,"
         "       created_at = excluded.created_at, expires_at = excluded.expires_at"
-        " WHERE k.expires_at <= pg_catalog.now()",
-        3, types, values, nullptr, SPI_OK_INSERT);
+        " WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+        "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())",
+        4, types, values, nullptr, SPI_OK_INSERT);
     PG_RETURN_BOOL(changed == 1);
 }
 

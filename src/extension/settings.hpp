@@ -1,4 +1,4 @@
-// Configuration parameters (GUCs) of the extension, defined in _PG_init.
+// Configuration parameters (GUCs) of the extension, defined in settings.cpp.
 #pragma once
 
 namespace idem::pg {
@@ -15,6 +15,19 @@ extern int max_key_length;
 
 /// idempotency.lease, in milliseconds: default lease of acquire() and renew().
 extern int lease_ms;
+/// Range of idempotency.lease and of every per-call lease argument, in
+/// milliseconds. Clients renew every third of a lease, at most every 50 ms, so
+/// the shortest lease is still renewed twice before it runs out.
+constexpr int kMinLeaseMs = 100;
+constexpr int kMaxLeaseMs = 86400 * 1000;
+/// Longest ttl, for idempotency.key_ttl and every per-call ttl argument.
+constexpr int kMaxTtlSeconds = 366 * 86400;
+
+/// Values of idempotency.principal_binding.
+enum PrincipalBinding { kBindingOff = 0, kBindingCurrentUser = 1 };
+/// idempotency.principal_binding (superuser only): current_user makes every
+/// function refuse a principal other than the calling role's name.
+extern int principal_binding;
 /// idempotency.cleanup_batch_size: rows per batch of idempotency.cleanup().
 extern int cleanup_batch_size;
 
@@ -26,7 +39,15 @@ extern int key_format;
 /// True when responses with this status are stored (idempotency.final_statuses).
 bool is_final_status(int status);
 
-/// Defines the protocol's settings and registers its transaction callbacks.
+/// Defines every setting and reserves the idempotency. prefix (from _PG_init).
+void define_settings();
+
+/// Raises 22023 when a setting was given an invalid value before the library
+/// was loaded (PostgreSQL then fell back to the default): every SQL function
+/// calls it first, so none runs with a setting other than the one chosen.
+void require_valid_settings();
+
+/// Registers the protocol's cache and transaction callbacks (from _PG_init).
 void protocol_init();
 
 }  // namespace idem::pg

@@ -1,6 +1,6 @@
 -- Structure of the key store and the protocol functions.
 BEGIN;
-SELECT plan(79);
+SELECT plan(81);
 
 -- The table, column by column.
 SELECT has_table('idempotency', 'keys', 'table idempotency.keys exists');
@@ -50,12 +50,18 @@ SELECT throws_ok($$INSERT INTO idempotency.keys (principal, key, action, request
 SELECT lives_ok($$INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, expires_at, lease_until)
                   VALUES ('p', 'k', 'a', decode(repeat('00', 32), 'hex'), 'in_progress', now() + '1 day', now())$$,
                 'a well-formed in_progress row is accepted');
-SELECT is((SELECT fence FROM idempotency.keys WHERE principal = 'p' AND key = 'k'), 1::bigint, 'fence starts at 1');
+SELECT is((SELECT fence FROM idempotency.keys WHERE principal = 'p' AND key = 'k'),
+          currval('idempotency.fences'), 'a row''s fence defaults to the next value of idempotency.fences');
 
 -- pg_dump keeps the keys with the database.
 SELECT ok(EXISTS (SELECT 1 FROM pg_extension
                    WHERE extname = 'idempotency' AND 'idempotency.keys'::regclass::oid = ANY (extconfig)),
           'keys is registered with pg_extension_config_dump');
+SELECT ok(EXISTS (SELECT 1 FROM pg_extension
+                   WHERE extname = 'idempotency' AND 'idempotency.fences'::regclass::oid = ANY (extconfig)),
+          'the fence sequence is dumped too, so fences never repeat after a restore');
+SELECT ok(NOT has_sequence_privilege('public', 'idempotency.fences', 'USAGE,SELECT,UPDATE'),
+          'PUBLIC has no privilege on the fence sequence');
 
 -- Privileges: nobody but the owner touches the table directly.
 SELECT ok(NOT has_table_privilege('public', 'idempotency.keys', p), 'PUBLIC has no ' || p || ' on keys')
@@ -66,13 +72,15 @@ SELECT has_function('idempotency', 'jcs', ARRAY['text'], 'jcs(text)');
 SELECT has_function('idempotency', 'jcs', ARRAY['jsonb'], 'jcs(jsonb)');
 SELECT has_function('idempotency', 'fingerprint', ARRAY['text', 'text', 'bytea', 'text[]'], 'fingerprint(...)');
 SELECT has_function('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'], 'begin(...)');
-SELECT has_function('idempotency', 'complete', ARRAY['text', 'text', 'integer', 'bytea', 'jsonb', 'text', 'boolean'], 'complete(...)');
-SELECT has_function('idempotency', 'save_final', ARRAY['text', 'text', 'text', 'bytea', 'integer', 'bytea', 'jsonb', 'interval'], 'save_final(...)');
+SELECT has_function('idempotency', 'complete', ARRAY['text', 'text', 'integer', 'bytea', 'jsonb', 'text', 'boolean', 'bigint'], 'complete(..., fence)');
+SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'complete' AND pronamespace = 'idempotency'::regnamespace),
+          1, 'one complete(): no overloads for untyped calls to trip over');
+SELECT has_function('idempotency', 'save_final', ARRAY['text', 'text', 'text', 'bytea', 'integer', 'bytea', 'jsonb', 'interval', 'boolean'], 'save_final(...)');
 SELECT has_function('idempotency', 'is_final', ARRAY['integer'], 'is_final(integer)');
 SELECT has_function('idempotency', 'forget', ARRAY['text', 'text'], 'forget(text, text)');
 SELECT has_function('idempotency', 'acquire', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'acquire(...)');
 SELECT has_function('idempotency', 'renew', ARRAY['text', 'text', 'bigint', 'interval'], 'renew(...)');
-SELECT has_function('idempotency', 'complete', ARRAY['text', 'text', 'bigint', 'integer', 'bytea', 'jsonb', 'text', 'boolean'], 'complete(..., fence, ...)');
+SELECT has_function('idempotency', 'bound_principal', ARRAY['text'], 'bound_principal(text)');
 SELECT has_function('idempotency', 'release', ARRAY['text', 'text', 'bigint'], 'release(...)');
 SELECT has_function('idempotency', 'claim', ARRAY['text', 'text', 'interval'], 'claim(...)');
 SELECT ok(NOT has_function_privilege('public', 'idempotency.acquire(text,text,text,bytea,interval,interval,interval)', 'EXECUTE'),
@@ -95,8 +103,7 @@ SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), ARRAY['idempotency.cl
  WHERE p.prokind = 'p';
 SELECT isnt_definer('idempotency', 'cleanup', ARRAY['integer', 'interval', 'interval', 'bigint'],
                     'cleanup runs as its caller (it commits between batches)');
-SELECT has_function('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch(integer)');
-SELECT is_definer('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch is SECURITY DEFINER');
+SELECT hasnt_function('idempotency', 'cleanup_batch', ARRAY['integer'], 'cleanup_batch(integer) of 0.4.0 is gone');
 SELECT has_function('idempotency', 'cleanup_batch', ARRAY['integer', 'timestamp with time zone'], 'cleanup_batch(integer, timestamptz)');
 SELECT is_definer('idempotency', 'cleanup_batch', ARRAY['integer', 'timestamp with time zone'],
                   'cleanup_batch(integer, timestamptz) is SECURITY DEFINER');

@@ -6,8 +6,8 @@ SELECT plan(7);
 CREATE ROLE idem_app_test NOLOGIN;
 GRANT USAGE ON SCHEMA idempotency TO idem_app_test;
 GRANT EXECUTE ON FUNCTION idempotency.begin(text, text, text, bytea, interval, interval),
-                          idempotency.complete(text, text, integer, bytea, jsonb, text, boolean),
-                          idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval)
+                          idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint),
+                          idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval, boolean)
    TO idem_app_test;
 CREATE TABLE public.app_effects (n int);
 GRANT INSERT, SELECT ON public.app_effects TO idem_app_test;
