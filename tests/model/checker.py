@@ -17,6 +17,7 @@ smaller failing run, prints that, and exits 1. The last line of every run is
 import argparse
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -217,7 +218,7 @@ class Run:
                     model.check_row(op, {"action": action, "fence": fence, "state": state, "status": status,
                                          "headers": headers and dict(headers), "body": body and bytes(body)})
             # I6: past every ttl and lease, one cleanup leaves nothing; every key starts.
-            time.sleep(self.latest_deadline() + 0.3)
+            time.sleep(self.latest_deadline(settings) + 0.3)
             conn.execute("CALL idempotency.cleanup()")
             for principal, key, state, expired, lease_live in conn.execute(
                     "SELECT principal, key, state, expires_at <= now(),"
@@ -230,7 +231,7 @@ class Run:
             for key in keys:
                 self.end_start(conn, key, fresh)
 
-    def latest_deadline(self):
+    def latest_deadline(self, settings):
         """Seconds until every ttl and lease handed out in the run has passed."""
         latest = time.time()
         with self.model.lock:
@@ -241,6 +242,9 @@ class Run:
                     latest = max(latest, op.lease_min)
                 if op.kind == "renew" and op.now is not None and op.clock is not None:
                     latest = max(latest, op.clock + op.params["lease_s"])
+                if op.kind == "complete" and op.outcome is True and op.acked is not None:
+                    # A completion may keep the key for one more ttl of the key from then (0.6.0).
+                    latest = max(latest, op.acked + settings.max_ttl_ms / 1000.0)
         return max(0.0, latest - time.time())
 
     def check_effects(self, present):
@@ -327,7 +331,8 @@ def print_violations(model, seed, out, limit=3, only=""):
             break
         shown += 1
         out("")
-        out("VIOLATION %s (%s), seed %d" % (v.invariant, INVARIANTS.get(v.invariant, "?"), seed))
+        out("VIOLATION %s (%s), seed %d, %.1f s into the run" % (v.invariant, INVARIANTS.get(v.invariant, "?"),
+                                                                   seed, v.at))
         out("  key: %s" % (v.key,))
         out("  %s" % v.message)
         if v.key is not None:
@@ -348,7 +353,8 @@ def summarize(model, out):
     out("")
     out("violations by kind:")
     for (invariant, signature), found in sorted(kinds.items()):
-        out("  %-4s %-50s %4d  (first on %s)" % (invariant, signature, len(found), found[0].key))
+        out("  %-4s %-50s %4d  (first after %.1f s, on %s)" % (invariant, signature, len(found), found[0].at,
+                                                                   found[0].key))
         out("       e.g. %s" % found[0].message)
 
 
@@ -375,8 +381,8 @@ def reduce_failure(args, cluster, first, log, out):
             best = run
             break
     while best is not None and time.time() < budget_end:
-        steps = (best.first_violation_steps or per_client) * best.clients // 2
-        if steps < best.clients:
+        steps = min(best.first_violation_steps or per_client, best.steps // best.clients) * best.clients // 2
+        if steps < best.clients or steps >= best.steps:
             break
         run = Run(args, cluster, best.seed, best.clients, steps, 60, log).execute()
         failed = bool(run.model.violations)
@@ -390,6 +396,8 @@ def reduce_failure(args, cluster, first, log, out):
 
 def main(argv):
     args = parse_args(argv)
+    # SIGTERM (CI timeouts, kill) ends the run through the finally below, which stops the cluster.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     out = lambda line: print(line, flush=True)  # noqa: E731
     log = (lambda line: None) if args.quiet else (lambda line: print("  " + line, flush=True))
     what = ("%d steps" % args.steps) if args.steps is not None else ("%g s" % args.seconds)

@@ -27,6 +27,7 @@ with server values, and the checker's send/answer times with each other.
 """
 
 import threading
+import time
 
 # Seconds kept on every timing comparison: a race at the boundary is not flagged.
 MARGIN = 0.02
@@ -133,6 +134,7 @@ class Model:
         self.lock = threading.RLock()
         self.ops = {}  # id -> Op
         self.by_key = {}  # (principal, key) -> [Op] in order of sending
+        self.cleanups = []  # CALL cleanup() ops: they touch every key, so every history shows them
         self.violations = []
         self.origin = None
 
@@ -146,19 +148,22 @@ class Model:
             self.ops[op.id] = op
             if op.key is not None:
                 self.by_key.setdefault(op.key_id(), []).append(op)
+            elif op.kind == "cleanup":
+                self.cleanups.append(op)
 
     def violation(self, invariant, key, message, ops=(), signature=None):
         """Records a violation (the run stops soon after the first). `signature`
         names the kind of failure in a few words, for the summary."""
         with self.lock:
-            self.violations.append(Violation(invariant, key, message, [o for o in ops if o is not None],
-                                             signature or invariant))
+            found = Violation(invariant, key, message, [o for o in ops if o is not None], signature or invariant)
+            found.at = time.time() - (self.origin or time.time())
+            self.violations.append(found)
 
     def history(self, key, limit=60, until=None):
         """The ops on `key` sent up to checker time `until` (default: all),
         oldest first, as printable lines (the last `limit`)."""
         with self.lock:
-            ops = sorted((o for o in self.by_key.get(key, []) if until is None or o.sent <= until),
+            ops = sorted((o for o in self.by_key.get(key, []) + self.cleanups if until is None or o.sent <= until),
                          key=lambda o: o.sent)
             origin = self.origin or 0
             lines = [o.describe(origin) for o in ops]
@@ -202,13 +207,14 @@ class Model:
             return None
         return current
 
-    def completed(self, gen):
-        """Whether generation `gen`'s row is completed: "yes", "no" or "maybe"."""
+    def completed(self, gen, moment):
+        """Whether generation `gen`'s row was completed before checker time
+        `moment`: "yes", "no" or "maybe"."""
         if gen.kind != "acquire":
             return "yes"
         states = set()
         for c in gen.completed_by:
-            if c.outcome is True and c.commit == "yes":
+            if c.outcome is True and c.committed_by(moment):
                 return "yes"
             states.add("no" if c.commit == "no" or c.outcome is False else "maybe")
         return "maybe" if "maybe" in states else "no"
@@ -241,7 +247,7 @@ class Model:
         An in_progress row whose lease ran out or was released may be taken over."""
         if self.lease_certainly_live(gen, clock, moment):
             return "leased"
-        if self.completed(gen) == "yes" and gen.expires is not None and now is not None \
+        if self.completed(gen, moment) == "yes" and gen.expires is not None and now is not None \
                 and gen.expires > now + MARGIN:
             return "completed"
         return None
@@ -258,11 +264,12 @@ class Model:
             what = "answered %s" % (op.outcome,)
             if current is not None and current.fp != op.fp and self.certainly_live(
                     current, op.now, op.clock, op.sent):
+                by = "ttl" if current.expires is not None and current.expires > op.now + MARGIN else "lease"
                 self.violation(
                     "I7", key,
-                    "%s %s with fingerprint %s while the live row of %s has fingerprint %s "
-                    "(mismatch expected)" % (op.kind, what, op.fp, current.id, current.fp),
-                    [current, op], "%s took a live key with another fingerprint" % op.kind)
+                    "%s %s with fingerprint %s while the row of %s (fingerprint %s) was live by its %s "
+                    "(mismatch expected)" % (op.kind, what, op.fp, current.id, current.fp, by),
+                    [current, op], "%s took a key live by its %s, other fingerprint" % (op.kind, by))
             elif current is not None and current.fp == op.fp:
                 state = self.blocks_same_request(current, op.now, op.clock, op.sent)
                 if state is not None:

@@ -67,6 +67,7 @@ class Settings:
         self.ttl_ms = (args.ttl_min, args.ttl_max)
         self.lease_ms = (args.lease_min, args.lease_max)
         self.lease_within_ttl = args.lease_within_ttl
+        self.max_ttl_ms = max(args.ttl_max, 6 * args.lease_max + 100) if args.lease_within_ttl else args.ttl_max
         self.weights = dict(args.ops)
         self.faults = set(args.faults)
         self.fault_rate = args.fault_rate
