@@ -4,6 +4,7 @@
 # ctest (unit, differential against node/V8), the sanitizer build of the core
 # tests, starts a throwaway PostgreSQL 15 cluster (pg_cron preloaded) and runs
 # pg_regress, the isolation specs, pgTAP and the integration tests against it,
+# the model checker (tests/model/ci.sh, on a cluster of its own, about 3 min),
 # then fuzzes the canonicalizer for FUZZ_SECONDS (default 60). The cluster is
 # stopped on any exit. Ends with "N passed, N failed" over the suites.
 set -uo pipefail
@@ -62,6 +63,8 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
     [[ -e $t ]] || continue
     suite "integration: $(basename "$t" .sh)" bash "$t"
   done
+  # Its own cluster (it restarts and crashes it on purpose), after the integration tests.
+  suite "model checker" tests/model/ci.sh
 else
   failed=$((failed + 1))
   failures+=("start throwaway cluster")
