@@ -10,6 +10,7 @@ packages=(
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl wrk bc
+  python3 python3-psycopg
 )
 # node (differential tests, benchmark peers) ships with the machine; Debian's
 # nodejs/npm only where it is missing (they conflict with a preinstalled node).
