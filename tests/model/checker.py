@@ -47,6 +47,7 @@ def parse_weights(text):
 
 
 def parse_args(argv):
+    """The command line, checked; draws the seed when none is given."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, help="random seed (default: drawn and printed)")
@@ -179,6 +180,7 @@ class Run:
                 time.sleep(0.3)
 
     def end_op(self, kind, key, conn, fp=None):
+        """Records a call of the end phase (client `end`) with the server's now() and clock."""
         op = Op("end.%d" % (len(self.model.ops) + 1), "end", kind, key[0], key[1], fp)
         op.sent = time.time()
         self.model.add(op)
@@ -395,6 +397,7 @@ def reduce_failure(args, cluster, first, log, out):
 
 
 def main(argv):
+    """Runs the checker; returns the exit status (0 clean, 1 violations, 2 could not start)."""
     args = parse_args(argv)
     # SIGTERM (CI timeouts, kill) ends the run through the finally below, which stops the cluster.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))

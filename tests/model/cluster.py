@@ -74,6 +74,7 @@ class Cluster:
         return "host=%s port=%d user=postgres dbname=%s" % (self.directory, self.port, dbname)
 
     def admin_conninfo(self):
+        """Connection string for the maintenance database."""
         return self.conninfo("postgres") if self.dsn is None else self.dsn
 
     def restart(self):

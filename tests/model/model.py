@@ -91,6 +91,7 @@ class Op:
         """One line for a history: times relative to `origin`."""
 
         def rel(t):
+            """Checker time `t` relative to the start, or a dash."""
             return "    -  " if t is None else "%7.3f" % (t - origin)
 
         parts = ["%s %s c%-2s %-10s %-5s" % (rel(self.sent), rel(self.acked), self.client, self.kind, self.id)]
@@ -172,9 +173,6 @@ class Model:
             return lines
 
     # -- what the key is -----------------------------------------------------
-
-    def _writers(self, key):
-        return [o for o in self.by_key.get(key, []) if o.writes]
 
     def certain_current(self, key, op):
         """The generation that certainly holds `key` for the whole of `op` (from

@@ -113,6 +113,7 @@ class Client(threading.Thread):
         return False
 
     def drop_connection(self):
+        """Closes the connection (if any) and forgets it; the loop reconnects."""
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -134,6 +135,7 @@ class Client(threading.Thread):
             raise ServerError(state, str(error).strip()) from None
 
     def rollback_quietly(self):
+        """ROLLBACK, ignoring errors (the connection may be gone)."""
         if self.conn is None:
             return
         try:
@@ -155,6 +157,7 @@ class Client(threading.Thread):
     # -- the loop -----------------------------------------------------------
 
     def run(self):
+        """The client loop: draw an operation, run it, ride out a lost connection."""
         try:
             while not self.stop.is_set():
                 if self.steps_left is not None and self.steps >= self.steps_left:
@@ -175,6 +178,7 @@ class Client(threading.Thread):
             self.drop_connection()
 
     def pick(self, weights):
+        """A name drawn from {name: weight}."""
         total = sum(weights.values())
         point = self.rng.uniform(0, total)
         for name, weight in weights.items():
@@ -184,6 +188,7 @@ class Client(threading.Thread):
         return next(iter(weights))
 
     def new_op(self, kind, principal=None, key=None, fp=None):
+        """Counts a step and registers a new op, sent now."""
         self.counter += 1
         self.steps += 1
         with self.stats["lock"]:
@@ -196,9 +201,11 @@ class Client(threading.Thread):
         return op
 
     def draw_key(self):
+        """A (principal, key) from the small key space."""
         return self.rng.choice(self.settings.principals), self.rng.choice(self.settings.keys)
 
     def draw_ttl_lease(self):
+        """A ttl and a lease in seconds."""
         lease = self.rng.randint(*self.settings.lease_ms)
         ttl = self.rng.randint(*self.settings.ttl_ms)
         if self.settings.lease_within_ttl:
@@ -206,6 +213,7 @@ class Client(threading.Thread):
         return ttl / 1000.0, lease / 1000.0
 
     def response(self, op, statuses):
+        """A status from `statuses` and a body and headers unique to `op`."""
         status = self.rng.choice(statuses)
         body = b"op=" + op.id.encode() + b";" + bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(0, 12)))
         headers = {"X-Op": op.id, "X-N": self.rng.randint(0, 10 ** 6)} if self.rng.random() < 0.7 else None
@@ -216,10 +224,12 @@ class Client(threading.Thread):
         return name in self.settings.faults and self.rng.random() < self.settings.fault_rate
 
     def count_fault(self):
+        """Counts one injected fault."""
         with self.stats["lock"]:
             self.stats["faults"] += 1
 
     def unexpected(self, op, error):
+        """Records an error the operation may not raise (ERR)."""
         op.outcome = "error " + str(error.sqlstate)
         self.model.violation("ERR", op.key_id(), "%s %s raised %s: %s" % (op.kind, op.id, error.sqlstate, error),
                              [op])
@@ -383,6 +393,7 @@ class Client(threading.Thread):
             self.unexpected(op, error)
 
     def op_save_final(self):
+        """save_final of a final 4xx (or a non-final 500, which must answer false)."""
         principal, key = self.draw_key()
         fp = self.rng.randrange(self.settings.fingerprints)
         ttl, _ = self.draw_ttl_lease()
@@ -407,6 +418,7 @@ class Client(threading.Thread):
         self.finish(op)
 
     def op_claim(self):
+        """claim with a short ttl."""
         principal, key = self.draw_key()
         ttl, _ = self.draw_ttl_lease()
         op = self.new_op("claim", principal, key, "claim")
@@ -426,6 +438,7 @@ class Client(threading.Thread):
         self.finish(op)
 
     def op_forget(self):
+        """forget (the operator tool)."""
         principal, key = self.draw_key()
         op = self.new_op("forget", principal, key)
         row = self.short_txn(op, "SELECT idempotency.forget(%s, %s)", (principal, key), iso="READ COMMITTED")
@@ -435,6 +448,7 @@ class Client(threading.Thread):
         self.finish(op)
 
     def op_cleanup(self):
+        """CALL idempotency.cleanup() (outside a transaction block)."""
         op = self.new_op("cleanup")
         try:
             rows = self.q("CALL idempotency.cleanup()")
@@ -446,6 +460,7 @@ class Client(threading.Thread):
         op.acked = time.time()
 
     def op_inspect(self):
+        """Reads the key's row directly and checks it against the model."""
         principal, key = self.draw_key()
         op = self.new_op("inspect", principal, key)
         rows = self.q("SELECT k.action, k.fence, k.state, k.response_status, k.response_headers, k.response_body,"
@@ -464,6 +479,7 @@ class Client(threading.Thread):
                                   "headers": headers and dict(headers), "body": body and bytes(body)})
 
     def op_wait(self):
+        """A pause of 10-200 ms."""
         time.sleep(self.rng.uniform(0.01, 0.2))
 
     def op_lease(self):
@@ -578,6 +594,7 @@ class Faults(threading.Thread):
         self.log = log
 
     def run(self):
+        """Injects a fault at random moments until stopped."""
         if not self.kinds:
             return
         while not self.stop.wait(self.rng.uniform(0.3 * self.mean, 1.7 * self.mean)):
@@ -593,10 +610,12 @@ class Faults(threading.Thread):
                 self.log("fault %s failed: %s" % (kind, error))
 
     def count(self):
+        """Counts one injected fault."""
         with self.stats["lock"]:
             self.stats["faults"] += 1
 
     def kill_backend(self):
+        """SIGKILL of a random client backend of this run; false when there was none."""
         with psycopg.connect(self.admin_conninfo, autocommit=True, connect_timeout=5) as conn:
             pids = [r[0] for r in conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE 'model-c%%'",
