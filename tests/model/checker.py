@@ -23,6 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
 
 import psycopg  # noqa: E402
 
@@ -139,7 +140,7 @@ class Run:
         watch = threading.Thread(target=self.watch_violations, args=(clients,), daemon=True)
         fault_stop = threading.Event()
         fault_thread = Faults(self.seed, self.cluster, self.cluster.admin_conninfo(), self.dbname, faults,
-                              self.args.fault_interval, fault_stop, self.stats, self.log)
+                              self.args.fault_interval, fault_stop, self.stats, self.log, self.model)
         for c in clients:
             c.start()
         watch.start()
@@ -149,6 +150,7 @@ class Run:
         fault_stop.set()
         fault_thread.join(timeout=120)
         self.stop.set()
+        self.model.settle_lock_checks(final=True)
         self.cluster.ensure_running()
         if not self.model.violations or self.args.keep_going:
             self.end_phase(settings)
@@ -159,6 +161,7 @@ class Run:
         """Stops the run at the first violation (unless --keep-going) and notes how
         far each client had got, for the reduction."""
         while not self.stop.is_set():
+            self.model.settle_lock_checks()
             if self.model.violations and self.first_violation_steps is None:
                 self.first_violation_steps = max(c.steps for c in clients)
                 if not self.args.keep_going:

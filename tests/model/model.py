@@ -69,6 +69,9 @@ class Op:
         self.response = None  # (status, headers, body) this op stores
         self.secret = False
         self.writes = False  # may have written a key row (a generation)
+        self.holds_lock = False  # begin/acquire answered started: the key lock is held until the transaction ends
+        self.last_sent = None  # when the latest statement of a started transaction was sent
+        self.lock_until = None  # from when the key lock may have been let go (None: still held)
         self.holder = None  # for renew/complete/release/effect: the acquire op
         self.completed_by = []  # for acquire: complete ops of this holder
         self.released_by = []  # for acquire: release ops of this holder
@@ -136,6 +139,8 @@ class Model:
         self.ops = {}  # id -> Op
         self.by_key = {}  # (principal, key) -> [Op] in order of sending
         self.cleanups = []  # CALL cleanup() ops: they touch every key, so every history shows them
+        self.fault_times = []  # when a server fault (kill, restart) was injected: every lock was let go
+        self.pending_lock_checks = []  # ops that started, to check against open transactions (check_lock)
         self.violations = []
         self.origin = None
 
@@ -276,6 +281,7 @@ class Model:
                         "%s %s while the key's generation %s (%s, same fingerprint) was live: "
                         "a second effect for one generation" % (op.kind, what, current.id, state),
                         [current, op], "%s started on a live %s row" % (op.kind, state))
+            self.check_lock(op)
             if op.fence is None:
                 return
             for other in self.by_key.get(key, []):
@@ -290,6 +296,43 @@ class Model:
                         % (op.id, op.fence, other.id, other.fence),
                         [other, op], "fence handed out again")
                     return
+
+    def check_lock(self, op):
+        """I1: nothing starts on a key while another transaction that got
+        `started` for it still holds the key lock (its COMMIT or ROLLBACK not yet
+        sent, no error yet, no server fault since). Decided by settle_lock_checks
+        once the holders' transactions have ended."""
+        self.pending_lock_checks.append(op)
+
+    def settle_lock_checks(self, final=False):
+        """Runs the deferred lock checks whose holders have ended (all when `final`)."""
+        with self.lock:
+            waiting = []
+            for op in self.pending_lock_checks:
+                if not self._lock_check(op, final):
+                    waiting.append(op)
+            self.pending_lock_checks = waiting
+
+    def _lock_check(self, op, final):
+        """One deferred lock check; false while a holder's end is not known yet."""
+        key = op.key_id()
+        for holder in self.by_key.get(key, []):
+            if holder is op or not holder.holds_lock or holder.acked is None or holder.acked >= op.sent:
+                continue
+            until = holder.lock_until if holder.kind == "txn" else holder.commit_sent
+            if until is None and not final:
+                return False
+            if until is None or until <= op.acked:
+                continue
+            if any(holder.acked <= t <= op.acked for t in self.fault_times):
+                continue
+            self.violation("I1", key, "%s answered %s while %s, which had answered started, still held the key "
+                           "(its transaction was open from %.3f s to %.3f s)"
+                           % (op.id, op.outcome, holder.id, holder.acked - (self.origin or 0),
+                              until - (self.origin or 0)),
+                           [holder, op], "started while another transaction held the key")
+            return True
+        return True
 
     def check_fenced_success(self, op):
         """I3: renew/complete/release that succeeded with the fence of holder

@@ -303,8 +303,10 @@ class Client(threading.Thread):
             self.commit(op)
             return
         op.fence, op.expires = fence, epoch(expires)
+        op.holds_lock = True
         self.model.check_start(op)
         try:
+            op.last_sent = time.time()
             self.q("INSERT INTO model_effects (principal, key, fence, client, op_id, kind)"
                    " VALUES (%s, %s, %s, %s, %s, 'txn')", (principal, key, fence, self.number, op.id))
             if variant in ("complete", "secret"):
@@ -313,6 +315,7 @@ class Client(threading.Thread):
                 op.writes = True
                 op.secret = secret
                 op.response = (status, None, None) if secret else (status, headers, body)
+                op.last_sent = time.time()
                 self.q("SELECT idempotency.complete(%s, %s, status => %s, body => %s, headers => %s,"
                        " resource_id => %s, one_time_secret => %s)",
                        (principal, key, status, body, Jsonb(headers) if headers is not None else None, op.id,
@@ -321,6 +324,7 @@ class Client(threading.Thread):
                 if error is not None and error.sqlstate not in RETRYABLE:
                     self.unexpected(op, error)
             elif variant == "rollback":
+                op.last_sent = time.time()
                 self.q("ROLLBACK")
                 op.commit = "no"
             elif variant == "no_complete":
@@ -332,6 +336,7 @@ class Client(threading.Thread):
                     self.unexpected(op, error)
             elif variant == "stmt_error":
                 try:
+                    op.last_sent = time.time()
                     self.q("SELECT 1 / 0")
                 except ServerError:
                     pass
@@ -342,6 +347,7 @@ class Client(threading.Thread):
                 op.note = "statement_timeout fault"
                 try:
                     self.q("SET LOCAL statement_timeout = '5ms'")
+                    op.last_sent = time.time()
                     self.q("SELECT pg_sleep(0.2)")
                 except ServerError:
                     pass
@@ -351,6 +357,7 @@ class Client(threading.Thread):
                 self.count_fault()
                 op.note = "disconnect fault"
                 op.commit = "no"
+                op.last_sent = time.time()
                 self.drop_connection()
         except ServerError as error:
             if op.commit is None:
@@ -364,6 +371,9 @@ class Client(threading.Thread):
             elif op.commit == "unknown":
                 self.unresolved.append(op)
             raise
+        finally:
+            # The lock goes with the transaction: at COMMIT/ROLLBACK, or at the first error.
+            op.lock_until = op.commit_sent if op.commit_sent is not None else op.last_sent
 
     def short_txn(self, op, sql, params, iso=None):
         """One call in a transaction of its own; returns its row or None after an error."""
@@ -511,6 +521,7 @@ class Client(threading.Thread):
             self.finish(acq)
             return
         acq.fence, acq.expires, acq.lease_min = fence, epoch(expires), lease_until
+        acq.holds_lock = True  # until its COMMIT (commit_sent)
         self.model.check_start(acq)
         self.finish(acq)
         if acq.commit != "yes":
@@ -581,7 +592,7 @@ class Faults(threading.Thread):
     """Server faults at random moments: SIGKILL of a client backend (crash
     recovery of the whole cluster) and an immediate restart."""
 
-    def __init__(self, seed, cluster, admin_conninfo, dbname, kinds, mean_interval, stop, stats, log):
+    def __init__(self, seed, cluster, admin_conninfo, dbname, kinds, mean_interval, stop, stats, log, model):
         super().__init__(name="model-faults", daemon=True)
         self.rng = random.Random("%s:faults" % seed)
         self.cluster = cluster
@@ -592,6 +603,12 @@ class Faults(threading.Thread):
         self.stop = stop
         self.stats = stats
         self.log = log
+        self.model = model
+
+    def note(self):
+        """Records that a server fault starts now (it lets every key lock go)."""
+        with self.model.lock:
+            self.model.fault_times.append(time.time())
 
     def run(self):
         """Injects a fault at random moments until stopped."""
@@ -603,6 +620,7 @@ class Faults(threading.Thread):
                 if kind == "kill" and self.kill_backend():
                     self.count()
                 elif kind == "restart":
+                    self.note()
                     self.cluster.restart()
                     self.count()
                     self.log("fault: immediate restart")
@@ -623,6 +641,7 @@ class Faults(threading.Thread):
         if not pids:
             return False
         pid = self.rng.choice(sorted(pids))
+        self.note()
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
