@@ -325,11 +325,14 @@ class Run:
             pass
 
 
-def print_violations(model, seed, out, limit=3, only=""):
-    """The first `limit` violations (matching `only`), each with its key's history."""
+def print_violations(model, seed, out, limit=3, only="", match=None):
+    """The first `limit` violations (containing `only`, or of kind `match`), each
+    with its key's history."""
     shown = 0
     for v in model.violations:
         if only and only not in v.invariant + " " + v.signature:
+            continue
+        if match is not None and (v.invariant, v.signature) != match:
             continue
         if shown == limit:
             out("... and %d more violations" % (len(model.violations) - limit))
@@ -364,24 +367,30 @@ def summarize(model, out):
 
 
 def reduce_failure(args, cluster, first, log, out):
-    """Replays the seed with fewer clients and steps; returns the smallest failing run."""
+    """Replays the seed with fewer clients and steps; returns the smallest run
+    that fails the same way (same invariant and kind) as the first violation."""
     if args.reduce_seconds <= 0:
         return None
+    target = (first.model.violations[0].invariant, first.model.violations[0].signature)
+
+    def same_failure(run):
+        return any((v.invariant, v.signature) == target for v in run.model.violations)
+
     budget_end = time.time() + args.reduce_seconds
     per_client = first.first_violation_steps or max(1, first.stats["steps"] // first.clients)
     best = None
     candidates = sorted({c for c in (1, 2, 3, 4, first.clients // 2) if 0 < c < first.clients})
     out("")
-    out("reducing: replaying seed %d with fewer clients (up to %d steps each), then fewer steps"
-        % (first.seed, per_client))
+    out("reducing: replaying seed %d with fewer clients (up to %d steps each), then fewer steps, "
+        "until it no longer fails with %s (%s)" % (first.seed, per_client, target[0], target[1]))
     for clients in candidates + [first.clients]:
         if time.time() > budget_end:
             break
         steps = per_client * clients
         run = Run(args, cluster, first.seed, clients, steps, min(args.reduce_seconds, 120), log).execute()
-        failed = bool(run.model.violations)
-        out("  %d clients, %d steps: %s" % (clients, run.stats["steps"],
-                                             "fails (%s)" % run.model.violations[0].invariant if failed else "passes"))
+        failed = same_failure(run)
+        out("  %d clients, %d steps: %s" % (clients, run.stats["steps"], "fails the same way" if failed else
+                                             "does not" if not run.model.violations else "fails otherwise"))
         if failed:
             best = run
             break
@@ -390,9 +399,9 @@ def reduce_failure(args, cluster, first, log, out):
         if steps < best.clients or steps >= best.steps:
             break
         run = Run(args, cluster, best.seed, best.clients, steps, 60, log).execute()
-        failed = bool(run.model.violations)
-        out("  %d clients, %d steps: %s" % (run.clients, run.stats["steps"],
-                                             "fails (%s)" % run.model.violations[0].invariant if failed else "passes"))
+        failed = same_failure(run)
+        out("  %d clients, %d steps: %s" % (run.clients, run.stats["steps"], "fails the same way" if failed else
+                                             "does not" if not run.model.violations else "fails otherwise"))
         if not failed:
             break
         best = run
@@ -431,7 +440,9 @@ def main(argv):
                 out("")
                 out("smallest failing run: --seed %d --clients %d --steps %d (%d steps, %d faults)"
                     % (small.seed, small.clients, small.steps, small.stats["steps"], small.stats["faults"]))
-                print_violations(small.model, small.seed, out, limit=1)
+                target = run.model.violations[0]
+                print_violations(small.model, small.seed, out, limit=1,
+                                 match=(target.invariant, target.signature))
         summarize(run.model, out)
         out("")
         out("%d steps, %d faults, %d violations" % (run.stats["steps"], run.stats["faults"],
