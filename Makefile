@@ -3,15 +3,24 @@
 #   make installcheck        pg_regress (sql/, expected/) and isolation specs
 #                            (tests/isolation) against a running server
 EXTENSION  = idempotency
-EXTVERSION = 0.6.0
+# The version lives in one place, the file VERSION (CMake reads it too); the
+# control file's default_version is written from it.
+EXTVERSION := $(shell cat $(dir $(lastword $(MAKEFILE_LIST)))VERSION)
 # Releases in order; the first has a full script, each later one an upgrade script.
-RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0
+RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 $(EXTVERSION)
 
 MODULE_big = idempotency
 OBJS = src/extension/module.o \
        src/extension/settings.o \
        src/extension/jcs_sql.o \
-       src/extension/protocol.o \
+       src/extension/arguments.o \
+       src/extension/key_lock.o \
+       src/extension/pending.o \
+       src/extension/key_store.o \
+       src/extension/key_statements.o \
+       src/extension/outcome.o \
+       src/extension/transactional.o \
+       src/extension/lease.o \
        src/core/jcs.o \
        src/core/fingerprint.o \
        src/core/statuses.o
@@ -45,7 +54,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS installs the control file from the top folder; ours lives in extension/.
-$(EXTENSION).control: extension/$(EXTENSION).control Makefile
+$(EXTENSION).control: extension/$(EXTENSION).control Makefile VERSION
 	sed "s/^default_version = .*/default_version = '$(EXTVERSION)'/" $< > $@
 all: $(EXTENSION).control
 EXTRA_CLEAN += $(EXTENSION).control

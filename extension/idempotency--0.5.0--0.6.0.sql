@@ -50,8 +50,7 @@ CREATE FUNCTION idempotency.complete(principal text, key text, status integer, b
                                      one_time_secret boolean DEFAULT false, fence bigint DEFAULT NULL)
     RETURNS boolean
     AS 'MODULE_PATHNAME', 'idempotency_complete'
-    LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp;
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint) IS
     'Stores the final response. Without fence: of a key started by idempotency.begin in this transaction, committing with it (55000 without a matching begin). With fence: of a key taken by idempotency.acquire, while fence still holds it (false, changing nothing, once exclusivity was lost)';
 REVOKE ALL ON FUNCTION idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint) FROM PUBLIC;
@@ -64,8 +63,7 @@ CREATE FUNCTION idempotency.save_final(principal text, key text, action text, fi
                                        ttl interval DEFAULT NULL, one_time_secret boolean DEFAULT false)
     RETURNS boolean
     AS 'MODULE_PATHNAME', 'idempotency_save_final'
-    LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp;
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval, boolean) IS
     'After a rolled-back attempt: stores a final error response (true) if no live row holds the key, or does nothing (false: not final, the key is live, or the wait for a transaction holding it ran out)';
 REVOKE ALL ON FUNCTION idempotency.save_final(text, text, text, bytea, integer, bytea, jsonb, interval, boolean)
@@ -91,8 +89,7 @@ DROP TABLE idempotency_060_grants;
 
 CREATE FUNCTION idempotency.bound_principal(principal text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempotency_bound_principal'
-    LANGUAGE C STABLE STRICT PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp;
+    LANGUAGE C STABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION idempotency.bound_principal(text) IS
     'Returns principal when the calling role may act for it under idempotency.principal_binding; 42501 otherwise';
 
@@ -135,6 +132,15 @@ oldest AS (
 SELECT g.action, g.state, g.live, g.keys, g.oldest_created_at, g.newest_created_at, g.next_expires_at,
        g.leases_live, g.earliest_lease_until, o.oldest_principal, o.oldest_key, o.oldest_lease_until
   FROM grouped g JOIN oldest o USING (action, state, live);
+
+-- Headers: a JSON object of name to value, or an array of [name, value] pairs
+-- that keeps their order and repeated names (Set-Cookie, Link). The functions
+-- check names (RFC 9110 tokens) and values (no CR, LF or NUL) before storing.
+ALTER TABLE idempotency.keys DROP CONSTRAINT keys_response_headers_check,
+    ADD CONSTRAINT keys_response_headers_check
+        CHECK (pg_catalog.jsonb_typeof(response_headers) = ANY (ARRAY['object', 'array']));
+COMMENT ON COLUMN idempotency.keys.response_headers IS
+    'headers the application chose to keep: an object of name -> value, or an array of [name, value] pairs (order and repeated names kept)';
 
 -- ---------------------------------------------------------------------------
 -- Cleanup (protocol)
@@ -213,6 +219,33 @@ $$;
 
 -- ---------------------------------------------------------------------------
 -- search_path hardening of the remaining objects (security)
+-- sql/security_search_path.sql calls every function and procedure under a
+-- search_path of traps (and pg_temp traps). Against 0.5.0 only the cleanup
+-- procedure fires one (its DECLAREd timestamptz variables, fixed above); every
+-- other object pins search_path = pg_catalog, pg_temp or, for the status view,
+-- was bound when it was created, so nothing else needs replacing here.
+
+-- ---------------------------------------------------------------------------
+-- The C functions run as their caller, with no SET clause
+
+-- SECURITY DEFINER with SET search_path made PostgreSQL save and restore every
+-- setting around each call (0.7-0.9 us; a 1 KiB fingerprint took 6.3 us with
+-- it, 5.4 without). jcs, fingerprint, is_final and bound_principal touch no
+-- table and resolve no name. The protocol functions read and insert key rows
+-- directly (PostgreSQL checks no privilege there) and run their few SQL
+-- statements with the table owner's rights, switched on in their C code around
+-- each statement; every name in those statements is schema-qualified, so the
+-- caller's search_path resolves nothing. EXECUTE is still granted per role.
+ALTER FUNCTION idempotency.jcs(text) RESET ALL;
+ALTER FUNCTION idempotency.jcs(jsonb) RESET ALL;
+ALTER FUNCTION idempotency.fingerprint(text, text, bytea, text[]) RESET ALL;
+ALTER FUNCTION idempotency.is_final(integer) RESET ALL;
+ALTER FUNCTION idempotency.begin(text, text, text, bytea, interval, interval) SECURITY INVOKER RESET ALL;
+ALTER FUNCTION idempotency.forget(text, text) SECURITY INVOKER RESET ALL;
+ALTER FUNCTION idempotency.acquire(text, text, text, bytea, interval, interval, interval) SECURITY INVOKER RESET ALL;
+ALTER FUNCTION idempotency.renew(text, text, bigint, interval) SECURITY INVOKER RESET ALL;
+ALTER FUNCTION idempotency.release(text, text, bigint) SECURITY INVOKER RESET ALL;
+ALTER FUNCTION idempotency.claim(text, text, interval) SECURITY INVOKER RESET ALL;
 
 -- ---------------------------------------------------------------------------
 -- Privileges

@@ -10,7 +10,7 @@ packages=(
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl wrk bc
-  python3 python3-psycopg
+  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv
 )
 # node (differential tests, benchmark peers) ships with the machine; Debian's
 # nodejs/npm only where it is missing (they conflict with a preinstalled node).

@@ -46,6 +46,27 @@ sanitizer_tests() {
     (cd build-asan && ctest --output-on-failure -j"$jobs")
 }
 
+# The Python package installed the way users install it (pip, Debian's
+# setuptools, no index) into a throwaway venv that sees Debian's psycopg and
+# pytest; its tests then run against the installed copy and start their own
+# cluster. pytest's exit status 5 (no tests collected) is a failure like any other.
+python_client_tests() {
+  local venv status
+  venv=$(mktemp -d /tmp/idem-py.XXXXXX)
+  if ! /usr/bin/python3 -m venv --system-site-packages "$venv/env" ||
+     ! "$venv/env/bin/python" -m pip install -q --no-build-isolation --no-index ./clients/python; then
+    rm -rf "$venv" clients/python/build
+    return 1
+  fi
+  rm -rf clients/python/build
+  (cd clients/python/tests &&
+     IDEM_EXPECT_INSTALLED=1 IDEM_PYTEST_PORT=$((port + 20)) "$venv/env/bin/python" -m pytest -q -p no:cacheprovider .)
+  status=$?
+  rm -rf "$venv"
+  ((status == 5)) && echo "pytest collected no tests"
+  return "$status"
+}
+
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest
@@ -59,6 +80,7 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   source "$cluster/pg/env"
   regress() { make -s installcheck || { cat regression.diffs 2>/dev/null | head -200; return 1; }; }
   suite "pg_regress and isolation specs" regress
+  suite "Python client (pip install, pytest)" python_client_tests
   for t in tests/integration/*.sh; do
     [[ -e $t ]] || continue
     suite "integration: $(basename "$t" .sh)" bash "$t"

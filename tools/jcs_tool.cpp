@@ -5,6 +5,9 @@
 //                             and its ECMAScript text); compares format_number
 //   jcs_tool check-documents  stdin records "<in_len> <out_len>\n<in><out>\n", where
 //                             out is the reference canonical form; compares canonicalize
+//   jcs_tool fingerprints     stdin records "<method_len> <path_len> <body_len>\n<method><path><body>\n"
+//                             (body_len -1: no body); prints one line per record: the
+//                             request fingerprint in hex, or "error: <message>"
 //
 // The check modes print "N passed, N failed" and exit non-zero on any mismatch
 // or when no record was read (a generator that died must not look like a pass).
@@ -17,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "fingerprint.hpp"
 #include "jcs.hpp"
 
 namespace {
@@ -110,6 +114,45 @@ int check_documents() {
     return report(passed, failed);
 }
 
+int fingerprints() {
+    std::string data = read_all(std::cin);
+    std::size_t pos = 0, records = 0;
+    while (pos < data.size()) {
+        std::size_t newline = data.find('\n', pos);
+        long long lengths[3] = {0, 0, 0};
+        bool header_ok = newline != std::string::npos;
+        const char* cursor = data.data() + pos;
+        const char* last = header_ok ? data.data() + newline : cursor;
+        for (int i = 0; header_ok && i < 3; ++i) {
+            auto parsed = std::from_chars(cursor, last, lengths[i]);
+            const bool separated = i == 2 ? parsed.ptr == last : parsed.ptr < last && *parsed.ptr == ' ';
+            header_ok = parsed.ec == std::errc() && separated;
+            cursor = parsed.ptr + 1;
+        }
+        header_ok = header_ok && lengths[0] >= 0 && lengths[1] >= 0 && lengths[2] >= -1;
+        const std::size_t body_len = lengths[2] < 0 ? 0 : static_cast<std::size_t>(lengths[2]);
+        const std::size_t total =
+            static_cast<std::size_t>(lengths[0]) + static_cast<std::size_t>(lengths[1]) + body_len;
+        if (!header_ok || newline + 1 + total + 1 > data.size()) {
+            std::fprintf(stderr, "malformed record header at byte %zu\n", pos);
+            return 1;
+        }
+        const char* start = data.data() + newline + 1;
+        std::string_view method(start, static_cast<std::size_t>(lengths[0]));
+        std::string_view path(start + lengths[0], static_cast<std::size_t>(lengths[1]));
+        std::optional<std::string_view> body;
+        if (lengths[2] >= 0) body = std::string_view(start + lengths[0] + lengths[1], body_len);
+        pos = newline + 1 + total + 1;
+        try {
+            std::printf("%s\n", idem::core::to_hex(idem::core::fingerprint(method, path, body)).c_str());
+        } catch (const std::exception& e) {
+            std::printf("error: %s\n", e.what());
+        }
+        ++records;
+    }
+    return records > 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +161,7 @@ int main(int argc, char** argv) {
     if (mode == "canon") return canon();
     if (mode == "check-numbers") return check_numbers();
     if (mode == "check-documents") return check_documents();
-    std::fprintf(stderr, "usage: jcs_tool canon | check-numbers | check-documents\n");
+    if (mode == "fingerprints") return fingerprints();
+    std::fprintf(stderr, "usage: jcs_tool canon | check-numbers | check-documents | fingerprints\n");
     return 2;
 }

@@ -3,89 +3,19 @@
 #include <algorithm>
 #include <cstring>
 
-#include <nlohmann/json.hpp>
-
 #include "detail.hpp"
 #include "pipeline.hpp"
+#include "pqxx_compat.hpp"
 #include "fingerprint.hpp"
 #include "statuses.hpp"
 #include "jcs.hpp"
 
 namespace idem {
 
-namespace detail {
-
-std::string upper(std::string text) {
-    for (char& c : text)
-        if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-    return text;
-}
-
-bool valid_key(const std::string& key, std::size_t max_length) {
-    if (key.empty() || key.size() > max_length) return false;
-    for (char c : key)
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) return false;
-    return true;
-}
-
-FinalStatuses parse_final_statuses(const std::string& text) {
-    core::StatusTable table;
-    if (!core::parse_status_list(text, table))
-        throw std::invalid_argument("final_statuses is not a list of status codes and classes: " + text);
-    return table;
-}
-
-bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int status) {
-    if (!cache) {
-        pqxx::nontransaction query(connection);
-        core::StatusTable table{};
-        for (const pqxx::row& row :
-             query.exec("SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"))
-            table[static_cast<std::size_t>(row[0].as<int>() - 100)] = true;
-        cache = table;
-    }
-    return status >= 100 && status <= 599 && (*cache)[static_cast<std::size_t>(status - 100)];
-}
-
-std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept) {
-    nlohmann::json object = nlohmann::json::object();
-    for (const auto& [name, value] : response.headers)
-        for (const std::string& wanted : kept)
-            if (header_name_equal(name, wanted)) object[name] = value;
-    return object.dump();
-}
-
-Response stored_response(int status, const std::optional<std::string>& headers_json,
-                         std::optional<std::string> body, std::optional<std::string> resource_id) {
-    Response response;
-    response.status = status;
-    if (headers_json) {
-        nlohmann::json headers = nlohmann::json::parse(*headers_json);
-        for (auto it = headers.begin(); it != headers.end(); ++it)
-            if (it.value().is_string()) response.headers.emplace_back(it.key(), it.value().get<std::string>());
-    }
-    if (body) response.body = std::move(*body);
-    response.resource_id = std::move(resource_id);
-    response.replayed = true;
-    response.set_header("Idempotent-Replay", "true");
-    return response;
-}
-
-Response stored_response(const pqxx::row& row) {
-    std::optional<std::string> headers, body, resource_id;
-    if (!row["response_headers"].is_null()) headers = row["response_headers"].as<std::string>();
-    if (!row["response_body"].is_null()) body = pqxx::binarystring(row["response_body"]).str();
-    if (!row["resource_id"].is_null()) resource_id = row["resource_id"].as<std::string>();
-    return stored_response(row["response_status"].as<int>(), headers, std::move(body), std::move(resource_id));
-}
-
-}  // namespace detail
-
 namespace {
 
+using detail::interval_ms;
 using detail::upper;
-
-std::string interval_ms(std::chrono::milliseconds value) { return std::to_string(value.count()) + " milliseconds"; }
 
 }  // namespace
 
@@ -124,7 +54,7 @@ constexpr const char* save_final_sql =
 
 }  // namespace
 
-Client::Client(pqxx::connection_base& connection, Options options)
+Client::Client(PqxxConnection& connection, Options options)
     : connection_(connection), options_(std::move(options)) {
     if (options_.max_attempts < 1) throw std::invalid_argument("max_attempts must be at least 1");
     if (!options_.final_statuses.empty()) final_ = detail::parse_final_statuses(options_.final_statuses);
@@ -136,7 +66,7 @@ Client::Client(pqxx::connection_base& connection, Options options)
 }
 
 Client::Client(Connection& connection, Options options)
-    : Client(static_cast<pqxx::connection_base&>(connection), std::move(options)) {
+    : Client(connection.connection(), std::move(options)) {
     pipelined_ = &connection;
 }
 
@@ -267,32 +197,12 @@ std::optional<Response> Client::answer(const std::string& outcome, std::optional
         ++counters_.replayed;
         return stored();
     }
-    if (outcome == "mismatch") {
-        ++counters_.mismatched;
-        return problem_response(Problem::key_reuse,
-                                "This Idempotency-Key was used for a different request; use a new key for a new request.",
-                                options_.problem_type_base);
-    }
-    if (outcome == "secret_replay") {
-        ++counters_.secret_replayed;
-        Response response = problem_response(
-            Problem::one_time_secret,
-            "The first response to this request carried a secret and was not kept; create a new one with a new key.",
-            options_.problem_type_base);
-        response.replayed = true;
-        response.set_header("Idempotent-Replay", "true");
-        return response;
-    }
-    if (outcome == "in_progress") {
-        ++counters_.in_progress;
-        long retry = options_.retry_after.count();
-        if (lease_seconds) retry = std::max(1, *lease_seconds);
-        Response response = problem_response(Problem::request_in_progress,
-                                             "A request with this Idempotency-Key is still being processed; retry later.",
-                                             options_.problem_type_base);
-        response.set_header("Retry-After", std::to_string(std::max(1L, retry)));
-        return response;
-    }
+    if (outcome == "mismatch") ++counters_.mismatched;
+    else if (outcome == "secret_replay") ++counters_.secret_replayed;
+    else if (outcome == "in_progress") ++counters_.in_progress;
+    if (std::optional<Response> problem =
+            detail::problem_for_outcome(outcome, lease_seconds, options_.retry_after, options_.problem_type_base))
+        return problem;
     throw std::runtime_error("idempotency.begin returned an unknown outcome: " + outcome);
 }
 
@@ -314,25 +224,25 @@ void Client::store_final_error(const Call& call, const Response& response, const
     // A one-time secret is sent without its body and headers: the server
     // would drop them anyway, and they need not cross the wire again.
     const bool secret = response.one_time_secret;
-    store.exec_params(save_final_sql, call.request.principal, call.key, call.action,
-                      pqxx::binarystring(call.digest.data(), call.digest.size()), response.status,
-                      secret ? pqxx::binarystring(std::string()) : pqxx::binarystring(response.body.data(), response.body.size()),
-                      secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
+    pq::exec(store, save_final_sql, call.request.principal, call.key, call.action, pq::bytes(call.digest),
+             response.status, pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
+             secret ? nullptr : headers.c_str(),
+             c_str_or_null(call.ttl), secret);
     store.commit();
     ++counters_.stored_errors;
 }
 
 Response Client::run_attempt(const Call& call, const Handler& handler) {
-    const pqxx::binarystring digest_param(call.digest.data(), call.digest.size());
+    const auto digest_param = pq::bytes(call.digest);
     pqxx::work tx(connection_);
     std::optional<pqxx::row> begin_row;
     try {
         if (options_.prepare_statements)
-            begin_row = tx.exec_prepared1(begin_name, call.request.principal, call.key, call.action, digest_param,
-                                          c_str_or_null(call.ttl), c_str_or_null(call.wait));
+            begin_row = pq::exec_prepared1(tx, begin_name, call.request.principal, call.key, call.action, digest_param,
+                                           c_str_or_null(call.ttl), c_str_or_null(call.wait));
         else
-            begin_row = tx.exec_params1(begin_sql, call.request.principal, call.key, call.action, digest_param,
-                                        c_str_or_null(call.ttl), c_str_or_null(call.wait));
+            begin_row = pq::exec1(tx, begin_sql, call.request.principal, call.key, call.action, digest_param,
+                                   c_str_or_null(call.ttl), c_str_or_null(call.wait));
     } catch (const pqxx::sql_error& e) {
         if (e.sqlstate() == "22P02") return refuse_key_on_server();  // the server's key checks (length, format)
         throw;
@@ -358,19 +268,19 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
         store_final_error(call, response, headers);
         return response;
     }
-    const pqxx::binarystring body(response.body.data(), response.body.size());
+    const auto body = pq::bytes(response.body);
     const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
     if (options_.prepare_statements)
-        tx.exec_prepared(complete_name, call.request.principal, call.key, response.status, body, headers, resource_id,
-                         response.one_time_secret);
+        pq::exec_prepared(tx, complete_name, call.request.principal, call.key, response.status, body, headers,
+                          resource_id, response.one_time_secret);
     else
-        tx.exec_params(complete_sql, call.request.principal, call.key, response.status, body, headers, resource_id,
-                       response.one_time_secret);
+        pq::exec(tx, complete_sql, call.request.principal, call.key, response.status, body, headers, resource_id,
+                 response.one_time_secret);
     tx.commit();
     return response;
 }
 
-void Client::prepare_raw(pqxx::connectionpolicy::handle raw) {
+void Client::prepare_raw(PGconn* raw) {
     const int pid = PQbackendPID(raw);
     if (prepared_on_ == raw && prepared_pid_ == pid) return;
     using detail::Param;

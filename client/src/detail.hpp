@@ -3,12 +3,14 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <pqxx/pqxx>
 
+#include "idem/connection.hpp"
 #include "idem/http.hpp"
 
 namespace idem::detail {
@@ -25,7 +27,7 @@ FinalStatuses parse_final_statuses(const std::string& text);
 /// Whether `status` is stored. On first use an empty cache is filled by asking the
 /// server's idempotency.is_final() (its settings exist only once the extension's
 /// library is loaded in the session, which that call does).
-bool is_final(FinalStatuses& cache, pqxx::connection_base& connection, int status);
+bool is_final(FinalStatuses& cache, PqxxConnection& connection, int status);
 
 /// The kept headers of a response as a JSON object text.
 std::string kept_headers_json(const Response& response, const std::vector<std::string>& kept);
@@ -41,5 +43,15 @@ Response stored_response(const pqxx::row& row);
 
 /// Upper-case ASCII copy.
 std::string upper(std::string text);
+
+/// An interval literal for SQL: "N milliseconds".
+std::string interval_ms(std::chrono::milliseconds value);
+
+/// The one mapping from an outcome of begin()/acquire() to an HTTP problem
+/// response: mismatch 422, in_progress 409 with Retry-After (the lease's end
+/// when known, else retry_after), secret_replay 409 with Idempotent-Replay.
+/// Empty for started and replay, which are not problems.
+std::optional<Response> problem_for_outcome(const std::string& outcome, std::optional<int> lease_seconds,
+                                            std::chrono::seconds retry_after, const std::string& problem_type_base);
 
 }  // namespace idem::detail

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "detail.hpp"
+#include "pqxx_compat.hpp"
 
 namespace idem {
 
@@ -26,7 +27,7 @@ const char* to_string(LeaseOutcome outcome) noexcept {
 
 namespace {
 
-std::string interval_ms(std::chrono::milliseconds value) { return std::to_string(value.count()) + " milliseconds"; }
+using detail::interval_ms;
 
 // Renews a lease from its own thread and connection until stopped. A renewal
 // that returns false means the fence no longer holds the key: the lease is
@@ -70,8 +71,8 @@ private:
             try {
                 if (!connection) connection = std::make_unique<pqxx::connection>(conninfo_);
                 pqxx::nontransaction tx(*connection);
-                const bool renewed = tx.exec_params1("SELECT idempotency.renew($1, $2, $3, $4::interval)", principal_,
-                                                     key_, fence_, interval_ms(lease_))[0]
+                const bool renewed = pq::exec1(tx, "SELECT idempotency.renew($1, $2, $3, $4::interval)", principal_, key_,
+                                               fence_, interval_ms(lease_))[0]
                                          .as<bool>();
                 failures = 0;
                 if (renewed) {
@@ -136,48 +137,35 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
 
     pqxx::row row = [&] {
         pqxx::nontransaction tx(connection());  // autocommit: the lease row is visible at once
-        return tx.exec_params1(
-            "SELECT outcome, fence, response_status, response_headers::text AS response_headers, response_body,"
+        return pq::exec1(
+            tx, "SELECT outcome, fence, response_status, response_headers::text AS response_headers, response_body,"
             "       resource_id, ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer"
             "       AS lease_seconds"
             "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
-            request.principal, key, action, pqxx::binarystring(digest.data(), digest.size()),
+            request.principal, key, action, pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
             interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr, options_.wait ? wait.c_str() : nullptr);
     }();
     const std::string outcome = row["outcome"].as<std::string>();
-    if (outcome == "mismatch") {
-        result.outcome = LeaseOutcome::mismatch;
-        result.response = problem_response(Problem::key_reuse, "This Idempotency-Key was used for a different request.",
-                                           options_.problem_type_base);
+    const std::optional<int> lease_seconds =
+        row["lease_seconds"].is_null() ? std::nullopt : std::optional<int>(row["lease_seconds"].as<int>());
+    if ((outcome == "replay" || outcome == "secret_replay") && options_.policy != Policy::remember) {
+        result.outcome = LeaseOutcome::duplicate;
+        result.response = problem_response(
+            Problem::already_processed, "A request with this Idempotency-Key was already processed; its result is not kept.",
+            options_.problem_type_base);
         return result;
     }
-    if (outcome == "in_progress") {
-        result.outcome = LeaseOutcome::in_progress;
-        result.response = problem_response(Problem::request_in_progress,
-                                           "A request with this Idempotency-Key is still being processed.",
-                                           options_.problem_type_base);
-        int retry = row["lease_seconds"].is_null() ? 1 : std::max(1, row["lease_seconds"].as<int>());
-        result.response.set_header("Retry-After", std::to_string(retry));
-        return result;
-    }
-    if (outcome == "replay" || outcome == "secret_replay") {
-        if (options_.policy != Policy::remember) {
-            result.outcome = LeaseOutcome::duplicate;
-            result.response = problem_response(
-                Problem::already_processed, "A request with this Idempotency-Key was already processed; its result is not kept.",
-                options_.problem_type_base);
-            return result;
-        }
+    if (outcome == "replay") {
         result.outcome = LeaseOutcome::replayed;
-        if (outcome == "replay") {
-            result.response = detail::stored_response(row);
-        } else {
-            result.response = problem_response(Problem::one_time_secret,
-                                               "The first response carried a secret and was not kept.",
-                                               options_.problem_type_base);
-            result.response.replayed = true;
-            result.response.set_header("Idempotent-Replay", "true");
-        }
+        result.response = detail::stored_response(row);
+        return result;
+    }
+    if (std::optional<Response> problem =
+            detail::problem_for_outcome(outcome, lease_seconds, std::chrono::seconds(1), options_.problem_type_base)) {
+        result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
+                         : outcome == "in_progress" ? LeaseOutcome::in_progress
+                                                    : LeaseOutcome::replayed;
+        result.response = std::move(*problem);
         return result;
     }
     if (outcome != "started") throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
@@ -205,12 +193,12 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     // Settle the key by the policy; every statement is fenced.
     pqxx::nontransaction tx(connection());
     auto mark_done = [&](int status) {
-        return tx.exec_params1("SELECT idempotency.complete($1, $2, fence => $3, status => $4)", request.principal,
+        return pq::exec1(tx, "SELECT idempotency.complete($1, $2, fence => $3, status => $4)", request.principal,
                                key, result.fence, status)[0]
             .as<bool>();
     };
     auto release = [&] {
-        return tx.exec_params1("SELECT idempotency.release($1, $2, $3)", request.principal, key, result.fence)[0]
+        return pq::exec1(tx, "SELECT idempotency.release($1, $2, $3)", request.principal, key, result.fence)[0]
             .as<bool>();
     };
     if (failure) {
@@ -230,11 +218,11 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
         case Policy::remember:
         default:
             if (is_final(response.status)) {
-                settled = tx.exec_params1(
+                settled = pq::exec1(tx,
                                 "SELECT idempotency.complete($1, $2, fence => $3, status => $4, body => $5,"
                                 " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
                                 request.principal, key, result.fence, response.status,
-                                pqxx::binarystring(response.body.data(), response.body.size()),
+                                pq::bytes(response.body),
                                 detail::kept_headers_json(response, options_.kept_headers),
                                 response.resource_id ? response.resource_id->c_str() : nullptr,
                                 response.one_time_secret)[0]

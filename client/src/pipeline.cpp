@@ -107,25 +107,42 @@ void throw_if_failed(const PGresult* result, const char* sql) {
     const std::string message = PQresultErrorMessage(result);
     const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
     if (state == nullptr) throw pqxx::broken_connection(message);
-    if (std::strcmp(state, "40001") == 0) throw pqxx::serialization_failure(message);
-    if (std::strcmp(state, "40P01") == 0) throw pqxx::deadlock_detected(message);
-    if (std::strcmp(state, "40003") == 0) throw pqxx::statement_completion_unknown(message);
+    if (std::strcmp(state, "40001") == 0) throw pq::error<pqxx::serialization_failure>(message, query, state);
+    if (std::strcmp(state, "40P01") == 0) throw pq::error<pqxx::deadlock_detected>(message, query, state);
+    if (std::strcmp(state, "40003") == 0) throw pq::error<pqxx::statement_completion_unknown>(message, query, state);
     throw pqxx::sql_error(message, query, state);
 }
 
-PipelinedTransaction::PipelinedTransaction(pqxx::connection_base& connection, PGconn* raw, const Statement& first)
+#if PQXX_VERSION_MAJOR < 7
+PipelinedTransaction::PipelinedTransaction(PqxxConnection& connection, PGconn* raw, const Statement& first)
     : pqxx::internal::namedclass("idem::PipelinedTransaction"),
       pqxx::internal::basic_transaction(connection, pqxx::isolation_traits<pqxx::read_committed>::name(),
                                         pqxx::read_write),
       raw_(raw),
       first_(&first) {
-    Begin();  // runs do_begin() below; on failure unregisters and rethrows
+    Begin();  // runs do_begin(); on failure unregisters and rethrows
     first_ = nullptr;
 }
 
 PipelinedTransaction::~PipelinedTransaction() noexcept { End(); }
+#else
+PipelinedTransaction::PipelinedTransaction(PqxxConnection& connection, PGconn* raw, const Statement& first)
+    : pqxx::transaction_base(connection, "idempotency"), raw_(raw), first_(&first) {
+    register_transaction();
+    try {
+        begin_pipelined();
+    } catch (...) {
+        set_rollback_cmd(nullptr);  // the block is closed already: close() sends nothing
+        close();
+        throw;
+    }
+    first_ = nullptr;
+}
 
-void PipelinedTransaction::do_begin() {
+PipelinedTransaction::~PipelinedTransaction() noexcept { close(); }
+#endif
+
+void PipelinedTransaction::begin_pipelined() {
     static const Statement begin{"BEGIN", {}};
     std::vector<ResultPtr> results = run_pipeline(raw_, {&begin, first_});
     throw_if_failed(results[0].get(), "BEGIN");
@@ -147,7 +164,7 @@ void PipelinedTransaction::commit_with(const Statement& last) {
     last_ = nullptr;
 }
 
-void PipelinedTransaction::do_commit() {
+void PipelinedTransaction::commit_pipelined() {
     static const Statement commit_statement{"COMMIT", {}};
     std::vector<ResultPtr> results;
     try {

@@ -12,6 +12,9 @@
 #include <libpq-fe.h>
 #include <pqxx/pqxx>
 
+#include "idem/connection.hpp"
+#include "pqxx_compat.hpp"
+
 namespace idem::detail {
 
 /// One parameter of a statement: absent means SQL NULL; `binary` sends the bytes
@@ -68,12 +71,18 @@ void throw_if_failed(const PGresult* result, const char* sql);
 /// A read-committed pqxx transaction whose BEGIN carries the first statement and
 /// whose COMMIT can carry a last one, both in libpq pipeline mode on the raw
 /// connection of the same session. Every other statement runs through libpqxx
-/// as usual, so a handler sees an ordinary pqxx::transaction_base.
+/// as usual, so a handler sees an ordinary pqxx::transaction_base. (libpqxx 6
+/// lets a basic_transaction send its own BEGIN; with 7 and 8 the class is a
+/// transaction_base that sends BEGIN itself, as nontransaction sends none.)
+#if PQXX_VERSION_MAJOR < 7
 class PipelinedTransaction final : public pqxx::internal::basic_transaction {
+#else
+class PipelinedTransaction final : public pqxx::transaction_base {
+#endif
 public:
     /// Sends BEGIN and `first` in one round trip. When `first` fails the
     /// transaction is rolled back and its exception thrown.
-    PipelinedTransaction(pqxx::connection_base& connection, PGconn* raw, const Statement& first);
+    PipelinedTransaction(PqxxConnection& connection, PGconn* raw, const Statement& first);
     ~PipelinedTransaction() noexcept override;
 
     /// The first statement's result (PGRES_TUPLES_OK or PGRES_COMMAND_OK).
@@ -85,8 +94,18 @@ public:
     void commit_with(const Statement& last);
 
 private:
-    void do_begin() override;
-    void do_commit() override;
+    /// BEGIN + the first statement (in the constructor).
+    void begin_pipelined();
+    /// The last statement (if any) + COMMIT (in commit()).
+    void commit_pipelined();
+#if PQXX_VERSION_MAJOR < 7
+    void do_begin() override { begin_pipelined(); }
+    void do_commit() override { commit_pipelined(); }
+#elif PQXX_VERSION_MAJOR < 8
+    void do_commit() override { commit_pipelined(); }
+#else
+    void do_commit(pqxx::sl) override { commit_pipelined(); }
+#endif
 
     PGconn* raw_;
     const Statement* first_;

@@ -11,20 +11,30 @@
 //                         (for the benchmark that measures the wrapper's cost)
 //   POST /classic/orders  the same wrapped handler taking pqxx::work& (five
 //                         round trips instead of three; for the benchmark)
+//   POST /flaky/orders    the same, but the first run of the handler for each
+//                         (principal, key) inserts the order and then answers 500:
+//                         rolled back, not stored, the retry runs again
+//   POST /api-keys        body {"name": "..."}; creates an API key and answers
+//                         its secret once (one_time_secret): a retry gets 409
 //   GET  /orders/count    {"orders": n}
 //   GET  /health          "ok"
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "flags.hpp"
 #include "httplib_response.hpp"
 #include <idem/client.hpp>
+#include "pqxx_compat.hpp"  // one spelling of parameterized statements for libpqxx 6, 7 and 8
 
 namespace {
 
@@ -48,7 +58,7 @@ struct Worker {
 
 Worker& worker() {
     thread_local std::unique_ptr<Worker> instance;
-    if (!instance || !instance->connection.is_open()) instance = std::make_unique<Worker>();
+    if (!instance || !instance->connection.connection().is_open()) instance = std::make_unique<Worker>();
     return *instance;
 }
 
@@ -72,8 +82,8 @@ idem::TransactionHandler create_order(const std::string& principal, const std::s
             return problem(400, "Invalid order", "The body must be a JSON object with a non-empty \"item\" string.");
         const int quantity = input.value("quantity", 1);
         if (quantity < 1 || quantity > 1000) return problem(422, "Invalid quantity", "quantity must be 1 to 1000.");
-        if (delay_ms > 0) tx.exec_params("SELECT pg_sleep($1::float8 / 1000)", delay_ms);
-        pqxx::row row = tx.exec_params1(
+        if (delay_ms > 0) idem::pq::exec(tx, "SELECT pg_sleep($1::float8 / 1000)", delay_ms);
+        pqxx::row row = idem::pq::exec1(tx,
             "INSERT INTO orders (principal, item, quantity) VALUES ($1, $2, $3) RETURNING id, created_at::text",
             principal, input["item"].get<std::string>(), quantity);
         const long id = row[0].as<long>();
@@ -90,6 +100,52 @@ idem::TransactionHandler create_order(const std::string& principal, const std::s
     };
 }
 
+// /flaky/orders: the (principal, key) pairs whose handler already failed once,
+// in this process.
+std::mutex flaky_mutex;
+std::set<std::pair<std::string, std::string>> flaky_failed;
+
+bool first_run(const std::string& principal, const std::string& key) {
+    std::lock_guard<std::mutex> lock(flaky_mutex);
+    return flaky_failed.emplace(principal, key).second;
+}
+
+// Fails the first run for each key with a 500, after the order was inserted:
+// the client rolls the insert back and stores nothing.
+idem::TransactionHandler fail_once(const std::string& principal, const std::string& key,
+                                   idem::TransactionHandler create) {
+    return [principal, key, create](pqxx::transaction_base& tx) -> idem::Response {
+        idem::Response response = create(tx);
+        if (response.status < 300 && first_run(principal, key))
+            return problem(500, "Internal error", "The request failed; it is safe to retry with the same key.");
+        return response;
+    };
+}
+
+// POST /api-keys: the response carries a secret, so it is sent once and never stored.
+idem::TransactionHandler create_api_key(const std::string& principal, const std::string& body) {
+    return [principal, body](pqxx::transaction_base& tx) -> idem::Response {
+        nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
+        if (input.is_discarded() || !input.is_object() || !input.contains("name") || !input["name"].is_string() ||
+            input["name"].get<std::string>().empty())
+            return problem(400, "Invalid API key request",
+                           "The body must be a JSON object with a non-empty \"name\" string.");
+        pqxx::row row = tx.exec_params1(
+            "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
+            " RETURNING id, 'sk_' || replace(pg_catalog.gen_random_uuid()::text, '-', '')",
+            principal, input["name"].get<std::string>());
+        const long id = row[0].as<long>();
+        idem::Response response;
+        response.status = 201;
+        response.body =
+            nlohmann::json{{"id", id}, {"name", input["name"]}, {"secret", row[1].as<std::string>()}}.dump();
+        response.headers = {{"Content-Type", "application/json"}, {"Location", "/api-keys/" + std::to_string(id)}};
+        response.resource_id = std::to_string(id);
+        response.one_time_secret = true;
+        return response;
+    };
+}
+
 std::string principal_of(const httplib::Request& request) {
     const std::string auth = request.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
@@ -97,7 +153,7 @@ std::string principal_of(const httplib::Request& request) {
     return {};
 }
 
-enum class Route { idempotent, plain, classic };
+enum class Route { idempotent, plain, classic, flaky, api_key };
 
 void handle_order(const httplib::Request& in, httplib::Response& out, Route route) {
     const std::string principal = principal_of(in);
@@ -121,7 +177,9 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         request.method = in.method;
         request.path = in.path;
         request.body = in.body;
-        idem::TransactionHandler handler = create_order(principal, in.body, delay_ms);
+        idem::TransactionHandler handler = route == Route::api_key ? create_api_key(principal, in.body)
+                                                                   : create_order(principal, in.body, delay_ms);
+        if (route == Route::flaky && request.key) handler = fail_once(principal, *request.key, handler);
         if (route == Route::classic)
             send(out, w.client.handle(request, idem::Handler([&handler](pqxx::work& tx) { return handler(tx); })));
         else
@@ -143,21 +201,19 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
 int main(int argc, char** argv) {
     int port = 8080;
     int threads = 8;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        std::string flag = argv[i];
-        if (flag == "--port") port = std::atoi(argv[i + 1]);
-        else if (flag == "--dsn") dsn = argv[i + 1];
-        else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-        else {
-            std::fprintf(stderr, "usage: orders-service [--port N] [--dsn CONNINFO] [--threads N]\n");
-            return 2;
-        }
-    }
+    if (!examples::Flags("orders-service [--port N] [--dsn CONNINFO] [--threads N]")
+             .number("--port", &port)
+             .text("--dsn", &dsn)
+             .number("--threads", &threads)
+             .parse(argc, argv))
+        return 2;
     try {
         pqxx::connection setup(dsn);
         pqxx::work tx(setup);
         tx.exec("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL, "
                 "item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
+        tx.exec("CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL, "
+                "name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
         tx.commit();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "orders-service: cannot prepare the database: %s\n", e.what());
@@ -175,10 +231,14 @@ int main(int argc, char** argv) {
                 [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::plain); });
     server.Post("/classic/orders",
                 [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::classic); });
+    server.Post("/flaky/orders",
+                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::flaky); });
+    server.Post("/api-keys",
+                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::api_key); });
     server.Get("/orders/count", [](const httplib::Request&, httplib::Response& out) {
         try {
             pqxx::nontransaction tx(worker().connection);
-            long count = tx.exec1("SELECT count(*) FROM orders")[0].as<long>();
+            long count = idem::pq::exec1(tx, "SELECT count(*) FROM orders")[0].as<long>();
             out.set_content(nlohmann::json{{"orders", count}}.dump(), "application/json");
         } catch (const std::exception& e) {
             send(out, problem(503, "Database unavailable", e.what()));

@@ -19,6 +19,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "flags.hpp"
 #include "httplib_response.hpp"
 #include <idem/lease.hpp>
 
@@ -94,17 +95,15 @@ void proxy(const httplib::Request& in, httplib::Response& out) {
 int main(int argc, char** argv) {
     int port = 8090;
     int threads = 8;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        std::string flag = argv[i];
-        if (flag == "--port") port = std::atoi(argv[i + 1]);
-        else if (flag == "--dsn") dsn = argv[i + 1];
-        else if (flag == "--lease-ms") lease = std::chrono::milliseconds(std::atoi(argv[i + 1]));
-        else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-        else {
-            std::fprintf(stderr, "usage: proxy-service [--port N] [--dsn CONNINFO] [--lease-ms N] [--threads N]\n");
-            return 2;
-        }
-    }
+    int lease_ms = static_cast<int>(lease.count());
+    if (!examples::Flags("proxy-service [--port N] [--dsn CONNINFO] [--lease-ms N] [--threads N]")
+             .number("--port", &port)
+             .text("--dsn", &dsn)
+             .number("--lease-ms", &lease_ms)
+             .number("--threads", &threads)
+             .parse(argc, argv))
+        return 2;
+    lease = std::chrono::milliseconds(lease_ms);
     upstream_port = port + 1;
 
     httplib::Server upstream;

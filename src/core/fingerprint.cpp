@@ -27,15 +27,50 @@ bool is_tchar(unsigned char c) {
     return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
 }
 
+// An EVP digest in progress; update() feeds large inputs in kHashChunk pieces
+// and asks the probe before each.
+class Hasher {
+public:
+    explicit Hasher(InterruptProbe probe) : context_(EVP_MD_CTX_new()), probe_(probe) {
+        if (!context_ || EVP_DigestInit_ex(context_.get(), sha256_algorithm(), nullptr) != 1)
+            throw std::runtime_error("SHA-256 initialisation failed");
+    }
+    void update(std::string_view data) {
+        do {
+            const std::size_t n = data.size() < kHashChunk ? data.size() : kHashChunk;
+            if (data.size() > kHashChunk) check_interrupt(probe_);
+            if (EVP_DigestUpdate(context_.get(), data.data(), n) != 1)
+                throw std::runtime_error("SHA-256 update failed");
+            data.remove_prefix(n);
+        } while (!data.empty());
+    }
+    Digest finish() {
+        Digest digest{};
+        unsigned int length = 0;
+        if (EVP_DigestFinal_ex(context_.get(), digest.data(), &length) != 1 || length != digest.size())
+            throw std::runtime_error("SHA-256 finalisation failed");
+        return digest;
+    }
+
+private:
+    std::unique_ptr<EVP_MD_CTX, ContextDeleter> context_;
+    InterruptProbe probe_;
+};
+
 }  // namespace
 
-Digest sha256(std::string_view data) {
-    Digest digest{};
-    unsigned int length = 0;
-    if (EVP_Digest(data.data(), data.size(), digest.data(), &length, sha256_algorithm(), nullptr) != 1 ||
-        length != digest.size())
-        throw std::runtime_error("SHA-256 computation failed");
-    return digest;
+Digest sha256(std::string_view data, InterruptProbe probe) {
+    if (probe == nullptr || data.size() <= kHashChunk) {  // one call, as before
+        Digest digest{};
+        unsigned int length = 0;
+        if (EVP_Digest(data.data(), data.size(), digest.data(), &length, sha256_algorithm(), nullptr) != 1 ||
+            length != digest.size())
+            throw std::runtime_error("SHA-256 computation failed");
+        return digest;
+    }
+    Hasher hasher(probe);
+    hasher.update(data);
+    return hasher.finish();
 }
 
 std::string to_hex(const Digest& digest) {
@@ -48,11 +83,13 @@ std::string to_hex(const Digest& digest) {
     return text;
 }
 
-void check_method(std::string_view method) {
+void check_method(std::string_view method, InterruptProbe probe) {
     if (method.empty()) throw InvalidRequest("HTTP method is empty");
-    for (char c : method)
-        if (!is_tchar(static_cast<unsigned char>(c)))
+    for (std::size_t i = 0; i < method.size(); ++i) {
+        if (i % kPollBytes == kPollBytes - 1) check_interrupt(probe);
+        if (!is_tchar(static_cast<unsigned char>(method[i])))
             throw InvalidRequest("HTTP method is not a token (RFC 9110)");
+    }
 }
 
 void check_path(std::string_view path) {
@@ -71,38 +108,42 @@ std::string canonical_body(std::optional<std::string_view> body, const std::vect
 
 Digest fingerprint(std::string_view method, std::string_view path, std::optional<std::string_view> body,
                    const std::vector<JsonPointer>& exclude, const CanonicalizeOptions& options) {
-    check_method(method);
+    PointerList list;
+    for (std::size_t i = 0; i < exclude.size(); ++i) {
+        if (i % kPollItems == kPollItems - 1) check_interrupt(options.interrupt);
+        list.add(exclude[i]);
+    }
+    return fingerprint_excluding(method, path, body, list, options);
+}
+
+Digest fingerprint_excluding(std::string_view method, std::string_view path, std::optional<std::string_view> body,
+                             const PointerList& exclude, const CanonicalizeOptions& options) {
+    const InterruptProbe probe = options.interrupt;
+    check_method(method, probe);
     check_path(path);
     std::string upper(method);
-    for (char& c : upper)
-        if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    for (std::size_t i = 0; i < upper.size(); ++i) {
+        if (i % kPollBytes == kPollBytes - 1) check_interrupt(probe);
+        if (upper[i] >= 'a' && upper[i] <= 'z') upper[i] = static_cast<char>(upper[i] - 'a' + 'A');
+    }
 
-    std::unique_ptr<EVP_MD_CTX, ContextDeleter> context(EVP_MD_CTX_new());
-    if (!context || EVP_DigestInit_ex(context.get(), sha256_algorithm(), nullptr) != 1)
-        throw std::runtime_error("SHA-256 initialisation failed");
-    auto update = [&](const void* data, std::size_t size) {
-        if (EVP_DigestUpdate(context.get(), data, size) != 1) throw std::runtime_error("SHA-256 update failed");
-    };
-    update(upper.data(), upper.size());
-    update("\n", 1);
-    update(path.data(), path.size());
-    update("\n", 1);
+    Hasher hasher(probe);
+    hasher.update(upper);
+    hasher.update("\n");
+    hasher.update(path);
+    hasher.update("\n");
     if (body && !body->empty()) {
         std::string canonical;
         JsonError error;
-        if (canonicalize(*body, canonical, error, options, &exclude)) {
-            update(canonical.data(), canonical.size());
+        if (canonicalize(*body, canonical, error, options, exclude)) {
+            hasher.update(canonical);
         } else if (error.code == JsonErrc::too_deep) {
             throw JsonException(error);
         } else {
-            update(body->data(), body->size());
+            hasher.update(*body);
         }
     }
-    Digest digest{};
-    unsigned int length = 0;
-    if (EVP_DigestFinal_ex(context.get(), digest.data(), &length) != 1 || length != digest.size())
-        throw std::runtime_error("SHA-256 finalisation failed");
-    return digest;
+    return hasher.finish();
 }
 
 }  // namespace idem::core

@@ -19,8 +19,13 @@ namespace idem::core {
 /// A SHA-256 digest.
 using Digest = std::array<unsigned char, 32>;
 
-/// SHA-256 of `data` (OpenSSL EVP). Throws std::runtime_error if OpenSSL fails.
-Digest sha256(std::string_view data);
+/// Bytes hashed between two questions to an InterruptProbe (1 MiB).
+inline constexpr std::size_t kHashChunk = std::size_t{1} << 20;
+
+/// SHA-256 of `data` (OpenSSL EVP), fed in chunks of kHashChunk bytes; asks
+/// `probe` (when set) before each chunk and throws Interrupted when it fires.
+/// Throws std::runtime_error if OpenSSL fails.
+Digest sha256(std::string_view data, InterruptProbe probe = nullptr);
 
 /// Lower-case hexadecimal form of a digest (64 characters).
 std::string to_hex(const Digest& digest);
@@ -32,8 +37,9 @@ public:
 };
 
 /// Throws InvalidRequest unless `method` is a non-empty HTTP token (RFC 9110
-/// tchar); a newline in it would make two requests share a digest.
-void check_method(std::string_view method);
+/// tchar); a newline in it would make two requests share a digest. Asks
+/// `probe` every kPollBytes bytes (throws Interrupted when it fires).
+void check_method(std::string_view method, InterruptProbe probe = nullptr);
 
 /// Throws InvalidRequest if `path` holds a line feed (the field separator).
 void check_path(std::string_view path);
@@ -52,9 +58,15 @@ std::string canonical_body(std::optional<std::string_view> body,
 
 /// SHA-256( upper(method) || '\n' || path || '\n' || canonical_body(body) ).
 /// Throws InvalidRequest for a bad method or path (see check_method, check_path).
+/// With options.interrupt set, asks it while canonicalizing (see canonicalize)
+/// and before each kHashChunk bytes hashed; throws Interrupted when it fires.
 Digest fingerprint(std::string_view method, std::string_view path,
                    std::optional<std::string_view> body,
                    const std::vector<JsonPointer>& exclude = {},
                    const CanonicalizeOptions& options = {});
+
+/// fingerprint(), excluding by a PointerList (the form to use for many pointers).
+Digest fingerprint_excluding(std::string_view method, std::string_view path, std::optional<std::string_view> body,
+                             const PointerList& exclude, const CanonicalizeOptions& options = {});
 
 }  // namespace idem::core

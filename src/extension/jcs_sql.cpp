@@ -1,5 +1,10 @@
 // SQL entry points for canonical JSON and fingerprints:
 //   idempotency.jcs(text), idempotency.jcs(jsonb), idempotency.fingerprint(...)
+//
+// Every loop here whose length grows with the input can be interrupted: the
+// PostgreSQL-side loops call CHECK_FOR_INTERRUPTS() (their frames own nothing
+// with a destructor), the C++ computations get an interrupt probe and are run
+// through run_interruptible() (see guard.hpp).
 #include <cstring>
 #include <optional>
 #include <string>
@@ -13,27 +18,34 @@ extern "C" {
 #include "fmgr.h"
 #include "catalog/pg_type.h"
 #include "utils/array.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 
-PG_FUNCTION_INFO_V1(idempotency_jcs_text);
-PG_FUNCTION_INFO_V1(idempotency_jcs_jsonb);
-PG_FUNCTION_INFO_V1(idempotency_fingerprint);
 }
 
 namespace {
 
+using idem::core::InterruptProbe;
 using idem::pg::SqlError;
+
+// How many elements the PostgreSQL-side loops handle between two
+// CHECK_FOR_INTERRUPTS() calls.
+constexpr std::uint32_t kCheckEvery = 1024;
 
 // Canonicalizes [data, data+size) into a new palloc'd text. Runs entirely in
 // the C++ zone; the only PostgreSQL call is palloc_extended with NO_OOM and a
-// size checked beforehand, which cannot raise.
-text* canonical_text(const char* data, std::size_t size, SqlError& error) noexcept {
+// size checked beforehand, which cannot raise. Returns nullptr with `error`
+// filled on failure (error.interrupted when `probe` fired).
+text* canonical_text(const char* data, std::size_t size, InterruptProbe probe, SqlError& error) noexcept {
     text* result = nullptr;
     idem::pg::cpp_guard(error, [&] {
         idem::core::CanonicalizeOptions options;
         options.max_depth = static_cast<std::size_t>(idem::pg::max_json_depth);
+        options.interrupt = probe;
         std::string out;
         idem::core::JsonError json_error;
         if (!idem::core::canonicalize(std::string_view(data, size), out, json_error, options))
@@ -52,52 +64,140 @@ struct Slice {
     int size;
 };
 
+// Computes the fingerprint into digest_out (32 bytes) in the C++ zone; false
+// with `error` filled on failure (error.interrupted when `probe` fired).
 bool fingerprint_into(const Slice& method, const Slice& path, const Slice* body, const Slice* pointers,
-                      int pointer_count, unsigned char* digest_out, SqlError& error) noexcept {
+                      int pointer_count, InterruptProbe probe, unsigned char* digest_out, SqlError& error) noexcept {
     return idem::pg::cpp_guard(error, [&] {
-        std::vector<idem::core::JsonPointer> exclude;
-        exclude.reserve(static_cast<std::size_t>(pointer_count));
-        for (int i = 0; i < pointer_count; ++i)
-            exclude.push_back(idem::core::JsonPointer::parse(std::string_view(pointers[i].data, pointers[i].size)));
+        idem::core::PointerList exclude;
+        std::size_t bytes = 0;  // parsed since the probe was last asked
+        for (int i = 0; i < pointer_count; ++i) {
+            bytes += static_cast<std::size_t>(pointers[i].size) + 16;
+            if (bytes >= idem::core::kPollBytes) {
+                bytes = 0;
+                idem::core::check_interrupt(probe);
+            }
+            exclude.add(std::string_view(pointers[i].data, pointers[i].size), probe);
+        }
         idem::core::CanonicalizeOptions options;
         options.max_depth = static_cast<std::size_t>(idem::pg::max_json_depth);
+        options.interrupt = probe;
         std::optional<std::string_view> body_view;
         if (body != nullptr) body_view = std::string_view(body->data, body->size);
-        idem::core::Digest digest = idem::core::fingerprint(std::string_view(method.data, method.size),
+        idem::core::Digest digest = idem::core::fingerprint_excluding(std::string_view(method.data, method.size),
                                                             std::string_view(path.data, path.size), body_view,
                                                             exclude, options);
         std::memcpy(digest_out, digest.data(), digest.size());
     });
 }
 
+// Appends the JSON text of a jsonb container to `out`: the tokens
+// JsonbToCString writes (strings by escape_json, numerics by numeric_out),
+// without its spaces, with CHECK_FOR_INTERRUPTS() at every token
+// (JsonbToCString has none). PostgreSQL code only: its errors may longjmp.
+void jsonb_to_json(StringInfo out, JsonbContainer* container) {
+    JsonbIterator* it = JsonbIteratorInit(container);
+    JsonbValue v;
+    JsonbIteratorToken token;
+    bool comma = false;       // a value was completed: the next one needs a comma
+    bool raw_scalar = false;  // a scalar document, which the iterator wraps in an array
+    while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE) {
+        CHECK_FOR_INTERRUPTS();  // a load and a branch: cheap next to the iterator
+        switch (token) {
+            case WJB_BEGIN_ARRAY:
+                if (v.val.array.rawScalar) {
+                    raw_scalar = true;
+                    break;
+                }
+                if (comma) appendStringInfoChar(out, ',');
+                appendStringInfoChar(out, '[');
+                comma = false;
+                break;
+            case WJB_BEGIN_OBJECT:
+                if (comma) appendStringInfoChar(out, ',');
+                appendStringInfoChar(out, '{');
+                comma = false;
+                break;
+            case WJB_END_ARRAY:
+                if (!raw_scalar) appendStringInfoChar(out, ']');
+                comma = true;
+                break;
+            case WJB_END_OBJECT:
+                appendStringInfoChar(out, '}');
+                comma = true;
+                break;
+            case WJB_KEY:
+            case WJB_VALUE:
+            case WJB_ELEM:
+                if (comma && token != WJB_VALUE) appendStringInfoChar(out, ',');
+                switch (v.type) {
+                    case jbvNull: appendStringInfoString(out, "null"); break;
+                    case jbvBool: appendStringInfoString(out, v.val.boolean ? "true" : "false"); break;
+                    case jbvString: {
+                        char* s = pnstrdup(v.val.string.val, v.val.string.len);
+                        escape_json(out, s);
+                        pfree(s);
+                        break;
+                    }
+                    case jbvNumeric: {
+                        char* s = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
+                        appendStringInfoString(out, s);
+                        pfree(s);
+                        break;
+                    }
+                    default: elog(ERROR, "unexpected jsonb value type %d", static_cast<int>(v.type));
+                }
+                if (token == WJB_KEY) {
+                    appendStringInfoChar(out, ':');
+                    comma = false;
+                } else {
+                    comma = true;
+                }
+                break;
+            default: break;
+        }
+    }
+}
+
 }  // namespace
 
-extern "C" {
 
 /// idempotency.jcs(text): the RFC 8785 canonical form of a JSON text.
-Datum idempotency_jcs_text(PG_FUNCTION_ARGS) {
+IDEM_SQL_FUNCTION(idempotency_jcs_text) {
     text* document = PG_GETARG_TEXT_PP(0);
+    const char* data = VARDATA_ANY(document);
+    const std::size_t size = VARSIZE_ANY_EXHDR(document);
     SqlError error;
-    text* result = canonical_text(VARDATA_ANY(document), VARSIZE_ANY_EXHDR(document), error);
-    if (result == nullptr) idem::pg::raise_sql_error(error);
+    text* result = nullptr;
+    if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
+            result = canonical_text(data, size, probe, e);
+            return result != nullptr;
+        }))
+        idem::pg::raise_sql_error(error);
     PG_RETURN_TEXT_P(result);
 }
 
 /// idempotency.jcs(jsonb): the canonical form of a jsonb value. jsonb's text form
 /// is valid JSON without duplicates, so going through it gives the same bytes as
 /// idempotency.jcs(text) for the same document, numerics rounded to doubles.
-Datum idempotency_jcs_jsonb(PG_FUNCTION_ARGS) {
+IDEM_SQL_FUNCTION(idempotency_jcs_jsonb) {
     Jsonb* document = PG_GETARG_JSONB_P(0);
-    char* json = JsonbToCString(nullptr, &document->root, VARSIZE(document));
+    StringInfoData json;
+    initStringInfo(&json);
+    jsonb_to_json(&json, &document->root);
     SqlError error;
-    text* result = canonical_text(json, std::strlen(json), error);
-    pfree(json);
-    if (result == nullptr) idem::pg::raise_sql_error(error);
+    text* result = nullptr;
+    if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
+            result = canonical_text(json.data, static_cast<std::size_t>(json.len), probe, e);
+            return result != nullptr;
+        }))
+        idem::pg::raise_sql_error(error);
+    pfree(json.data);
     PG_RETURN_TEXT_P(result);
 }
 
 /// idempotency.fingerprint(method, path, body, exclude): 32-byte SHA-256 request digest.
-Datum idempotency_fingerprint(PG_FUNCTION_ARGS) {
+IDEM_SQL_FUNCTION(idempotency_fingerprint) {
     if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                         errmsg("method and path of a fingerprint must not be null")));
@@ -121,6 +221,7 @@ Datum idempotency_fingerprint(PG_FUNCTION_ARGS) {
         deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls, &pointer_count);
         pointers = static_cast<Slice*>(palloc(sizeof(Slice) * (pointer_count > 0 ? pointer_count : 1)));
         for (int i = 0; i < pointer_count; ++i) {
+            if (static_cast<std::uint32_t>(i) % kCheckEvery == kCheckEvery - 1) CHECK_FOR_INTERRUPTS();
             if (nulls[i])
                 ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                                 errmsg("exclude pointers must not be null")));
@@ -131,10 +232,11 @@ Datum idempotency_fingerprint(PG_FUNCTION_ARGS) {
     bytea* result = static_cast<bytea*>(palloc(VARHDRSZ + 32));
     SET_VARSIZE(result, VARHDRSZ + 32);
     SqlError error;
-    if (!fingerprint_into(method, path, body, pointers, pointer_count,
-                          reinterpret_cast<unsigned char*>(VARDATA(result)), error))
+    if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
+            return fingerprint_into(method, path, body, pointers, pointer_count, probe,
+                                    reinterpret_cast<unsigned char*>(VARDATA(result)), e);
+        }))
         idem::pg::raise_sql_error(error);
     PG_RETURN_BYTEA_P(result);
 }
 
-}  // extern "C"

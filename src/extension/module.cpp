@@ -1,7 +1,9 @@
-// Module entry: PG_MODULE_MAGIC, _PG_init (settings, then the protocol's
-// callbacks), and the one function that turns a captured C++ failure into a
-// PostgreSQL error.
+// Module entry: PG_MODULE_MAGIC, _PG_init (settings, then the cache and
+// transaction callbacks), and the one function that turns a captured C++
+// failure into a PostgreSQL error.
 #include "guard.hpp"
+#include "key_store.hpp"
+#include "pending.hpp"
 #include "settings.hpp"
 
 extern "C" {
@@ -25,5 +27,6 @@ void raise_sql_error(const SqlError& error) {
 
 extern "C" void _PG_init(void) {
     idem::pg::define_settings();
-    idem::pg::protocol_init();
+    idem::pg::key_store_init();
+    idem::pg::pending_init();
 }

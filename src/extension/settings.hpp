@@ -47,7 +47,4 @@ void define_settings();
 /// calls it first, so none runs with a setting other than the one chosen.
 void require_valid_settings();
 
-/// Registers the protocol's cache and transaction callbacks (from _PG_init).
-void protocol_init();
-
 }  // namespace idem::pg

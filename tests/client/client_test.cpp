@@ -20,6 +20,7 @@
 #include <libpq-fe.h>
 
 #include "idem/client.hpp"
+#include "pqxx_compat.hpp"
 
 namespace {
 
@@ -34,6 +35,11 @@ std::string unique_principal() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     return std::string(info->name()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
            "-" + std::to_string(counter++);
+}
+
+// A digest as a bytea parameter.
+auto digest_bytes(const idem::Digest& digest) {
+    return idem::pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
 }
 
 // The tables and functions the tests write to (idempotent: every suite calls it).
@@ -87,7 +93,7 @@ protected:
         principal_ = unique_principal();
     }
 
-    pqxx::connection_base& db() const {
+    idem::PqxxConnection& db() const {
         if (pipelined_) return *pipelined_;
         return *plain_;
     }
@@ -118,7 +124,7 @@ protected:
     idem::TransactionHandler writer(int status, std::atomic<int>* calls = nullptr, const std::string& note = "order") const {
         return [this, status, calls, note](pqxx::transaction_base& tx) {
             if (calls != nullptr) ++*calls;
-            long id = tx.exec_params1("INSERT INTO client_effects (principal, note) VALUES ($1, $2) RETURNING id",
+            long id = idem::pq::exec1(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, $2) RETURNING id",
                                       principal_, note)[0]
                           .as<long>();
             idem::Response response;
@@ -135,13 +141,13 @@ protected:
     long effects() const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        return tx.exec_params1("SELECT count(*) FROM client_effects WHERE principal = $1", principal_)[0].as<long>();
+        return idem::pq::exec1(tx, "SELECT count(*) FROM client_effects WHERE principal = $1", principal_)[0].as<long>();
     }
 
     long key_rows(const std::string& key) const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        return tx.exec_params1("SELECT count(*) FROM idempotency.keys WHERE principal = $1 AND key = $2", principal_,
+        return idem::pq::exec1(tx, "SELECT count(*) FROM idempotency.keys WHERE principal = $1 AND key = $2", principal_,
                                key)[0]
             .as<long>();
     }
@@ -181,6 +187,32 @@ TEST_P(ClientTest, FirstRequestRunsOnceAndRetriesReplayByteForByte) {
     EXPECT_EQ(client.counters().replayed, 1u);
 }
 
+TEST_P(ClientTest, RepeatedHeadersReplayInTheirOrder) {
+    idem::Options options;
+    options.kept_headers = {"Set-Cookie", "Link"};
+    idem::Client client = make_client(options);
+    std::atomic<int> calls{0};
+    idem::TransactionHandler handler = [&](pqxx::transaction_base&) {
+        ++calls;
+        idem::Response response;
+        response.status = 201;
+        response.body = "ok";
+        response.headers = {{"Set-Cookie", "a=1; Path=/"}, {"Link", "</x>; rel=next"}, {"Set-Cookie", "b=2"},
+                            {"X-Not-Kept", "1"}};
+        return response;
+    };
+    run(client, request("k1"), handler);
+    idem::Response replay = run(client, request("k1"), handler);
+    EXPECT_TRUE(replay.replayed);
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (const auto& header : replay.headers)
+        if (header.first != "Idempotent-Replay") kept.push_back(header);
+    const std::vector<std::pair<std::string, std::string>> expected{
+        {"Set-Cookie", "a=1; Path=/"}, {"Link", "</x>; rel=next"}, {"Set-Cookie", "b=2"}};
+    EXPECT_EQ(kept, expected) << "order and repeated names survive (the array form of 0.6.0)";
+    EXPECT_EQ(calls.load(), 1);
+}
+
 TEST_P(ClientTest, AnotherRequestUnderTheSameKeyIs422) {
     idem::Client client = make_client();
     run(client, request("k1"), writer(201));
@@ -200,8 +232,8 @@ TEST_P(ClientTest, KeyHeldElsewhereIs409WithRetryAfter) {
     idem::Digest digest = idem::fingerprint(request("k1"));
     pqxx::connection other(conninfo());
     pqxx::work holder(other);
-    EXPECT_EQ(holder.exec_params1("SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)", principal_,
-                                  pqxx::binarystring(digest.data(), digest.size()))[0]
+    EXPECT_EQ(idem::pq::exec1(holder, "SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)", principal_,
+                              digest_bytes(digest))[0]
                   .as<std::string>(),
               "started");
     std::atomic<int> calls{0};
@@ -223,11 +255,11 @@ TEST_P(ClientTest, DuplicateWaitsForTheFirstAndReplays) {
     pqxx::connection other(conninfo());
     std::thread first([&] {
         pqxx::work tx(other);
-        tx.exec_params1("SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)", principal_,
-                        pqxx::binarystring(digest.data(), digest.size()));
-        tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'first')", principal_);
+        idem::pq::exec1(tx, "SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)", principal_,
+                        digest_bytes(digest));
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'first')", principal_);
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        tx.exec_params("SELECT idempotency.complete($1, 'k1', 201, convert_to('from first', 'UTF8'))", principal_);
+        idem::pq::exec(tx, "SELECT idempotency.complete($1, 'k1', 201, convert_to('from first', 'UTF8'))", principal_);
         tx.commit();
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -266,7 +298,7 @@ TEST_P(ClientTest, OneTimeSecretIsSentOnceAndNeverStored) {
     EXPECT_EQ(*retry.header("Idempotent-Replay"), "true");
     EXPECT_EQ(retry.body.find("sk_live_123"), std::string::npos);
     pqxx::nontransaction tx(db());
-    pqxx::row row = tx.exec_params1(
+    pqxx::row row = idem::pq::exec1(tx,
         "SELECT response_body IS NULL, response_headers IS NULL, one_time_secret FROM idempotency.keys "
         "WHERE principal = $1 AND key = 'k1'",
         principal_);
@@ -351,7 +383,7 @@ TEST_P(ClientTest, BusinessConflictIsStoredAndReplayedWithoutItsEffect) {
 TEST_P(ClientTest, HandlerThatThrowsLeavesNoRowAndNoEffect) {
     idem::Client client = make_client();
     idem::TransactionHandler failing = [this](pqxx::transaction_base& tx) -> idem::Response {
-        tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')", principal_);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')", principal_);
         throw std::runtime_error("handler failed");
     };
     EXPECT_THROW(run(client, request("k1"), failing), std::runtime_error);
@@ -369,8 +401,8 @@ TEST_P(ClientTest, SerializationFailuresAndDeadlocksAreRetriedWithAFreshResponse
         std::atomic<int> calls{0};
         const std::string key = "k-" + code;
         idem::TransactionHandler flaky = [&, code](pqxx::transaction_base& tx) {
-            tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')", principal_);
-            if (++calls == 1) tx.exec_params("SELECT client_fail($1)", code);
+            idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')", principal_);
+            if (++calls == 1) idem::pq::exec(tx, "SELECT client_fail($1)", code);
             idem::Response response;
             response.status = 201;
             response.body = "attempt " + std::to_string(calls.load());
@@ -413,7 +445,7 @@ TEST_P(ClientTest, SixtyFourThreadsWithOneKeyHaveOneEffect) {
                 options.wait = std::chrono::milliseconds(20000);
                 idem::TransactionHandler slow = [&](pqxx::transaction_base& tx) {
                     ++calls;
-                    tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'once')", principal_);
+                    idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'once')", principal_);
                     tx.exec("SELECT pg_sleep(0.2)");
                     idem::Response response;
                     response.status = 201;
@@ -458,9 +490,8 @@ TEST_P(ClientTest, ClientDigestEqualsServerFingerprint) {
         idem::Request r = request("k", body);
         r.exclude = {"/a/1"};
         idem::Digest digest = idem::fingerprint(r);
-        pqxx::binarystring server(tx.exec_params1(
-            "SELECT idempotency.fingerprint('POST', '/orders', $1, ARRAY['/a/1'])",
-            pqxx::binarystring(body.data(), body.size()))[0]);
+        const std::string server = idem::pq::bytes_of(idem::pq::exec1(
+            tx, "SELECT idempotency.fingerprint('POST', '/orders', $1, ARRAY['/a/1'])", idem::pq::bytes(body))[0]);
         ASSERT_EQ(server.size(), digest.size());
         EXPECT_EQ(std::memcmp(server.data(), digest.data(), digest.size()), 0) << body;
     }
@@ -471,8 +502,8 @@ TEST_P(ClientTest, FailedCommitLeavesNoRowNoEffectAndAUsableConnection) {
     std::atomic<int> calls{0};
     idem::TransactionHandler duplicate = [&](pqxx::transaction_base& tx) {
         ++calls;
-        tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')", principal_);
-        tx.exec_params("INSERT INTO client_deferred (principal, slot) VALUES ($1, 1), ($1, 1)", principal_);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')", principal_);
+        idem::pq::exec(tx, "INSERT INTO client_deferred (principal, slot) VALUES ($1, 1), ($1, 1)", principal_);
         idem::Response response;
         response.status = 201;
         return response;
@@ -498,8 +529,8 @@ TEST_P(ClientTest, SerializationFailureAtCommitIsRetried) {
     std::atomic<int> calls{0};
     idem::TransactionHandler flaky = [&](pqxx::transaction_base& tx) {
         const bool first = ++calls == 1;
-        tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')", principal_);
-        tx.exec_params("INSERT INTO client_deferred (principal, slot, fail_with) VALUES ($1, $2, $3)", principal_,
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')", principal_);
+        idem::pq::exec(tx, "INSERT INTO client_deferred (principal, slot, fail_with) VALUES ($1, $2, $3)", principal_,
                        calls.load(), first ? "40001" : nullptr);
         idem::Response response;
         response.status = 201;
@@ -552,7 +583,7 @@ protected:
     }
 
     static idem::Response created(pqxx::transaction_base& tx, const std::string& principal) {
-        tx.exec_params("INSERT INTO client_effects (principal, note) VALUES ($1, 'traced')", principal);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'traced')", principal);
         idem::Response response;
         response.status = 201;
         response.body = "{}";
@@ -615,7 +646,7 @@ TEST_F(RoundTripTest, PipelinedKeyedRequestCostsWhatAPlainTransactionCosts) {
         });
         EXPECT_EQ(count, plain);
         pqxx::nontransaction query(connection);
-        EXPECT_EQ(query.exec1("SELECT count(*) FROM pg_prepared_statements WHERE name IN "
+        EXPECT_EQ(idem::pq::exec1(query, "SELECT count(*) FROM pg_prepared_statements WHERE name IN "
                               "('idempotency_begin_p1', 'idempotency_complete_p1')")[0]
                       .as<int>(),
                   2);

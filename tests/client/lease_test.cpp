@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "idem/lease.hpp"
+#include "pqxx_compat.hpp"
 
 namespace {
 
@@ -58,7 +59,7 @@ protected:
     std::int64_t stored_fence(const std::string& key) const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        return tx.exec_params1("SELECT fence FROM idempotency.keys WHERE principal = $1 AND key = $2", principal_, key)[0]
+        return idem::pq::exec1(tx, "SELECT fence FROM idempotency.keys WHERE principal = $1 AND key = $2", principal_, key)[0]
             .as<std::int64_t>();
     }
 

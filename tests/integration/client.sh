@@ -33,6 +33,7 @@ listen_port = $bport
 unix_socket_dir =
 auth_type = trust
 auth_file = $work/users.txt
+admin_users = postgres
 pool_mode = transaction
 default_pool_size = 20
 max_client_conn = 300
@@ -51,6 +52,20 @@ for _ in $(seq 50); do
   psql -X -q -h 127.0.0.1 -p "$bport" -d "$db" -c "SELECT 1" >/dev/null 2>&1 && break
   sleep 0.1
 done
-psql -X -q -h 127.0.0.1 -p "$bport" -d "$db" -c "SHOW pool_mode" >/dev/null 2>&1 || true
+# The tests below are only worth their name if pgbouncer really pools by
+# transaction: ask its admin console, for the setting and for our pool.
+admin() { psql -X -A -F '|' -h 127.0.0.1 -p "$bport" -U postgres -d pgbouncer -c "$1"; }
+column() { # column NAME KEY_COLUMN KEY: the value of NAME in the row whose KEY_COLUMN is KEY
+  awk -F'|' -v name="$1" -v keycol="$2" -v key="$3" \
+    'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+     col[keycol] && $col[keycol] == key { print $col[name] }'
+}
+config_mode=$(admin "SHOW CONFIG" | column value key pool_mode)
+pool_mode=$(admin "SHOW POOLS" | column pool_mode database "$db")
+echo "pgbouncer: pool_mode = '$config_mode', pool $db: '$pool_mode'"
+if [[ $config_mode != transaction || $pool_mode != transaction ]]; then
+  echo "FAIL: pgbouncer does not run with pool_mode = transaction" >&2
+  exit 1
+fi
 IDEM_TEST_PGBOUNCER=1 IDEM_TEST_DSN="host=127.0.0.1 port=$bport dbname=$db user=postgres" \
   "$build/client_integration_tests" --gtest_brief=1

@@ -1,6 +1,6 @@
 -- Structure of the key store and the protocol functions.
 BEGIN;
-SELECT plan(81);
+SELECT plan(82);
 
 -- The table, column by column.
 SELECT has_table('idempotency', 'keys', 'table idempotency.keys exists');
@@ -88,14 +88,25 @@ SELECT ok(NOT has_function_privilege('public', 'idempotency.acquire(text,text,te
 SELECT function_returns('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'],
                         'idempotency.key_outcome', 'begin returns idempotency.key_outcome');
 
--- Every function of the extension pins its search_path and has a comment. The
--- one exception is the cleanup procedure: PostgreSQL refuses COMMIT in a
--- procedure with a SET clause, so it has none and runs as its caller.
+-- Every SQL and PL/pgSQL function of the extension pins its search_path. The C
+-- functions run as their caller with no SET clause (PostgreSQL would save and
+-- restore every setting around each call); the protocol's C code switches to
+-- the owner's rights around its table statements, whose names are all
+-- schema-qualified. The one procedure, cleanup, cannot have a SET clause
+-- (COMMIT) and qualifies everything instead.
 SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), NULL,
-          'every function sets search_path = pg_catalog, pg_temp')
+          'every SQL and PL/pgSQL function sets search_path = pg_catalog, pg_temp')
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
- WHERE p.prokind <> 'p' AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
+  JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.prokind <> 'p' AND l.lanname <> 'c'
+   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
+SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), NULL,
+          'no C function is SECURITY DEFINER or has a SET clause')
+  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+  JOIN pg_language l ON l.oid = p.prolang
+ WHERE l.lanname = 'c' AND (p.prosecdef OR p.proconfig IS NOT NULL);
 SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), ARRAY['idempotency.cleanup(integer,interval,interval,bigint)'],
           'the only procedure is cleanup')
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
@@ -115,7 +126,7 @@ SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), NULL, 'every function
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
  WHERE obj_description(p.oid, 'pg_proc') IS NULL;
-SELECT is_definer('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'], 'begin is SECURITY DEFINER');
+SELECT isnt_definer('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'], 'begin runs as its caller');
 SELECT volatility_is('idempotency', 'jcs', ARRAY['text'], 'immutable', 'jcs(text) is IMMUTABLE');
 SELECT volatility_is('idempotency', 'begin', ARRAY['text', 'text', 'text', 'bytea', 'interval', 'interval'], 'volatile', 'begin is VOLATILE');
 SELECT ok(NOT has_function_privilege('public', 'idempotency.begin(text,text,text,bytea,interval,interval)', 'EXECUTE'),

@@ -32,6 +32,7 @@
 
 #include "idem/connection.hpp"
 #include "idem/http.hpp"
+#include "idem/options.hpp"
 
 namespace idem {
 
@@ -80,17 +81,10 @@ using Handler = std::function<Response(pqxx::work&)>;
 using TransactionHandler = std::function<Response(pqxx::transaction_base&)>;
 
 /// How the client behaves.
-struct Options {
+struct Options : KeyOptions {
     /// Methods that must carry an Idempotency-Key (400 without one). Other methods
     /// run without the protocol unless the client sends a key anyway.
     std::vector<std::string> methods_requiring_key{"POST", "PATCH"};
-    /// Response headers stored with the key and replayed (names, case-insensitive).
-    std::vector<std::string> kept_headers{"Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"};
-    /// How long begin() waits for a transaction holding the same key; empty: the
-    /// server's idempotency.wait_timeout.
-    std::optional<std::chrono::milliseconds> wait;
-    /// How long a key counts; empty: the server's idempotency.key_ttl.
-    std::optional<std::chrono::seconds> ttl;
     /// Attempts in all for one request when the database reports a serialization
     /// failure (40001) or a deadlock (40P01). Each attempt runs the handler anew
     /// with a fresh response.
@@ -100,10 +94,6 @@ struct Options {
     /// Statuses that are stored, in the syntax of idempotency.final_statuses
     /// ("2xx,400,409"). Empty: read the server's setting once, on first use.
     std::string final_statuses;
-    /// Prefix of the problem `type` URIs (RFC 9457 allows relative references).
-    std::string problem_type_base = "/problems/";
-    /// Longest key accepted before asking the server (keep in line with idempotency.max_key_length).
-    std::size_t max_key_length = 255;
     /// Run idempotency.begin() and complete() as named server-side prepared
     /// statements (idempotency_begin_1, idempotency_complete_1 and their *_p1
     /// twins for pipelining), parsed and planned once per connection instead of
@@ -125,7 +115,7 @@ public:
     /// The connection must stay open for the client's lifetime; it may point at
     /// PostgreSQL or at pgbouncer in transaction pooling mode (the client keeps no
     /// session state and uses no named prepared statements).
-    explicit Client(pqxx::connection_base& connection, Options options = {});
+    explicit Client(PqxxConnection& connection, Options options = {});
 
     /// The same on an idem::Connection: TransactionHandler handlers then run
     /// with BEGIN + idempotency.begin() and idempotency.complete() + COMMIT sent
@@ -178,9 +168,9 @@ private:
     void store_final_error(const Call& call, const Response& response, const std::string& headers);
     Response refuse_key_on_server();
 
-    void prepare_raw(pqxx::connectionpolicy::handle raw);
+    void prepare_raw(PGconn* raw);
 
-    pqxx::connection_base& connection_;
+    PqxxConnection& connection_;
     Connection* pipelined_ = nullptr;  // set when connection_ is an idem::Connection
     // The raw connection (and its server process) the *_p1 statements were
     // prepared on; anything else (a reconnect) prepares them again.

@@ -18,6 +18,7 @@
 
 #include "idem/client.hpp"
 #include "idem/http.hpp"
+#include "idem/options.hpp"
 
 namespace idem {
 
@@ -55,26 +56,17 @@ const char* to_string(LeaseOutcome outcome) noexcept;
 using ExternalBody = std::function<Response()>;
 
 /// Settings of a LeaseRunner.
-struct LeaseOptions {
+struct LeaseOptions : KeyOptions {
     /// What a finished or failed body does to the key.
     Policy policy = Policy::remember;
-    /// Length of the lease; renewed at a third of it (at least every 50 ms).
+    /// Length of the lease, 100 ms to 24 h; renewed every third of it, never
+    /// more often than every 50 ms.
     std::chrono::milliseconds lease{30000};
     /// Renew the lease from a background thread while the body runs.
     bool renew = true;
     /// Consecutive failed renewals (errors, not a lost fence) after which renewing
     /// stops; a failed renewal is not a lost lease.
     int max_renew_failures = 3;
-    /// Key TTL; empty: idempotency.key_ttl.
-    std::optional<std::chrono::seconds> ttl;
-    /// How long acquire waits for a transaction that holds the key; empty: server default.
-    std::optional<std::chrono::milliseconds> wait;
-    /// Response headers stored with a remembered response.
-    std::vector<std::string> kept_headers{"Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"};
-    /// Prefix of problem `type` URIs.
-    std::string problem_type_base = "/problems/";
-    /// Longest key accepted before asking the server.
-    std::size_t max_key_length = 255;
 };
 
 /// The result of one run.

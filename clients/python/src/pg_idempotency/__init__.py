@@ -1,0 +1,34 @@
+"""pg_idempotency: Stripe-style Idempotency-Key semantics kept in PostgreSQL.
+
+A psycopg 3 client for the ``idempotency`` extension: the transactional
+protocol (``Client``), the lease protocol for external effects
+(``LeaseRunner``), the HTTP mapping (``Response``, problem bodies identical to
+the C++ client's) and a WSGI middleware (``pg_idempotency.wsgi``).
+"""
+
+from ._common import Request
+from .http import Headers, Problem, Response, problem_body, problem_response
+from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
+from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
+
+__version__ = "0.6.0"
+
+__all__ = [
+    "Attempt",
+    "Client",
+    "Counters",
+    "Handler",
+    "Headers",
+    "LeaseOptions",
+    "LeaseOutcome",
+    "LeaseResult",
+    "LeaseRunner",
+    "Options",
+    "Policy",
+    "Problem",
+    "Request",
+    "Response",
+    "fingerprint",
+    "problem_body",
+    "problem_response",
+]

@@ -1,0 +1,134 @@
+"""What the transactional and the lease protocol share: requests, options, SQL pieces."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Dict, List, Optional, Sequence
+
+import psycopg
+
+from .http import Response, header_name_equal
+
+DEFAULT_KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Content-Location", "Last-Modified")
+
+# The server refuses a key it cannot accept (empty, too long, bad characters,
+# not a UUID when idempotency.key_format asks) with 22P02 (since 0.6.0; other
+# bad arguments, such as a ttl out of range, stay 22023 and propagate).
+KEY_REFUSED = ("22P02",)
+# The body cannot be fingerprinted (JSON nested deeper than idempotency.max_json_depth).
+BODY_INVALID = ("54000", "54001")
+
+
+@dataclass
+class Request:
+    """One HTTP request as the protocol sees it."""
+
+    principal: str
+    """Whoever the key belongs to (user, API key, tenant), from authentication."""
+    key: Optional[str]
+    """The Idempotency-Key header, or None when the request had none."""
+    method: str
+    """HTTP method; compared in upper case."""
+    path: str
+    """Request path (without the query string, unless the API wants it fingerprinted)."""
+    body: Optional[bytes] = None
+    """Request body; fingerprinted as RFC 8785 JSON when it is JSON, as raw bytes otherwise."""
+    exclude: Sequence[str] = ()
+    """RFC 6901 pointers of members left out of the fingerprint (timestamps, nonces)."""
+    action: str = ""
+    """Operation name stored with the key; defaults to "METHOD path"."""
+
+    def action_name(self) -> str:
+        """The action stored with the key."""
+        return self.action or f"{self.method.upper()} {self.path}"
+
+
+def valid_key(key: str, max_length: int) -> bool:
+    """1 to max_length visible ASCII characters (space included), as the C++ client checks."""
+    return 0 < len(key) <= max_length and all(0x20 <= ord(c) <= 0x7E for c in key)
+
+
+def interval(value: Optional[timedelta]) -> Optional[str]:
+    """A timedelta as a PostgreSQL interval literal ("1500 milliseconds"), None stays None."""
+    if value is None:
+        return None
+    return f"{int(value / timedelta(milliseconds=1))} milliseconds"
+
+
+def text_array(values: Sequence[str]) -> Optional[str]:
+    """A text[] literal for the exclude pointers, or None when there are none."""
+    if not values:
+        return None
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
+def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
+    """The kept headers of a response as a JSON array of [name, value] pairs, in
+    their order, repeated names (Set-Cookie, Link) included."""
+    chosen: List[List[str]] = [
+        [name, value] for name, value in response.headers if any(header_name_equal(name, wanted) for wanted in kept)
+    ]
+    return json.dumps(chosen, ensure_ascii=False, separators=(",", ":"))
+
+
+def stored_response(
+    status: int, headers_json: Optional[str], body: Optional[bytes], resource_id: Optional[str]
+) -> Response:
+    """A stored response as it is replayed: kept headers, Idempotent-Replay: true."""
+    response = Response(status=status, body=body or b"", resource_id=resource_id, replayed=True)
+    if headers_json:
+        stored = json.loads(headers_json)
+        # An array of [name, value] pairs (order and repeated names kept), or
+        # the object form of name -> value.
+        pairs = stored if isinstance(stored, list) else list(stored.items())
+        for pair in pairs:
+            if len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str):
+                response.headers.append((pair[0], pair[1]))
+    response.set_header("Idempotent-Replay", "true")
+    return response
+
+
+FINAL_STATUSES_SQL = (
+    b"SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"
+)
+
+
+class FinalStatuses:
+    """Which statuses are stored: idempotency.is_final, read once, or a fixed list."""
+
+    def __init__(self, statuses: Optional[Sequence[int]] = None) -> None:
+        self._table: Optional[List[bool]] = None
+        if statuses is not None:
+            self._table = [False] * 500
+            for status in statuses:
+                if not 100 <= status <= 599:
+                    raise ValueError(f"not an HTTP status: {status}")
+                self._table[status - 100] = True
+
+    @property
+    def known(self) -> bool:
+        """True once the table has been read (or was given)."""
+        return self._table is not None
+
+    def load(self, conn: psycopg.Connection[Any]) -> None:
+        """Reads the server's idempotency.final_statuses through idempotency.is_final
+        (one round trip, once); the connection must be idle."""
+        if self._table is not None:
+            return
+        from . import _wire
+
+        (result,) = _wire.run(conn, [_wire.Statement(FINAL_STATUSES_SQL), _wire.SYNC])
+        if result.error is not None:
+            raise result.error
+        table = [False] * 500
+        for (status,) in result.rows:
+            table[int(status or b"0") - 100] = True
+        self._table = table
+
+    def __call__(self, status: int) -> bool:
+        if self._table is None:
+            raise RuntimeError("final statuses not loaded")
+        return 100 <= status <= 599 and self._table[status - 100]

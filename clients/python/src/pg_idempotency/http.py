@@ -1,0 +1,100 @@
+"""The HTTP side of the client: responses, header lists and RFC 9457 problem bodies.
+
+No database here. Problem bodies are byte-identical to the C++ client's
+(``client/src/http.cpp``): the members ``detail``, ``status``, ``title``, ``type``
+in that (sorted) order, no whitespace, non-ASCII characters as raw UTF-8.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+Headers = List[Tuple[str, str]]
+"""HTTP header fields in order; names compare case-insensitively."""
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+def header_name_equal(a: str, b: str) -> bool:
+    """True when two header names are equal ignoring ASCII case."""
+    return len(a) == len(b) and a.lower() == b.lower()
+
+
+@dataclass
+class Response:
+    """An HTTP response produced by a handler or by the client."""
+
+    status: int = 200
+    """HTTP status code (100..599)."""
+    headers: Headers = field(default_factory=list)
+    """Header fields to send, in order."""
+    body: bytes = b""
+    """Body bytes, sent and stored as they are."""
+    replayed: bool = False
+    """True when this is a stored response played back for a retry."""
+    resource_id: Optional[str] = None
+    """Id of what the request created, stored with the key (support, mismatch reports)."""
+    one_time_secret: bool = False
+    """The response carries a secret (a new API key, say): sent once, never stored."""
+
+    def header(self, name: str) -> Optional[str]:
+        """The value of the first header with this name, or None."""
+        for field_name, value in self.headers:
+            if header_name_equal(field_name, name):
+                return value
+        return None
+
+    def set_header(self, name: str, value: str) -> None:
+        """Replaces every header with this name by one with ``value`` (appended last)."""
+        self.headers = [(n, v) for n, v in self.headers if not header_name_equal(n, name)]
+        self.headers.append((name, value))
+
+
+class Problem(enum.Enum):
+    """The problem types of the RFC 9457 bodies the client produces: (slug, status, title)."""
+
+    KEY_MISSING = ("idempotency-key-missing", 400, "Idempotency-Key header is missing")
+    KEY_MALFORMED = ("idempotency-key-malformed", 400, "Idempotency-Key header is malformed")
+    BODY_INVALID = ("request-body-invalid", 400, "Request body cannot be fingerprinted")
+    KEY_REUSE = ("idempotency-key-reuse", 422, "Idempotency-Key was used for another request")
+    REQUEST_IN_PROGRESS = (
+        "request-in-progress",
+        409,
+        "A request with this Idempotency-Key is in progress",
+    )
+    ONE_TIME_SECRET = (
+        "one-time-secret",
+        409,
+        "The response to this request was sent once and not kept",
+    )
+    ALREADY_PROCESSED = ("request-already-processed", 409, "This request was already processed")
+
+    @property
+    def slug(self) -> str:
+        """The slug appended to the type base URI ("idempotency-key-reuse")."""
+        return self.value[0]
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this problem type."""
+        return self.value[1]
+
+    @property
+    def title(self) -> str:
+        """The fixed, human-readable title."""
+        return self.value[2]
+
+
+def problem_body(status: int, type_uri: str, title: str, detail: str) -> bytes:
+    """Serializes an RFC 9457 problem object the way the C++ client (nlohmann_json) does."""
+    document = {"detail": detail, "status": status, "title": title, "type": type_uri}
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def problem_response(problem: Problem, detail: str, type_base: str = "/problems/") -> Response:
+    """An ``application/problem+json`` response with ``type`` = type_base + slug."""
+    body = problem_body(problem.status, type_base + problem.slug, problem.title, detail)
+    return Response(status=problem.status, headers=[("Content-Type", PROBLEM_CONTENT_TYPE)], body=body)

@@ -1,0 +1,335 @@
+"""The lease protocol: an effect outside the database (an upstream HTTP call, a
+payment provider, a broker) at most once per key.
+
+    runner = LeaseRunner("dbname=shop", LeaseOptions(policy=Policy.REMEMBER))
+    result = runner.run(request, lambda: call_payment_provider(...))
+    send(result.response)
+
+The key is held by a lease that a background thread renews at a third of its
+length while the body runs; every statement that settles the key is fenced.
+Same semantics and problem bodies as ``idem::LeaseRunner`` (C++).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Optional, Sequence
+
+import psycopg
+
+from ._common import (
+    DEFAULT_KEPT_HEADERS,
+    KEY_REFUSED,
+    FinalStatuses,
+    Request,
+    interval,
+    kept_headers_json,
+    stored_response,
+    valid_key,
+)
+from .http import Problem, Response, problem_response
+
+ACQUIRE_SQL = (
+    "SELECT outcome, fence, response_status, response_headers::text AS response_headers,"
+    " response_body, resource_id,"
+    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
+    " FROM idempotency.acquire(%s, %s, %s, idempotency.fingerprint(%s, %s, %s::bytea, %s::text[]),"
+    " %s::interval, %s::interval, %s::interval)"
+)
+RENEW_SQL = "SELECT idempotency.renew(%s, %s, %s::bigint, %s::interval)"
+MARK_DONE_SQL = "SELECT idempotency.complete(%s, %s, fence => %s::bigint, status => %s::integer)"
+REMEMBER_SQL = (
+    "SELECT idempotency.complete(%s, %s, fence => %s::bigint, status => %s::integer,"
+    " body => %s::bytea, headers => %s::jsonb, resource_id => %s::text,"
+    " one_time_secret => %s::boolean)"
+)
+RELEASE_SQL = "SELECT idempotency.release(%s, %s, %s::bigint)"
+
+
+class Policy(enum.Enum):
+    """What happens to the key after the effect ran."""
+
+    ONCE = "once"
+    """At most once: the key is marked done whether the body succeeded, failed or raised."""
+    COMMIT_ON_SUCCESS = "commit_on_success"
+    """Done on success (status below 400); a failure or an exception releases the key."""
+    REMEMBER = "remember"
+    """The final response is stored and replayed; a non-final one or an exception releases."""
+
+
+class LeaseOutcome(enum.Enum):
+    """How a LeaseRunner.run call ended."""
+
+    FRESH = "fresh"
+    """The body ran under this call and the key was settled with its fence."""
+    REPLAYED = "replayed"
+    """Policy remember: the stored response of an earlier call."""
+    IN_PROGRESS = "in_progress"
+    """Another holder's lease is live (or a transaction holds the key): 409."""
+    DUPLICATE = "duplicate"
+    """Policies once / commit_on_success: an earlier call already did it: 409."""
+    MISMATCH = "mismatch"
+    """The key was used for another request: 422."""
+    FRESH_UNFENCED = "fresh_unfenced"
+    """The body ran, but the lease was lost meanwhile: nothing was stored."""
+    REJECTED = "rejected"
+    """Missing or malformed key: 400."""
+
+
+@dataclass
+class LeaseOptions:
+    """Settings of a LeaseRunner."""
+
+    policy: Policy = Policy.REMEMBER
+    lease: timedelta = timedelta(seconds=30)
+    """Lease length; renewed every third of it (at least every 50 ms)."""
+    renew: bool = True
+    """Renew from a background thread (own connection) while the body runs."""
+    max_renew_failures: int = 3
+    """Consecutive renewal errors after which renewing stops (an error is not a lost lease)."""
+    ttl: Optional[timedelta] = None
+    wait: Optional[timedelta] = None
+    kept_headers: Sequence[str] = DEFAULT_KEPT_HEADERS
+    final_statuses: Optional[Sequence[int]] = None
+    problem_type_base: str = "/problems/"
+    max_key_length: int = 255
+
+
+@dataclass
+class LeaseResult:
+    """The result of one run."""
+
+    outcome: LeaseOutcome
+    response: Response
+    """What to send: the body's, the stored one, or a problem response."""
+    fence: int = 0
+    """The fence this call held (0 when it held none)."""
+    renewals: int = 0
+    """Successful renewals while the body ran."""
+
+
+class _Renewer:
+    """Renews a lease from its own thread and connection until stopped.
+
+    renew() returning false means the fence lost the key: renewing stops and the
+    lease counts as lost. An error (network, restart) is retried at the next
+    tick; after max_failures in a row renewing stops without declaring it lost.
+    """
+
+    def __init__(self, conninfo: str, principal: str, key: str, fence: int, options: LeaseOptions):
+        self._args = (principal, key, fence, interval(options.lease))
+        self._conninfo = conninfo
+        self._period = max(0.05, options.lease.total_seconds() / 3)
+        self._max_failures = options.max_renew_failures
+        self._stop = threading.Event()
+        self.lost = False
+        self.renewals = 0
+        self._thread = threading.Thread(target=self._loop, name="pg_idempotency-renew", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        conn: Optional[psycopg.Connection[Any]] = None
+        failures = 0
+        try:
+            while not self._stop.wait(self._period):
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg.connect(self._conninfo, autocommit=True)
+                    row = conn.execute(RENEW_SQL, self._args).fetchone()
+                    failures = 0
+                    if row is not None and row[0]:
+                        self.renewals += 1
+                    else:
+                        self.lost = True
+                        return
+                except psycopg.Error:
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    failures += 1
+                    if failures >= self._max_failures:
+                        return
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+Body = Callable[[], Response]
+"""The effect: runs outside any database transaction and is never cancelled."""
+
+
+class LeaseRunner:
+    """Runs external effects under leases. Not thread-safe: one runner per thread."""
+
+    def __init__(self, conninfo: str, options: Optional[LeaseOptions] = None) -> None:
+        """``conninfo`` opens the runner's own connection (acquire, complete,
+        release, autocommit) and one per run for the renewal thread."""
+        self.conninfo = conninfo
+        self.options = options or LeaseOptions()
+        if self.options.lease <= timedelta(0):
+            raise ValueError("lease must be positive")
+        self._conn: Optional[psycopg.Connection[Any]] = None
+        self._final = FinalStatuses(self.options.final_statuses)
+
+    def connection(self) -> psycopg.Connection[Any]:
+        """The runner's own autocommit connection, reopened when it was lost."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = psycopg.connect(self.conninfo, autocommit=True)
+        return self._conn
+
+    def close(self) -> None:
+        """Closes the runner's connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _problem(self, problem: Problem, detail: str) -> Response:
+        return problem_response(problem, detail, self.options.problem_type_base)
+
+    def run(self, request: Request, body: Body) -> LeaseResult:
+        """Acquires the key, runs ``body`` while renewing the lease, and settles
+        the key by the policy. The body's exception propagates after the key was
+        settled (once: marked done; the other policies: released)."""
+        options = self.options
+        if request.key is None or not valid_key(request.key, options.max_key_length):
+            problem = Problem.KEY_MALFORMED if request.key is not None else Problem.KEY_MISSING
+            return LeaseResult(
+                LeaseOutcome.REJECTED,
+                self._problem(
+                    problem,
+                    f"An Idempotency-Key of 1 to {options.max_key_length}"
+                    " visible ASCII characters is required.",
+                ),
+            )
+        conn = self.connection()
+        if options.policy == Policy.REMEMBER:
+            self._final.load(conn)  # known before holding anything
+        try:
+            row = conn.execute(
+                ACQUIRE_SQL,
+                (
+                    request.principal,
+                    request.key,
+                    request.action_name(),
+                    request.method,
+                    request.path,
+                    request.body,
+                    list(request.exclude) or None,
+                    interval(options.lease),
+                    interval(options.ttl),
+                    interval(options.wait),
+                ),
+            ).fetchone()
+        except psycopg.Error as error:
+            if getattr(error, "sqlstate", None) in KEY_REFUSED:
+                return LeaseResult(
+                    LeaseOutcome.REJECTED,
+                    self._problem(Problem.KEY_MALFORMED, "The Idempotency-Key was refused by the server."),
+                )
+            raise
+        assert row is not None
+        outcome, fence, status, headers, stored_body, resource_id, lease_seconds = row
+        if outcome == "mismatch":
+            return LeaseResult(
+                LeaseOutcome.MISMATCH,
+                self._problem(
+                    Problem.KEY_REUSE,
+                    "This Idempotency-Key was used for a different request; use a new key for a new request.",
+                ),
+            )
+        if outcome == "in_progress":
+            response = self._problem(
+                Problem.REQUEST_IN_PROGRESS,
+                "A request with this Idempotency-Key is still being processed; retry later.",
+            )
+            response.set_header("Retry-After", str(1 if lease_seconds is None else max(1, lease_seconds)))
+            return LeaseResult(LeaseOutcome.IN_PROGRESS, response)
+        if outcome in ("replay", "secret_replay"):
+            if options.policy != Policy.REMEMBER:
+                return LeaseResult(
+                    LeaseOutcome.DUPLICATE,
+                    self._problem(
+                        Problem.ALREADY_PROCESSED,
+                        "A request with this Idempotency-Key was already processed; its result is not kept.",
+                    ),
+                )
+            if outcome == "replay":
+                response = stored_response(
+                    status, headers, bytes(stored_body) if stored_body is not None else None, resource_id
+                )
+            else:
+                response = self._problem(
+                    Problem.ONE_TIME_SECRET,
+                    "The first response to this request carried a secret and was not kept;"
+                    " create a new one with a new key.",
+                )
+                response.replayed = True
+                response.set_header("Idempotent-Replay", "true")
+            return LeaseResult(LeaseOutcome.REPLAYED, response)
+        if outcome != "started":
+            raise psycopg.InterfaceError(f"idempotency.acquire returned an unknown outcome: {outcome}")
+
+        # Run the body, never cancelled, while a background thread renews the lease.
+        renewer = (
+            _Renewer(self.conninfo, request.principal, request.key, fence, options) if options.renew else None
+        )
+        failure: Optional[BaseException] = None
+        response = Response()
+        try:
+            response = body()
+        except BaseException as error:  # settled by the policy, then re-raised
+            failure = error
+        lost = False
+        renewals = 0
+        if renewer is not None:
+            renewer.stop()
+            lost = renewer.lost
+            renewals = renewer.renewals
+
+        # Settle the key by the policy; every statement is fenced.
+        conn = self.connection()
+        principal, key = request.principal, request.key
+
+        def mark_done(code: int) -> bool:
+            return bool(conn.execute(MARK_DONE_SQL, (principal, key, fence, code)).fetchone()[0])  # type: ignore[index]
+
+        def release() -> bool:
+            return bool(conn.execute(RELEASE_SQL, (principal, key, fence)).fetchone()[0])  # type: ignore[index]
+
+        if failure is not None:
+            if options.policy == Policy.ONCE:
+                mark_done(500)
+            else:
+                release()
+            raise failure
+        if options.policy == Policy.ONCE:
+            settled = mark_done(response.status)
+        elif options.policy == Policy.COMMIT_ON_SUCCESS:
+            settled = mark_done(response.status) if response.status < 400 else release()
+        elif self._final(response.status):
+            settled = bool(
+                conn.execute(
+                    REMEMBER_SQL,
+                    (
+                        principal,
+                        key,
+                        fence,
+                        response.status,
+                        response.body,
+                        kept_headers_json(response, options.kept_headers),
+                        response.resource_id,
+                        response.one_time_secret,
+                    ),
+                ).fetchone()[0]  # type: ignore[index]
+            )
+        else:
+            settled = release()
+        outcome_value = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
+        return LeaseResult(outcome_value, response, fence=fence, renewals=renewals)

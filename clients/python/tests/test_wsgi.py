@@ -1,0 +1,127 @@
+"""The WSGI middleware around a small application, called without a server."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from pg_idempotency import Client
+from pg_idempotency.wsgi import IdempotencyMiddleware, status_line
+
+
+def orders_app(environ, start_response):
+    context = environ["pg_idempotency"]
+    body = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)) or b"{}")
+    if environ["PATH_INFO"] == "/explode":
+        context.connection.execute(
+            "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'x', 1)", (context.request.principal,)
+        )
+        raise RuntimeError("bug")
+    if not body.get("item"):
+        start_response("400 Bad Request", [("Content-Type", "application/problem+json")])
+        return [b'{"title":"Invalid order"}']
+    order_id = context.connection.execute(
+        "INSERT INTO orders (principal, item, quantity) VALUES (%s, %s, 1) RETURNING id",
+        (context.request.principal, body["item"]),
+    ).fetchone()[0]
+    context.resource_id = str(order_id)
+    context.one_time_secret = environ["PATH_INFO"] == "/secret"
+    start_response("201 Created", [("Content-Type", "application/json"), ("Location", f"/orders/{order_id}")])
+    return [b'{"id":', str(order_id).encode(), b"}"]
+
+
+@pytest.fixture
+def app(dsn):
+    @contextmanager
+    def connection():
+        with psycopg.connect(dsn) as conn:
+            yield conn
+
+    def principal(environ):
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+
+    return IdempotencyMiddleware(orders_app, Client(), connection=connection, principal=principal)
+
+
+def call(app, path, body=b"", key=None, principal="u", method="POST"):
+    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "CONTENT_LENGTH": str(len(body)),
+               "wsgi.input": io.BytesIO(body)}
+    if key is not None:
+        environ["HTTP_IDEMPOTENCY_KEY"] = key
+    if principal is not None:
+        environ["HTTP_AUTHORIZATION"] = f"Bearer {principal}"
+    seen = {}
+
+    def start_response(status, headers, exc_info=None):
+        seen["status"], seen["headers"] = status, dict(headers)
+
+    seen["body"] = b"".join(app(environ, start_response))
+    return seen
+
+
+def count(admin, principal):
+    return admin.execute("SELECT count(*) FROM orders WHERE principal = %s", (principal,)).fetchone()[0]
+
+
+def test_first_request_and_replay(app, admin, principal):
+    key = uuid.uuid4().hex
+    first = call(app, "/orders", b'{"item":"book"}', key, principal)
+    assert first["status"] == "201 Created"
+    retry = call(app, "/orders", b'{ "item" : "book" }', key, principal)
+    assert retry["status"] == "201 Created"
+    assert retry["body"] == first["body"]
+    assert retry["headers"]["Idempotent-Replay"] == "true"
+    assert retry["headers"]["Location"] == first["headers"]["Location"]
+    assert count(admin, principal) == 1
+
+
+def test_missing_key_and_reuse(app, admin, principal):
+    assert call(app, "/orders", b'{"item":"a"}', None, principal)["status"] == "400 Bad Request"
+    key = uuid.uuid4().hex
+    call(app, "/orders", b'{"item":"a"}', key, principal)
+    reuse = call(app, "/orders", b'{"item":"b"}', key, principal)
+    assert reuse["status"] == "422 Unprocessable Entity"
+    assert reuse["headers"]["Content-Type"] == "application/problem+json"
+    assert count(admin, principal) == 1
+
+
+def test_final_4xx_is_replayed(app, principal):
+    key = uuid.uuid4().hex
+    assert call(app, "/orders", b"{}", key, principal)["status"] == "400 Bad Request"
+    retry = call(app, "/orders", b"{}", key, principal)
+    assert retry["status"] == "400 Bad Request" and retry["headers"]["Idempotent-Replay"] == "true"
+    assert retry["body"] == b'{"title":"Invalid order"}'
+
+
+def test_one_time_secret_from_the_context(app, principal):
+    key = uuid.uuid4().hex
+    assert call(app, "/secret", b'{"item":"k"}', key, principal)["status"] == "201 Created"
+    assert call(app, "/secret", b'{"item":"k"}', key, principal)["status"] == "409 Conflict"
+
+
+def test_an_exception_in_the_app_rolls_back(app, admin, principal):
+    with pytest.raises(RuntimeError):
+        call(app, "/explode", b'{"item":"k"}', uuid.uuid4().hex, principal)
+    assert count(admin, principal) == 0
+
+
+def test_no_principal_passes_through(dsn):
+    def bare(environ, start_response):
+        assert "pg_idempotency" not in environ
+        start_response("401 Unauthorized", [])
+        return [b""]
+
+    app = IdempotencyMiddleware(bare, Client(), connection=lambda: psycopg.connect(dsn),
+                                principal=lambda environ: None)
+    assert call(app, "/orders", b"{}", "k", None)["status"] == "401 Unauthorized"
+
+
+def test_status_line():
+    assert status_line(201) == "201 Created"
+    assert status_line(599) == "599 Unknown"

@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""python-orders: the orders service of examples/orders-service in Python (plain
+WSGI on wsgiref, psycopg 3), idempotent through pg_idempotency's middleware.
+
+    python3 app.py --port 8080 --dsn "host=... dbname=..." [--threads 8]
+
+Same routes, bodies and headers as the C++ service:
+
+    POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
+                          Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+    POST /plain/orders    the same handler without the middleware (baseline)
+    POST /classic/orders  the same as /orders (the C++ service's five-round-trip variant)
+    POST /flaky/orders    the first run for each (principal, key) inserts the order,
+                          then answers 500: rolled back, not stored, the retry runs again
+    POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
+    GET  /orders/count    {"orders": n}
+    GET  /health          ok
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+from contextlib import contextmanager
+from socketserver import ThreadingMixIn
+from typing import Iterator, List, Optional, Tuple
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python", "src"))
+
+import psycopg  # noqa: E402
+
+from pg_idempotency import Client  # noqa: E402
+from pg_idempotency.wsgi import IdempotencyMiddleware, status_line  # noqa: E402
+
+Headers = List[Tuple[str, str]]
+
+
+def dumps(document: dict) -> bytes:
+    """Compact JSON with sorted members: the bytes nlohmann_json writes in the C++ service."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def problem(status: int, title: str, detail: str) -> Tuple[int, Headers, bytes]:
+    body = dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
+    return status, [("Content-Type", "application/problem+json")], body
+
+
+class Pool:
+    """A few psycopg connections shared by the server's threads (one at a time each)."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self.conninfo = conninfo
+        self.idle: "queue.LifoQueue[psycopg.Connection]" = queue.LifoQueue()
+        self.slots = threading.BoundedSemaphore(size)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        with self.slots:
+            try:
+                conn = self.idle.get_nowait()
+            except queue.Empty:
+                conn = psycopg.connect(self.conninfo)
+            try:
+                yield conn
+            except BaseException:
+                if conn.broken:
+                    conn.close()
+                    raise
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.rollback()
+                self.idle.put(conn)
+                raise
+            if conn.broken or conn.closed:
+                return
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()
+            self.idle.put(conn)
+
+
+def principal_of(environ: dict) -> Optional[str]:
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    prefix = "Bearer "
+    if len(auth) > len(prefix) and auth.startswith(prefix):
+        return auth[len(prefix):]
+    return None
+
+
+flaky_lock = threading.Lock()
+flaky_failed: set = set()
+
+
+def first_run(principal: str, key: str) -> bool:
+    with flaky_lock:
+        if (principal, key) in flaky_failed:
+            return False
+        flaky_failed.add((principal, key))
+        return True
+
+
+def create_order(conn: psycopg.Connection, principal: str, body: bytes, delay_ms: int):
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("item"), str) or not data["item"]:
+        return problem(400, "Invalid order", 'The body must be a JSON object with a non-empty "item" string.'), None
+    quantity = data.get("quantity", 1)
+    if not isinstance(quantity, int) or isinstance(quantity, bool) or not 1 <= quantity <= 1000:
+        return problem(422, "Invalid quantity", "quantity must be 1 to 1000."), None
+    if delay_ms > 0:
+        conn.execute("SELECT pg_sleep(%s::float8 / 1000)", (delay_ms,))
+    order_id, created_at = conn.execute(
+        "INSERT INTO orders (principal, item, quantity) VALUES (%s, %s, %s) RETURNING id, created_at::text",
+        (principal, data["item"], quantity),
+    ).fetchone()
+    body_out = dumps({"id": order_id, "item": data["item"], "quantity": quantity, "created_at": created_at})
+    headers = [("Content-Type", "application/json"), ("Location", f"/orders/{order_id}")]
+    return (201, headers, body_out), str(order_id)
+
+
+def create_api_key(conn: psycopg.Connection, principal: str, body: bytes):
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        detail = 'The body must be a JSON object with a non-empty "name" string.'
+        return problem(400, "Invalid API key request", detail), None
+    key_id, secret = conn.execute(
+        "INSERT INTO api_keys (principal, name) VALUES (%s, %s)"
+        " RETURNING id, 'sk_' || replace(pg_catalog.gen_random_uuid()::text, '-', '')",
+        (principal, data["name"]),
+    ).fetchone()
+    headers = [("Content-Type", "application/json"), ("Location", f"/api-keys/{key_id}")]
+    return (201, headers, dumps({"id": key_id, "name": data["name"], "secret": secret})), str(key_id)
+
+
+def make_app(pool: Pool) -> IdempotencyMiddleware:
+    """The service: routes, the business handlers, and the middleware around them."""
+
+    def send(start_response, result: Tuple[int, Headers, bytes]):
+        status, headers, body = result
+        start_response(status_line(status), headers)
+        return [body]
+
+    def business(environ: dict, start_response):
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+        if method == "GET" and path == "/health":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok"]
+        if method == "GET" and path == "/orders/count":
+            with pool.connection() as conn:
+                count = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
+                conn.rollback()
+            return send(start_response, (200, [("Content-Type", "application/json")], dumps({"orders": count})))
+        routes = ("/orders", "/plain/orders", "/classic/orders", "/flaky/orders", "/api-keys")
+        if method != "POST" or path not in routes:
+            return send(start_response, problem(404, "Not found", "No such route."))
+        principal = principal_of(environ)
+        if principal is None:
+            return send(start_response, problem(401, "Unauthorized", "Send Authorization: Bearer <token>."))
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        delay = parse_qs(environ.get("QUERY_STRING", "")).get("delay_ms", ["0"])[0]
+        delay_ms = int(delay) if delay.isdigit() else 0
+        if path == "/plain/orders":
+            with pool.connection() as conn:
+                result, _ = create_order(conn, principal, body, delay_ms)
+                if result[0] < 300:
+                    conn.commit()
+                else:
+                    conn.rollback()
+            return send(start_response, result)
+        context = environ["pg_idempotency"]
+        conn = context.connection
+        if path == "/api-keys":
+            result, resource_id = create_api_key(conn, principal, body)
+            context.one_time_secret = result[0] < 300
+        else:
+            result, resource_id = create_order(conn, principal, body, delay_ms)
+            if path == "/flaky/orders" and result[0] < 300 and first_run(principal, context.request.key or ""):
+                result = problem(500, "Internal error", "The request failed; it is safe to retry with the same key.")
+        context.resource_id = resource_id
+        return send(start_response, result)
+
+    def applies(environ: dict) -> bool:
+        return environ["REQUEST_METHOD"] == "POST" and environ.get("PATH_INFO") != "/plain/orders"
+
+    return IdempotencyMiddleware(business, Client(), connection=pool.connection, principal=principal_of,
+                                 applies=applies)
+
+
+class ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - wsgiref's name
+        pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--dsn", default="")
+    parser.add_argument("--threads", type=int, default=8, help="database connections")
+    args = parser.parse_args()
+    try:
+        with psycopg.connect(args.dsn, autocommit=True) as setup:
+            setup.execute(
+                "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL,"
+                " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+            )
+            setup.execute(
+                "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL,"
+                " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+            )
+    except psycopg.Error as error:
+        print(f"python-orders: cannot prepare the database: {error}", file=sys.stderr)
+        return 1
+    app = make_app(Pool(args.dsn, args.threads))
+    server = make_server("127.0.0.1", args.port, app, server_class=ThreadingServer, handler_class=QuietHandler)
+    print(f"python-orders: listening on 127.0.0.1:{args.port}", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

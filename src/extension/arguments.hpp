@@ -1,0 +1,52 @@
+// Checks of the arguments of the SQL functions: keys, principals, durations,
+// statuses, headers, and the response a call stores.
+#pragma once
+
+#include "key_row.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/timestamp.h"
+}
+
+namespace idem::pg {
+
+/// Whether argument `arg` exists in this call (an older SQL definition may
+/// pass fewer) and is not NULL.
+bool argument_given(FunctionCallInfo fcinfo, int arg);
+
+/// Raises 22004 naming `names` when one of the first `count` arguments is NULL.
+void require_arguments(FunctionCallInfo fcinfo, int count, const char* names);
+
+/// Arguments 0-3 (principal, key, action, fingerprint), each checked.
+Request request_arguments(FunctionCallInfo fcinfo);
+
+/// 22P02 for a malformed key: empty, too long, control characters, not the
+/// idempotency.key_format. Only the client's key gets that SQLSTATE.
+void check_key(text* key);
+
+/// 22023 for an empty or over-long principal; 42501 when
+/// idempotency.principal_binding forbids acting for it.
+void check_principal(text* principal);
+
+/// 42501 when idempotency.principal_binding = current_user and the principal
+/// is not the name of the calling role.
+void check_principal_binding(text* principal);
+
+/// The ttl argument, or idempotency.key_ttl when absent; 22023 outside (0, 366 days].
+Interval ttl_argument(FunctionCallInfo fcinfo, int arg);
+
+/// The lease argument, or idempotency.lease when absent; 22023 outside 100 ms to 24 h.
+Interval lease_argument(FunctionCallInfo fcinfo, int arg);
+
+/// The wait argument in milliseconds, or idempotency.wait_timeout when absent.
+int wait_argument(FunctionCallInfo fcinfo, int arg);
+
+/// The response from the arguments at these positions (-1: the function has
+/// no such argument): status 100-599, headers a JSON object.
+StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int body_arg, int headers_arg,
+                                  int resource_id_arg, int secret_arg);
+
+}  // namespace idem::pg

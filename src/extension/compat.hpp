@@ -1,0 +1,70 @@
+// Every difference between the PostgreSQL versions the extension builds
+// against (15, 17 and 18; 16 shares 17's signatures), in one place. Each
+// wrapper keeps PostgreSQL 15's argument list, so a call site differs from the
+// plain call only by the `compat::` prefix. Include after the PostgreSQL
+// headers (executor/executor.h, access/genam.h).
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "executor/executor.h"
+#include "nodes/bitmapset.h"
+#include "nodes/pg_list.h"
+#if PG_VERSION_NUM >= 160000
+#include "parser/parse_relation.h"
+#endif
+}
+
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
+#error "pg_idempotency builds against PostgreSQL 15, 16, 17 and 18"
+#endif
+
+namespace compat {
+
+/// ExecInitRangeTable(estate, range_table) of PostgreSQL 15. Since 16 the
+/// executor also takes the permission entries of the relations (made here from
+/// the range table, one per relation entry, as the parser would); since 18 the
+/// set of range table indexes left after pruning (all of them: nothing is pruned).
+inline void ExecInitRangeTable(EState* estate, List* range_table) {
+#if PG_VERSION_NUM >= 160000
+    List* permissions = NIL;
+    ListCell* cell;
+    foreach (cell, range_table) {
+        auto* entry = static_cast<RangeTblEntry*>(lfirst(cell));
+        if (entry->rtekind == RTE_RELATION && entry->perminfoindex == 0) addRTEPermissionInfo(&permissions, entry);
+    }
+#endif
+#if PG_VERSION_NUM >= 180000
+    ::ExecInitRangeTable(estate, range_table, permissions, bms_add_range(nullptr, 1, list_length(range_table)));
+#elif PG_VERSION_NUM >= 160000
+    ::ExecInitRangeTable(estate, range_table, permissions);
+#else
+    ::ExecInitRangeTable(estate, range_table);
+#endif
+}
+
+/// ExecInsertIndexTuples() of PostgreSQL 15. Since 16 it also takes
+/// `onlySummarizing` (false: a new row goes into every index).
+inline List* ExecInsertIndexTuples(ResultRelInfo* result_rel, TupleTableSlot* slot, EState* estate, bool update,
+                                   bool no_dup_err, bool* spec_conflict, List* arbiter_indexes) {
+#if PG_VERSION_NUM >= 160000
+    return ::ExecInsertIndexTuples(result_rel, slot, estate, update, no_dup_err, spec_conflict, arbiter_indexes,
+                                   false);
+#else
+    return ::ExecInsertIndexTuples(result_rel, slot, estate, update, no_dup_err, spec_conflict, arbiter_indexes);
+#endif
+}
+
+/// index_beginscan() of PostgreSQL 15. Since 18 it also takes an
+/// IndexScanInstrumentation* (none: the scan is not shown by EXPLAIN).
+inline IndexScanDesc index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys, int norderbys) {
+#if PG_VERSION_NUM >= 180000
+    return ::index_beginscan(heap, index, snapshot, nullptr, nkeys, norderbys);
+#else
+    return ::index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+}  // namespace compat

@@ -1,0 +1,77 @@
+// Every read and write of idempotency.keys. The hot path (the lookup of
+// begin() and acquire(), the insert of a new key by complete()) goes to the
+// heap and the primary key directly, in key_store.cpp; the other writes are
+// SQL statements, all in key_statements.cpp, run with the owner's rights.
+#pragma once
+
+#include "key_row.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "utils/snapshot.h"
+}
+
+namespace idem::pg {
+
+/// The key row of (principal, key) through the primary key, or found = false.
+/// `snapshot` InvalidSnapshot means the transaction's rules (a new snapshot
+/// per call in READ COMMITTED, so a winner that committed while we waited is
+/// seen). The row is copied into the current memory context.
+KeyRow lookup_key(text* principal, text* key, Snapshot snapshot);
+
+/// A new fence from idempotency.fences: never handed out twice for a key.
+int64 next_fence();
+
+/// Stores a completed key with `fence`. `known_absent`: begin() saw no row, so
+/// it is inserted directly; otherwise an upsert replaces only a replaceable
+/// row (dead, or an in_progress row of the same request whose lease ran out).
+/// Returns false when nothing was written.
+bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl, int64 fence,
+                     bool known_absent);
+
+/// Writes the in_progress row of a lease with `fence`: a new row or a takeover
+/// of a replaceable row. Returns the written row (fence, lease_until,
+/// created_at, expires_at), or found = false when nothing was written.
+KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence);
+
+/// Extends the lease of `fence` while the row is live. False: not held by it.
+bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease);
+
+/// Stores the response of the lease `fence` (any status). False: not held by it.
+bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response);
+
+/// Ends the live lease of `fence`. False: not held by it, or already run out.
+bool release_lease(Datum principal, Datum key, Datum fence);
+
+/// Writes a claim marker (status 204, all-zero fingerprint) unless a live row
+/// exists. False when the key is taken.
+bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence);
+
+/// Deletes one key. False when there was none.
+bool forget_key(text* principal, text* key);
+
+/// Registers the relation cache callback that forgets the table's OIDs (from _PG_init).
+void key_store_init();
+
+// Between key_store.cpp and key_statements.cpp:
+
+/// The OIDs of the key table, its primary key, the fence sequence, and the
+/// table's owner, looked up once per session.
+struct KeyTable {
+    Oid table;
+    Oid index;
+    Oid fences;
+    Oid owner;
+};
+
+/// The key table's OIDs (a copy: opening a relation accepts invalidation
+/// messages, and the cache may be cleared in between).
+KeyTable key_table();
+
+/// Inserts a completed key row without the SQL executor, when the table is
+/// the plain one the extension created. False, having written nothing, otherwise.
+bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl, int64 fence);
+
+}  // namespace idem::pg

@@ -1,0 +1,120 @@
+// From a key row to the outcome of begin() and acquire(), and the one place
+// where an outcome becomes the text of idempotency.key_outcome.outcome.
+#include "outcome.hpp"
+
+#include "key_store.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/typcache.h"
+}
+
+namespace idem::pg {
+
+namespace {
+
+const char* outcome_text(Outcome outcome) {
+    switch (outcome) {
+        case Outcome::started: return "started";
+        case Outcome::replay: return "replay";
+        case Outcome::mismatch: return "mismatch";
+        case Outcome::in_progress: return "in_progress";
+        case Outcome::secret_replay: return "secret_replay";
+    }
+    pg_unreachable();
+}
+
+// Columns of idempotency.key_outcome.
+enum ResultColumn { rOutcome, rStatus, rHeaders, rBody, rResourceId, rCreated, rExpires, rFence, rLeaseUntil, rColumns };
+
+// The result's descriptor: the type the call expression declares, whose
+// descriptor the type cache keeps across calls and statements (fn_extra lives
+// only as long as one execution of a statement). Calls without an expression
+// (direct function calls) fall back to get_call_result_type, kept in fn_extra.
+// `release`: the descriptor is reference-counted and must be released.
+TupleDesc result_descriptor(FunctionCallInfo fcinfo, bool* release) {
+    const Oid type = get_fn_expr_rettype(fcinfo->flinfo);
+    if (OidIsValid(type) && type != RECORDOID) {
+        TupleDesc desc = lookup_rowtype_tupdesc_noerror(type, -1, true);
+        if (desc != nullptr) {
+            *release = true;
+            return desc;
+        }
+    }
+    *release = false;
+    TupleDesc desc = static_cast<TupleDesc>(fcinfo->flinfo->fn_extra);
+    if (desc == nullptr) {
+        TupleDesc found;
+        if (get_call_result_type(fcinfo, nullptr, &found) != TYPEFUNC_COMPOSITE)
+            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                            errmsg("function returning a row called in a context that cannot accept it")));
+        MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+        desc = BlessTupleDesc(CreateTupleDescCopy(found));
+        MemoryContextSwitchTo(old);
+        fcinfo->flinfo->fn_extra = desc;
+    }
+    return desc;
+}
+
+}  // namespace
+
+Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
+    if (!row.found || !row.live()) return Outcome::started;
+    if (VARSIZE_ANY_EXHDR(row.request_sha256) != 32 ||
+        memcmp(VARDATA_ANY(row.request_sha256), VARDATA_ANY(fingerprint), 32) != 0)
+        return Outcome::mismatch;
+    if (row.completed) return row.one_time_secret ? Outcome::secret_replay : Outcome::replay;
+    return row.leased() ? Outcome::in_progress : Outcome::started;
+}
+
+void require_snapshot_sees_winner(text* principal, text* key) {
+    if (!IsolationUsesXactSnapshot()) return;
+    const KeyRow latest = lookup_key(principal, key, GetLatestSnapshot());
+    // A live row that a new attempt must respect: anything but a lapsed lease.
+    if (latest.found && latest.live() && (latest.completed || latest.leased()))
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("could not serialize access due to a concurrent use of the idempotency key"),
+                        errhint("Retry the transaction; it will see the stored response.")));
+}
+
+Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row) {
+    Datum values[rColumns] = {};
+    bool nulls[rColumns];
+    for (bool& isnull : nulls) isnull = true;
+    auto set = [&](ResultColumn column, Datum value) {
+        values[column] = value;
+        nulls[column] = false;
+    };
+    set(rOutcome, CStringGetTextDatum(outcome_text(outcome)));
+    if (row != nullptr && row->found) {
+        if (row->has_times) {
+            set(rCreated, TimestampTzGetDatum(row->created_at));
+            set(rExpires, TimestampTzGetDatum(row->expires_at));
+        }
+        set(rFence, Int64GetDatum(row->fence));
+        if (outcome != Outcome::started && !row->resource_id_null) set(rResourceId, row->resource_id);
+        if ((outcome == Outcome::replay || outcome == Outcome::secret_replay) && row->has_status)
+            set(rStatus, Int32GetDatum(row->status));
+        if (outcome == Outcome::replay) {
+            if (!row->headers_null) set(rHeaders, row->headers);
+            if (!row->body_null) set(rBody, row->body);
+        }
+        if ((outcome == Outcome::in_progress || outcome == Outcome::started) && row->has_lease)
+            set(rLeaseUntil, TimestampTzGetDatum(row->lease_until));
+    }
+    bool release;
+    TupleDesc desc = result_descriptor(fcinfo, &release);
+    HeapTuple tuple = heap_form_tuple(desc, values, nulls);
+    if (release) ReleaseTupleDesc(desc);
+    return HeapTupleGetDatum(tuple);
+}
+
+}  // namespace idem::pg

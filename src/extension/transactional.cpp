@@ -1,0 +1,132 @@
+// SQL entry points of the transactional protocol (the effect commits in the
+// caller's transaction): idempotency.begin, complete, save_final, is_final,
+// forget, bound_principal.
+//
+// How duplicates are kept apart. begin() takes the key lock, then looks the
+// key up. A new key writes nothing yet: the key row is inserted once, by
+// complete(), in the caller's transaction. So a request costs one index lookup
+// and one insert, and leaves no dead tuple behind. A duplicate that arrives
+// meanwhile blocks on the lock; when the first transaction commits its row is
+// visible (the lookup takes a new snapshot in READ COMMITTED) and the
+// duplicate replays; when it rolls back the duplicate starts.
+#include "arguments.hpp"
+#include "guard.hpp"
+#include "key_lock.hpp"
+#include "key_store.hpp"
+#include "outcome.hpp"
+#include "pending.hpp"
+#include "settings.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
+using namespace idem::pg;
+
+/// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
+IDEM_SQL_FUNCTION(idempotency_begin) {
+    const Request request = request_arguments(fcinfo);
+    const Interval ttl = ttl_argument(fcinfo, 4);
+    const int wait_ms = wait_argument(fcinfo, 5);
+    PreventCommandIfReadOnly("idempotency.begin()");
+    const PendingKey* mine = find_pending(request.principal, request.key);
+    if (mine != nullptr && mine->completed_subxact == InvalidSubTransactionId)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was already started in this transaction"),
+                        errhint("Call idempotency.complete() for it first.")));
+
+    const KeyLock lock = lock_key(request.principal, request.key, wait_ms);
+    if (lock.holder == LockHolder::none) return outcome_result(fcinfo, Outcome::in_progress, nullptr);
+
+    const KeyRow row = lookup_key(request.principal, request.key, InvalidSnapshot);
+    const Outcome outcome = outcome_for(row, request.fingerprint);
+    if (outcome != Outcome::started) {
+        Datum result = outcome_result(fcinfo, outcome, &row);
+        unlock_key(lock);  // nothing to do under this key: waiting duplicates may go on
+        return result;
+    }
+
+    require_snapshot_sees_winner(request.principal, request.key);
+    // The row complete() will write, with the fence drawn now so that the caller knows it.
+    KeyRow started;
+    started.found = true;
+    started.fence = next_fence();
+    started.created_at = GetCurrentTransactionStartTimestamp();
+    started.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
+        timestamptz_pl_interval, TimestampTzGetDatum(started.created_at), IntervalPGetDatum(&ttl)));
+    started.has_times = true;
+    add_pending(request, ttl, started.fence, row.found);
+    return outcome_result(fcinfo, Outcome::started, &started);
+}
+
+/// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret, fence) -> boolean
+/// Without fence: stores the response of a key begun in this transaction. With
+/// fence: the lease protocol's completion, true while fence holds the key.
+IDEM_SQL_FUNCTION(idempotency_complete) {
+    require_arguments(fcinfo, 3, "principal, key and status");
+    const StoredResponse response = response_arguments(fcinfo, 2, 3, 4, 5, 6);
+    if (argument_given(fcinfo, 7)) {
+        PreventCommandIfReadOnly("idempotency.complete()");
+        check_principal_binding(PG_GETARG_TEXT_PP(0));
+        PG_RETURN_BOOL(complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(7), response));
+    }
+    PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
+    if (entry == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was not started in this transaction"),
+                        errhint("Call idempotency.begin() in the same transaction and complete only when it "
+                                "returns started; pass fence => for a key taken with idempotency.acquire().")));
+    if (entry->completed_subxact != InvalidSubTransactionId)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("idempotency key was already completed in this transaction")));
+    if (!is_final_status(response.status))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("HTTP status %d is not final and cannot be stored", response.status),
+                        errhint("Roll back instead, so that a retry runs again; see idempotency.final_statuses.")));
+
+    if (!store_completed(entry->request, response, &entry->ttl, entry->fence, !entry->replaces))
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("idempotency key was taken by another transaction"),
+                        errhint("Retry the transaction.")));
+    mark_completed(entry);
+    PG_RETURN_BOOL(true);
+}
+
+/// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl, one_time_secret)
+/// -> boolean. False when nothing was stored: not final, a live row of the key,
+/// or the wait for a transaction that holds the key ran out (the response may
+/// or may not be stored by then; the caller answers the same either way).
+IDEM_SQL_FUNCTION(idempotency_save_final) {
+    const Request request = request_arguments(fcinfo);
+    require_arguments(fcinfo, 5, "status");
+    const StoredResponse response = response_arguments(fcinfo, 4, 5, 6, -1, 8);
+    const Interval ttl = ttl_argument(fcinfo, 7);
+    PreventCommandIfReadOnly("idempotency.save_final()");
+    refuse_if_begun(request.principal, request.key, "idempotency.save_final()");
+    if (!is_final_status(response.status)) PG_RETURN_BOOL(false);
+
+    if (lock_key(request.principal, request.key, wait_timeout_ms).holder == LockHolder::none) PG_RETURN_BOOL(false);
+    PG_RETURN_BOOL(store_completed(request, response, &ttl, next_fence(), false));
+}
+
+/// idempotency.is_final(status) -> boolean
+IDEM_SQL_FUNCTION(idempotency_is_final) { PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0))); }
+
+/// idempotency.forget(principal, key) -> boolean: removes one key (operator tool).
+IDEM_SQL_FUNCTION(idempotency_forget) {
+    check_principal_binding(PG_GETARG_TEXT_PP(0));
+    PreventCommandIfReadOnly("idempotency.forget()");
+    PG_RETURN_BOOL(forget_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+}
+
+/// idempotency.bound_principal(principal) -> text: the principal, when the
+/// calling role may act for it under idempotency.principal_binding (42501 otherwise).
+IDEM_SQL_FUNCTION(idempotency_bound_principal) {
+    check_principal_binding(PG_GETARG_TEXT_PP(0));
+    PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+}

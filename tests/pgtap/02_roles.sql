@@ -1,0 +1,155 @@
+-- The roles of docs/sql-reference.md ("Privileges") and docs/operations.md:
+-- their GRANT blocks are run as written (tests/pgtap/doc_grants.sh extracts
+-- them, the role names prefixed idem_doc_), and each role can then do what the
+-- docs say and nothing else. Not one transaction: cleanup commits, so it must
+-- be CALLed at top level; the roles are dropped at the end (and at the start,
+-- should an earlier run have stopped half-way).
+SET client_min_messages = warning;
+DO $$
+DECLARE
+    r name;
+BEGIN
+    FOR r IN SELECT rolname FROM pg_roles
+              WHERE rolname IN ('idem_doc_app', 'idem_doc_ops', 'idem_doc_monitoring', 'idem_doc_support') LOOP
+        EXECUTE format('DROP OWNED BY %I', r);
+        EXECUTE format('DROP ROLE %I', r);
+    END LOOP;
+END
+$$;
+CREATE ROLE idem_doc_app NOLOGIN;
+CREATE ROLE idem_doc_ops NOLOGIN;
+CREATE ROLE idem_doc_monitoring NOLOGIN;
+CREATE ROLE idem_doc_support NOLOGIN;
+\set grants `tests/pgtap/doc_grants.sh`
+:grants
+
+SELECT plan(53);
+SELECT ok(:'grants' LIKE '%GRANT%TO idem_doc_app;%' AND :'grants' LIKE '%TO idem_doc_ops;%'
+          AND :'grants' LIKE '%TO idem_doc_monitoring;%' AND :'grants' LIKE '%TO idem_doc_support;%',
+          'the docs hold a GRANT block for each of app, ops, monitoring and support');
+
+-- What each role may execute beyond PUBLIC, and which privileges it holds on
+-- the extension's relations, by name.
+CREATE FUNCTION pg_temp.executes(r name) RETURNS name[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(DISTINCT p.proname ORDER BY p.proname), '{}')
+      FROM pg_depend AS e JOIN pg_proc AS p ON e.classid = 'pg_proc'::regclass AND p.oid = e.objid
+     WHERE e.refclassid = 'pg_extension'::regclass AND e.deptype = 'e'
+       AND e.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
+       AND has_function_privilege(r, p.oid, 'EXECUTE')
+       AND (r = 'public' OR NOT has_function_privilege('public', p.oid, 'EXECUTE'))
+$$;
+CREATE FUNCTION pg_temp.holds(r name) RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(c.relname || ':' || v.priv ORDER BY 1), '{}')
+      FROM pg_depend AS e JOIN pg_class AS c ON e.classid = 'pg_class'::regclass AND c.oid = e.objid,
+           unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS v(priv)
+     WHERE e.refclassid = 'pg_extension'::regclass AND e.deptype = 'e'
+       AND e.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
+       AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+       AND (CASE WHEN c.relkind = 'S' AND v.priv NOT IN ('SELECT', 'UPDATE') THEN false
+                 ELSE has_table_privilege(r, c.oid, v.priv) END)
+$$;
+SELECT is(pg_temp.executes('public'), '{bound_principal,fingerprint,is_final,jcs}',
+          'PUBLIC executes jcs, fingerprint, is_final and bound_principal only');
+SELECT is(pg_temp.executes('idem_doc_app'), '{acquire,begin,claim,complete,release,renew,save_final}',
+          'app executes both protocols and claim, nothing else');
+SELECT is(pg_temp.executes('idem_doc_ops'), '{cleanup,cleanup_batch}', 'ops executes cleanup, nothing else');
+SELECT is(pg_temp.executes('idem_doc_monitoring'), '{lookup}', 'monitoring executes lookup, nothing else');
+SELECT is(pg_temp.executes('idem_doc_support'), '{forget,lookup}', 'support executes lookup and forget, nothing else');
+SELECT is(pg_temp.holds('public'), '{}', 'PUBLIC holds no privilege on the extension''s relations');
+SELECT is(pg_temp.holds('idem_doc_app'), '{}', 'app holds no privilege on the extension''s relations');
+SELECT is(pg_temp.holds('idem_doc_ops'), '{}', 'ops holds no privilege on the extension''s relations');
+SELECT is(pg_temp.holds('idem_doc_monitoring'), '{status:SELECT}', 'monitoring may only SELECT the status view');
+SELECT is(pg_temp.holds('idem_doc_support'), '{}', 'support holds no privilege on the extension''s relations');
+
+-- Rows for the roles to work on: two expired keys and a live one.
+INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
+SELECT 'roles', k, 'refund', decode(repeat('00', 32), 'hex'), 'completed', 200, now() - interval '2 days', e
+  FROM (VALUES ('old-1', now() - interval '1 day'), ('old-2', now() - interval '1 day'),
+               ('live', now() + interval '1 day')) AS v(k, e);
+
+-- app: the transactional protocol ...
+SET ROLE idem_doc_app;
+BEGIN;
+SELECT is((SELECT outcome FROM idempotency.begin('tenant', 'k-tx', 'act', idempotency.fingerprint('POST', '/x'))),
+          'started', 'app can begin');
+SELECT ok(idempotency.complete('tenant', 'k-tx', status => 201, body => convert_to('ok', 'UTF8')), 'app can complete');
+COMMIT;
+SELECT is((SELECT outcome FROM idempotency.begin('tenant', 'k-tx', 'act', idempotency.fingerprint('POST', '/x'))),
+          'replay', 'app gets the replay');
+SELECT ok(idempotency.save_final('tenant', 'k-final', 'act', idempotency.fingerprint('POST', '/x'), 422),
+          'app can save_final');
+-- ... the lease protocol and claim ...
+SELECT fence AS lease_fence FROM idempotency.acquire('tenant', 'k-lease', 'act', idempotency.fingerprint('POST', '/l'),
+                                                     lease => '1 min') \gset
+SELECT ok(idempotency.renew('tenant', 'k-lease', :lease_fence, '1 min'), 'app can renew');
+SELECT ok(idempotency.complete('tenant', 'k-lease', fence => :lease_fence, status => 200), 'app can complete a lease');
+SELECT fence AS lease_fence FROM idempotency.acquire('tenant', 'k-release', 'act', idempotency.fingerprint('POST', '/l'),
+                                                     lease => '1 min') \gset
+SELECT ok(idempotency.release('tenant', 'k-release', :lease_fence), 'app can release');
+SELECT ok(idempotency.claim('tenant', 'k-claim'), 'app can claim');
+SELECT ok(idempotency.is_final(201) AND length(idempotency.jcs('{}')) = 2, 'app can use what PUBLIC may');
+-- ... and nothing else.
+SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'app cannot read the table');
+SELECT throws_ok($$UPDATE idempotency.keys SET response_status = 200$$, '42501', NULL, 'app cannot update it');
+SELECT throws_ok($$DELETE FROM idempotency.keys$$, '42501', NULL, 'app cannot delete from it');
+SELECT throws_ok($$SELECT * FROM idempotency.status$$, '42501', NULL, 'app cannot read the status view');
+SELECT throws_ok($$SELECT * FROM idempotency.lookup('tenant', 'k-tx')$$, '42501', NULL, 'app cannot lookup');
+SELECT throws_ok($$SELECT idempotency.forget('tenant', 'k-tx')$$, '42501', NULL, 'app cannot forget');
+SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501', NULL, 'app cannot delete a batch');
+SELECT throws_ok($$CALL idempotency.cleanup()$$, '42501', NULL, 'app cannot run cleanup');
+SELECT throws_ok($$SELECT idempotency.schedule_cleanup()$$, '42501', NULL, 'app cannot schedule cleanup');
+RESET ROLE;
+
+-- ops: CALL idempotency.cleanup() at top level deletes the expired keys and
+-- leaves the live ones ...
+SET ROLE idem_doc_ops;
+CALL idempotency.cleanup(batch_size => 1) \gset
+RESET ROLE;
+SELECT is(:deleted::bigint, 2::bigint, 'ops ran cleanup: it deleted the two expired keys');
+SELECT is((SELECT array_agg(key ORDER BY key) FROM idempotency.keys WHERE principal = 'roles'), '{live}',
+          'ops ran cleanup: the expired keys are gone, the live one kept');
+SET ROLE idem_doc_ops;
+SELECT is((SELECT deleted FROM idempotency.cleanup_batch(10, NULL)), 0, 'ops can run a batch');
+-- ... and nothing else.
+SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'ops cannot read the table');
+SELECT throws_ok($$DELETE FROM idempotency.keys$$, '42501', NULL, 'ops cannot delete from it directly');
+SELECT throws_ok($$SELECT * FROM idempotency.status$$, '42501', NULL, 'ops cannot read the status view');
+SELECT throws_ok($$SELECT * FROM idempotency.lookup('tenant', 'k-tx')$$, '42501', NULL, 'ops cannot lookup');
+SELECT throws_ok($$SELECT idempotency.forget('tenant', 'k-tx')$$, '42501', NULL, 'ops cannot forget');
+SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-ops', 'a', idempotency.fingerprint('POST', '/x'))$$,
+                 '42501', NULL, 'ops cannot begin');
+SELECT throws_ok($$SELECT idempotency.schedule_cleanup()$$, '42501', NULL, 'ops cannot schedule cleanup');
+RESET ROLE;
+
+-- monitoring: the status view and lookup ...
+SET ROLE idem_doc_monitoring;
+SELECT ok((SELECT keys FROM idempotency.status WHERE action = 'refund' AND live) = 1, 'monitoring reads the status view');
+SELECT is((SELECT state || ' ' || response_status FROM idempotency.lookup('tenant', 'k-tx')), 'completed 201',
+          'monitoring can lookup');
+-- ... and nothing else.
+SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'monitoring cannot read the table');
+SELECT throws_ok($$SELECT idempotency.forget('tenant', 'k-tx')$$, '42501', NULL, 'monitoring cannot forget');
+SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-mon', 'a', idempotency.fingerprint('POST', '/x'))$$,
+                 '42501', NULL, 'monitoring cannot begin');
+SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501', NULL, 'monitoring cannot delete a batch');
+SELECT throws_ok($$CALL idempotency.cleanup()$$, '42501', NULL, 'monitoring cannot run cleanup');
+RESET ROLE;
+
+-- support: lookup and forget ...
+SET ROLE idem_doc_support;
+SELECT is((SELECT state FROM idempotency.lookup('tenant', 'k-final')), 'completed', 'support can lookup');
+SELECT ok(idempotency.forget('tenant', 'k-final'), 'support can forget');
+-- ... and nothing else.
+SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'support cannot read the table');
+SELECT throws_ok($$SELECT * FROM idempotency.status$$, '42501', NULL, 'support cannot read the status view');
+SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-sup', 'a', idempotency.fingerprint('POST', '/x'))$$,
+                 '42501', NULL, 'support cannot begin');
+SELECT throws_ok($$SELECT idempotency.save_final('tenant', 'k-sup', 'a', idempotency.fingerprint('POST', '/x'), 422)$$,
+                 '42501', NULL, 'support cannot save_final');
+SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501', NULL, 'support cannot delete a batch');
+RESET ROLE;
+
+SELECT * FROM finish();
+DELETE FROM idempotency.keys WHERE principal IN ('tenant', 'roles');
+DROP OWNED BY idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
+DROP ROLE idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
