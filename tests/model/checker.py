@@ -128,6 +128,7 @@ class Run:
         version = self.cluster.fresh_database(self.dbname)
         self.version = version
         settings = Settings(self.args)
+        settings.header_arrays = tuple(int(p) for p in version.split(".")[:2]) >= (0, 6)
         faults = set(self.args.faults)
         if not self.cluster.can_restart():
             faults.discard("restart")
@@ -221,7 +222,7 @@ class Run:
                     action, fence, state, status, headers, body = row
                     op.outcome = "%s/%s/fence %s" % (action, state, fence)
                     model.check_row(op, {"action": action, "fence": fence, "state": state, "status": status,
-                                         "headers": headers and dict(headers), "body": body and bytes(body)})
+                                         "headers": headers, "body": body and bytes(body)})
             # I6: past every ttl and lease, one cleanup leaves nothing; every key starts.
             time.sleep(self.latest_deadline(settings) + 0.3)
             conn.execute("CALL idempotency.cleanup()")

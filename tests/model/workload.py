@@ -70,6 +70,7 @@ class Settings:
         self.max_ttl_ms = max(args.ttl_max, 6 * args.lease_max + 100) if args.lease_within_ttl else args.ttl_max
         self.weights = dict(args.ops)
         self.faults = set(args.faults)
+        self.header_arrays = False  # set per run from the extension version (0.6.0 stores [name, value] pairs)
         self.fault_rate = args.fault_rate
 
 
@@ -216,7 +217,14 @@ class Client(threading.Thread):
         """A status from `statuses` and a body and headers unique to `op`."""
         status = self.rng.choice(statuses)
         body = b"op=" + op.id.encode() + b";" + bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(0, 12)))
-        headers = {"X-Op": op.id, "X-N": self.rng.randint(0, 10 ** 6)} if self.rng.random() < 0.7 else None
+        number = str(self.rng.randint(0, 10 ** 6))
+        shape = self.rng.random()
+        if shape < 0.3:
+            headers = None
+        elif shape < 0.65 or not self.settings.header_arrays:
+            headers = {"X-Op": op.id, "X-N": number}
+        else:  # 0.6.0: [name, value] pairs, order and repeated names kept
+            headers = [["X-Op", op.id], ["Set-Cookie", "a=" + number], ["Set-Cookie", "b=1"]]
         return status, headers, body
 
     def fault(self, name):
@@ -298,7 +306,7 @@ class Client(threading.Thread):
                     self.rollback_quietly()
                     return
             elif outcome in ("replay", "secret_replay", "mismatch"):
-                self.model.check_answer(op, outcome, status, headers and dict(headers), body and bytes(body),
+                self.model.check_answer(op, outcome, status, headers, body and bytes(body),
                                         resource_id, fence)
             self.commit(op)
             return
@@ -486,7 +494,7 @@ class Client(threading.Thread):
             return
         op.outcome = "%s/%s/fence %s" % (action, state, fence)
         self.model.check_row(op, {"action": action, "fence": fence, "state": state, "status": status,
-                                  "headers": headers and dict(headers), "body": body and bytes(body)})
+                                  "headers": headers, "body": body and bytes(body)})
 
     def op_wait(self):
         """A pause of 10-200 ms."""
@@ -516,7 +524,7 @@ class Client(threading.Thread):
         acq.writes = outcome == "started"
         if outcome != "started":
             if outcome in ("replay", "secret_replay", "mismatch"):
-                self.model.check_answer(acq, outcome, status, headers and dict(headers), body and bytes(body),
+                self.model.check_answer(acq, outcome, status, headers, body and bytes(body),
                                         resource_id, fence)
             self.finish(acq)
             return
