@@ -594,6 +594,31 @@ class Client(threading.Thread):
             self.drop_connection()
             return
         self.finish(done)
+        if last == "complete" and done.outcome is True and done.commit == "yes" and self.rng.random() < 0.15:
+            self.complete_again(acq, principal, key, fp, fence)
+
+    def complete_again(self, acq, principal, key, fp, fence):
+        """I1: a lease generation completes at most once; a second complete with
+        the same fence must answer false and change nothing."""
+        again = self.new_op("complete", principal, key, fp)
+        again.holder, again.fence = acq, fence
+        status, headers, body = self.response(again, [200, 201])
+        again.response = (status, headers, body)
+        again.note = "second complete of one generation"
+        row = self.short_txn(again, "SELECT idempotency.complete(%s, %s, status => %s, body => %s,"
+                                    " headers => %s, resource_id => %s, fence => %s)",
+                             (principal, key, status, body, Jsonb(headers) if headers is not None else None,
+                              again.id, fence))
+        if row is None:
+            return
+        again.outcome = row[0]
+        if again.outcome:
+            self.model.violation("I1", again.key_id(), "%s: a second complete(fence %s) of %s answered true: "
+                                 "a lease generation completed twice" % (again.id, fence, acq.id), [acq, again],
+                                 "lease generation completed twice")
+            with self.model.lock:
+                acq.completed_by.append(again)
+        self.finish(again)
 
 
 class Faults(threading.Thread):
