@@ -108,7 +108,7 @@ class Run:
 
     counter = 0
 
-    def __init__(self, args, cluster, seed, clients, steps, duration, log):
+    def __init__(self, args, cluster, seed, clients, steps, duration, log, target=None):
         self.args = args
         self.cluster = cluster
         self.seed = seed
@@ -120,6 +120,8 @@ class Run:
         self.stats = {"lock": threading.Lock(), "steps": 0, "faults": 0}
         self.stop = threading.Event()
         self.first_violation_steps = None
+        self.target = target  # (invariant, kind): stop only on this one (reduction), None: on any
+        self.stopped_early = False
         Run.counter += 1
         self.dbname = "model_%d_%d_%d" % (os.getpid(), seed, Run.counter)
 
@@ -153,7 +155,7 @@ class Run:
         self.stop.set()
         self.model.settle_lock_checks(final=True)
         self.cluster.ensure_running()
-        if not self.model.violations or self.args.keep_going:
+        if not self.stopped_early:
             self.end_phase(settings)
         self.cluster.drop_database(self.dbname)
         return self
@@ -163,9 +165,12 @@ class Run:
         far each client had got, for the reduction."""
         while not self.stop.is_set():
             self.model.settle_lock_checks()
-            if self.model.violations and self.first_violation_steps is None:
+            found = [v for v in self.model.violations
+                     if self.target is None or (v.invariant, v.signature) == self.target]
+            if found and self.first_violation_steps is None:
                 self.first_violation_steps = max(c.steps for c in clients)
                 if not self.args.keep_going:
+                    self.stopped_early = True
                     self.stop.set()
             time.sleep(0.05)
 
@@ -388,10 +393,10 @@ def reduce_failure(args, cluster, first, log, out):
         if time.time() > budget_end:
             break
         steps = per_client * clients
-        run = Run(args, cluster, first.seed, clients, steps, min(args.reduce_seconds, 120), log).execute()
+        run = Run(args, cluster, first.seed, clients, steps, min(args.reduce_seconds, 120), log, target).execute()
         failed = same_failure(run)
         out("  %d clients, %d steps: %s" % (clients, run.stats["steps"], "fails the same way" if failed else
-                                             "does not" if not run.model.violations else "fails otherwise"))
+                                             "does not fail that way"))
         if failed:
             best = run
             break
@@ -399,10 +404,10 @@ def reduce_failure(args, cluster, first, log, out):
         steps = min(best.first_violation_steps or per_client, best.steps // best.clients) * best.clients // 2
         if steps < best.clients or steps >= best.steps:
             break
-        run = Run(args, cluster, best.seed, best.clients, steps, 60, log).execute()
+        run = Run(args, cluster, best.seed, best.clients, steps, 60, log, target).execute()
         failed = same_failure(run)
         out("  %d clients, %d steps: %s" % (run.clients, run.stats["steps"], "fails the same way" if failed else
-                                             "does not" if not run.model.violations else "fails otherwise"))
+                                             "does not fail that way"))
         if not failed:
             break
         best = run
