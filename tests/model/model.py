@@ -16,7 +16,9 @@ An op that may write a key row (a transactional request that completed,
   writer or `forget` could have committed after it (anything uncertain, or
   concurrent with its commit, makes the key uncertain and the check is skipped);
 - a generation is *certainly live* at a decision of the server when its
-  `expires_at` is later than that transaction's `now()`, or when it is a lease
+  `expires_at` is later than the end of the call (`clock_timestamp()` after it:
+  a call that waited for the key lock may legitimately find a row that expired
+  meanwhile deleted by a cleanup), or when it is a lease
   that is certainly still `in_progress` and whose lease certainly runs past the
   transaction's `clock_timestamp()` after the call (the 0.6.0 rule: a row is live
   while `expires_at > now()` or its lease is live). A margin of MARGIN seconds
@@ -236,11 +238,19 @@ class Model:
                 lease = max(lease, renewal.now + renewal.params["lease_s"])
         return lease > clock + MARGIN
 
+    def unexpired(self, gen, now, clock):
+        """Whether generation `gen`'s ttl certainly still ran when the call ended.
+        The server judges expiry by the transaction's now(), which is its start:
+        a call that waited for the key lock may find the row deleted by a cleanup
+        whose now() came later, so the end of the call (clock) is what counts."""
+        at = clock if clock is not None else now
+        return gen.expires is not None and at is not None and gen.expires > at + MARGIN
+
     def certainly_live(self, gen, now, clock, moment):
         """Whether generation `gen` was certainly live for a decision with server
         now() `now` and clock_timestamp() at most `clock`; `moment` is when the
         deciding op was sent (checker clock). Live: not expired, or leased."""
-        if gen.expires is not None and now is not None and gen.expires > now + MARGIN:
+        if self.unexpired(gen, now, clock):
             return True
         return self.lease_certainly_live(gen, clock, moment)
 
@@ -250,8 +260,7 @@ class Model:
         An in_progress row whose lease ran out or was released may be taken over."""
         if self.lease_certainly_live(gen, clock, moment):
             return "leased"
-        if self.completed(gen, moment) == "yes" and gen.expires is not None and now is not None \
-                and gen.expires > now + MARGIN:
+        if self.completed(gen, moment) == "yes" and self.unexpired(gen, now, clock):
             return "completed"
         return None
 
@@ -267,7 +276,7 @@ class Model:
             what = "answered %s" % (op.outcome,)
             if current is not None and current.fp != op.fp and self.certainly_live(
                     current, op.now, op.clock, op.sent):
-                by = "ttl" if current.expires is not None and current.expires > op.now + MARGIN else "lease"
+                by = "ttl" if self.unexpired(current, op.now, op.clock) else "lease"
                 self.violation(
                     "I7", key,
                     "%s %s with fingerprint %s while the row of %s (fingerprint %s) was live by its %s "
