@@ -387,12 +387,12 @@ def reduce_failure(args, cluster, first, log, out):
     best = None
     candidates = sorted({c for c in (1, 2, 3, 4, first.clients // 2) if 0 < c < first.clients})
     out("")
-    out("reducing: replaying seed %d with fewer clients (up to %d steps each), then fewer steps, "
-        "until it no longer fails with %s (%s)" % (first.seed, per_client, target[0], target[1]))
+    out("reducing: replaying seed %d with fewer clients (%d steps in all), then fewer steps, "
+        "while it fails with %s (%s)" % (first.seed, per_client * first.clients, target[0], target[1]))
     for clients in candidates + [first.clients]:
         if time.time() > budget_end:
             break
-        steps = per_client * clients
+        steps = per_client * first.clients  # the same work, done by fewer clients
         run = Run(args, cluster, first.seed, clients, steps, min(args.reduce_seconds, 120), log, target).execute()
         failed = same_failure(run)
         out("  %d clients, %d steps: %s" % (clients, run.stats["steps"], "fails the same way" if failed else
