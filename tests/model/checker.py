@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True
@@ -435,9 +436,11 @@ def main(argv):
         out("cannot start: %s" % error)
         out("0 steps, 0 faults, 0 violations")
         return 2
+    run = None
     try:
         started = time.time()
-        run = Run(args, cluster, args.seed, args.clients, args.steps, args.seconds, log).execute()
+        run = Run(args, cluster, args.seed, args.clients, args.steps, args.seconds, log)
+        run.execute()
         out("extension %s; ran %.1f s" % (run.version, time.time() - started))
         if run.model.violations:
             print_violations(run.model, args.seed, out, limit=args.show, only=args.show_only)
@@ -454,6 +457,13 @@ def main(argv):
         out("%d steps, %d faults, %d violations" % (run.stats["steps"], run.stats["faults"],
                                                      len(run.model.violations)))
         return 1 if run.model.violations else 0
+    except Exception:  # the checker itself failed: say so, and still end with the figures
+        traceback.print_exc(file=sys.stdout)
+        stats = run.stats if run is not None else {"steps": 0, "faults": 0}
+        violations = len(run.model.violations) if run is not None else 0
+        out("checker error (not a finding about the extension)")
+        out("%d steps, %d faults, %d violations" % (stats["steps"], stats["faults"], violations))
+        return 2
     finally:
         cluster.stop()
 

@@ -526,6 +526,15 @@ class Client(threading.Thread):
             if outcome in ("replay", "secret_replay", "mismatch"):
                 self.model.check_answer(acq, outcome, status, headers, body and bytes(body),
                                         resource_id, fence)
+            elif outcome == "in_progress":
+                try:
+                    self.q("SELECT 1")  # I5: the transaction must still be usable
+                except ServerError as error:
+                    self.model.violation("I5", acq.key_id(), "%s: after acquire answered in_progress, SELECT 1 "
+                                         "raised %s" % (acq.id, error.sqlstate), [acq])
+                    self.rollback_quietly()
+                    acq.commit = "no"
+                    return
             self.finish(acq)
             return
         acq.fence, acq.expires, acq.lease_min = fence, epoch(expires), lease_until
