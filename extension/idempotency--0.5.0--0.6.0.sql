@@ -147,35 +147,8 @@ COMMENT ON COLUMN idempotency.keys.response_headers IS
 
 DROP FUNCTION idempotency.cleanup_batch(integer);  -- left behind by 0.5.0, unused since
 
--- A row is deleted only when it is dead: its key expired and no lease holds it
--- (a lease may outlive its key's ttl). The outer condition is evaluated again
--- on the newest version of a row that a concurrent renew or takeover changed,
--- so such a row is kept.
-CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after timestamptz,
-                                                     OUT deleted integer, OUT last_expiry timestamptz)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- PL/pgSQL keeps this statement's plan for the session.
-    WITH gone AS (
-        DELETE FROM idempotency.keys
-         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-                   SELECT k.ctid FROM idempotency.keys AS k
-                    WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-                      AND k.expires_at OPERATOR(pg_catalog.>=)
-                          COALESCE(after, '-infinity'::pg_catalog.timestamptz)
-                      AND (k.lease_until IS NULL
-                           OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-                    ORDER BY k.expires_at
-                    LIMIT GREATEST(batch_size, 0)))
-           AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-           AND (lease_until IS NULL OR lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-        RETURNING expires_at)
-    SELECT pg_catalog.count(*)::pg_catalog.int4, pg_catalog.max(gone.expires_at) INTO deleted, last_expiry
-      FROM gone;
-END
-$$;
+-- cleanup_batch is redefined below, with the counters: a row is deleted only
+-- when it is dead (its key expired and no lease holds it).
 
 -- Runs as its caller and cannot fix its search_path (PostgreSQL refuses
 -- COMMIT in a procedure with a SET clause), so every type, function and
@@ -296,7 +269,11 @@ COMMENT ON FUNCTION idempotency.count_cleanup(text, bigint) IS
     'Adds rows deleted by cleanup to idempotency.stats (used by idempotency.cleanup_batch)';
 REVOKE ALL ON FUNCTION idempotency.count_cleanup(text, bigint) FROM PUBLIC;
 
--- cleanup_batch as above, and it counts what it deleted, per action.
+-- One batch of cleanup. A row is deleted only when it is dead: its key expired
+-- and no lease holds it (a lease may outlive its key's ttl). The outer
+-- condition is evaluated again on the newest version of a row that a
+-- concurrent renew or takeover changed, so such a row is kept. It counts what
+-- it deleted, per action.
 CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after timestamptz,
                                                      OUT deleted integer, OUT last_expiry timestamptz)
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
