@@ -45,7 +45,7 @@ IDEM_SQL_FUNCTION(idempotency_acquire) {
         return result;
     }
 
-    require_snapshot_sees_winner(request);
+    require_snapshot_sees_winner(request, row);
     // The caller holds the key with this fence as soon as it commits: the
     // grant (and the sequence past it) must survive a crash even under
     // synchronous_commit = off, or a fence could be handed out again.

@@ -88,11 +88,15 @@ Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
     return row.leased() ? Outcome::in_progress : Outcome::started;
 }
 
-void require_snapshot_sees_winner(const Request& request) {
+void require_snapshot_sees_winner(const Request& request, const KeyRow& seen) {
     if (!IsolationUsesXactSnapshot()) return;
     const KeyRow latest = lookup_key(request.principal, request.key, GetLatestSnapshot());
-    // A live row that a new attempt must respect: anything but a lapsed lease.
-    if (!latest.found || !latest.live() || !(latest.completed || latest.leased())) return;
+    // Nothing committed under the key since the snapshot (or the row was
+    // deleted since): what the snapshot saw is what will be replaced. Any
+    // other row - a winner to replay, or one that expired by now() but that
+    // the snapshot cannot see, which complete() would collide with - is a
+    // concurrent change this transaction cannot build on.
+    if (!latest.found || (seen.found && latest.fence == seen.fence)) return;
     count_event(Counter::serialization_failures, request.action);
     ereport(ERROR,
             (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

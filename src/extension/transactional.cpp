@@ -56,7 +56,7 @@ IDEM_SQL_FUNCTION(idempotency_begin) {
         return result;
     }
 
-    require_snapshot_sees_winner(request);
+    require_snapshot_sees_winner(request, row);
     count_outcome(Caller::begin, request.action, Outcome::started, lock, &row);
     // The row complete() will write, with the fence drawn now so that the caller knows it.
     KeyRow started;
