@@ -6,10 +6,24 @@
 # pg_regress, the isolation specs, pgTAP and the integration tests against it,
 # the model checker (tests/model/ci.sh, on a cluster of its own, about 3 min),
 # then fuzzes the canonicalizer for FUZZ_SECONDS (default 60). The cluster is
-# stopped on any exit. Ends with "N passed, N failed" over the suites.
+# stopped on any exit. Then runs the same suite on PostgreSQL 17 and 18, each
+# in a Debian chroot (scripts/test-matrix.sh), one suite line per version.
+# Ends with "N passed, N failed" over the suites.
+#
+#   IDEM_PG_VERSION   PostgreSQL major version to build and test against
+#                     (default: the one of `pg_config`, 15 on bookworm)
+#   IDEM_TEST_SCOPE   full (default) or matrix: what scripts/test-matrix.sh runs
+#                     inside a chroot (no sanitizer build, no fuzzing, no bench
+#                     build, no nested matrix; the model checker when present)
+#   IDEM_MATRIX       versions for scripts/test-matrix.sh (default "17 18"; empty: none)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+scope=${IDEM_TEST_SCOPE:-full}
+if [[ -n ${IDEM_PG_VERSION:-} ]]; then
+  export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$IDEM_PG_VERSION/bin/pg_config}
+  export PGBIN=${PGBIN:-/usr/lib/postgresql/$IDEM_PG_VERSION/bin}
+fi
 
 scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
@@ -34,8 +48,10 @@ suite() {
 }
 
 build_extension() { make -s clean >/dev/null 2>&1; make -s -j"$jobs" WERROR=1 && make -s install; }
+bench=ON
+[[ $scope == matrix ]] && bench=OFF
 build_cpp() {
-  cmake -S . -B build-test -DIDEM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+  cmake -S . -B build-test -DIDEM_WERROR=ON -DIDEM_BUILD_BENCH=$bench -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
     cmake --build build-test -j"$jobs"
 }
 run_ctest() { (cd build-test && ctest --output-on-failure -j"$jobs"); }
@@ -67,10 +83,21 @@ python_client_tests() {
   return "$status"
 }
 
+# The Node package built the way users build it (npm install, whose prepare
+# step runs tsc), then its tests (node --test) against a cluster they start
+# themselves. npm's lock file is not kept (.gitignore), like bench/'s.
+node_client_tests() {
+  (cd clients/node &&
+     npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
+     npm run --silent build &&
+     IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
+}
+
+[[ $scope == full ]] && suite "format (clang-format, .clang-format)" scripts/check-format.sh
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest
-suite "ctest under AddressSanitizer + UBSan" sanitizer_tests
+[[ $scope == full ]] && suite "ctest under AddressSanitizer + UBSan" sanitizer_tests
 
 cluster=$(mktemp -d /tmp/idem-test.XXXXXX)
 port=${IDEM_TEST_PORT:-$((20000 + RANDOM % 20000))}
@@ -81,18 +108,34 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   regress() { make -s installcheck || { cat regression.diffs 2>/dev/null | head -200; return 1; }; }
   suite "pg_regress and isolation specs" regress
   suite "Python client (pip install, pytest)" python_client_tests
+  # Node and Java are on the host only; the chroots of the matrix have neither.
+  [[ $scope == full ]] && suite "Node client (npm install, tsc, node --test)" node_client_tests
+  host_only=" conformance_node_orders languages_jdbc "
   for t in tests/integration/*.sh; do
     [[ -e $t ]] || continue
+    [[ $scope == matrix && $host_only == *" $(basename "$t" .sh) "* ]] && continue
     suite "integration: $(basename "$t" .sh)" bash "$t"
   done
-  # Its own cluster (it restarts and crashes it on purpose), after the integration tests.
-  suite "model checker" tests/model/ci.sh
+  # Its own cluster (it restarts and crashes it on purpose), after the
+  # integration tests: about 3 minutes on the host, a short run in the chroots.
+  if [[ $scope == matrix ]]; then
+    suite "model checker (short run)" env MODEL_SEEDS="11 23" MODEL_SECONDS=15 tests/model/ci.sh
+  else
+    suite "model checker" tests/model/ci.sh
+  fi
 else
   failed=$((failed + 1))
   failures+=("start throwaway cluster")
 fi
 
-suite "fuzz canonicalizer (${FUZZ_SECONDS:-60} s)" scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+if [[ $scope == full ]]; then
+  suite "fuzz canonicalizer (${FUZZ_SECONDS:-60} s)" scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+  # The cluster of this run is stopped first: the chroots' clusters use ports of their own.
+  scripts/pgcluster.sh stop "$cluster/pg"
+  for v in ${IDEM_MATRIX-17 18}; do
+    suite "PostgreSQL $v in a Debian chroot (scripts/test-matrix.sh $v)" scripts/test-matrix.sh "$v"
+  done
+fi
 
 echo
 if ((failed)); then

@@ -19,10 +19,30 @@
 
 namespace idem::pq {
 
+/// Makes `sql` the session's prepared statement `name`. libpqxx 6 only records
+/// it (and prepares it on first use, again after a reconnect); 7 and 8 prepare
+/// at once, where a statement of that name the session has already (another
+/// Client on the same connection) counts as prepared. Call it outside a
+/// transaction: a refused PREPARE would abort one.
+template <class Connection>
+void prepare(Connection& connection, const char* name, const char* sql) {
+#if PQXX_VERSION_MAJOR < 7
+    connection.prepare(name, sql);
+#else
+    try {
+        connection.prepare(name, sql);
+    } catch (const pqxx::sql_error& e) {
+        if (e.sqlstate() != "42P05") throw;  // duplicate_prepared_statement
+    }
+#endif
+}
+
 /// A bytea parameter of a statement: the bytes of `value`, which must outlive
 /// the statement's execution (libpqxx 6 copies them into a binarystring).
 #if PQXX_VERSION_MAJOR < 7
-inline pqxx::binarystring bytes(std::string_view value) { return pqxx::binarystring(value.data(), value.size()); }
+inline pqxx::binarystring bytes(std::string_view value) {
+    return pqxx::binarystring(value.data(), value.size());
+}
 #else
 inline pqxx::bytes_view bytes(std::string_view value) {
     return pqxx::bytes_view(reinterpret_cast<const std::byte*>(value.data()), value.size());

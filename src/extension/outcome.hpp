@@ -24,8 +24,8 @@ Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 /// Under REPEATABLE READ / SERIALIZABLE the transaction snapshot may predate a
 /// winner that committed while we waited (or just before we looked): if the
 /// latest state has a row that blocks a start, raises 40001 instead of
-/// letting a second effect start.
-void require_snapshot_sees_winner(text* principal, text* key);
+/// letting a second effect start (and counts it under the request's action).
+void require_snapshot_sees_winner(const Request& request);
 
 /// The idempotency.key_outcome row: the outcome and what of `row` it shows
 /// (started: the row about to be written; replay: the stored response;
