@@ -237,29 +237,36 @@ void check_principal_binding(text* principal) {
                         errhint("Connect (or SET ROLE) as the role whose name is the principal.")));
 }
 
-// The setting's own maximum: any larger ttl would only push expires_at
-// towards the end of the timestamp range.
-Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
-    if (!argument_given(fcinfo, arg))
-        return interval_of_usecs(static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC);
-    Interval ttl = *PG_GETARG_INTERVAL_P(arg);
-    const int64 usecs = interval_usecs(&ttl);
-    if (usecs <= 0 || usecs > static_cast<int64>(kMaxTtlSeconds) * USECS_PER_SEC)
-        invalid("ttl must be more than 0 and at most 366 days");
-    return ttl;
+// A duration argument, or `default_usecs` when absent; 22023 with `message`
+// outside (min_usecs, max_usecs] (min inclusive when `min_inclusive`). The
+// one check behind ttl and lease.
+Interval duration_argument(FunctionCallInfo fcinfo, int arg, int64 default_usecs, int64 min_usecs,
+                           bool min_inclusive, int64 max_usecs, const char* message,
+                           const char* detail) {
+    if (!argument_given(fcinfo, arg)) return interval_of_usecs(default_usecs);
+    Interval span = *PG_GETARG_INTERVAL_P(arg);
+    const int64 usecs = interval_usecs(&span);
+    if ((min_inclusive ? usecs < min_usecs : usecs <= min_usecs) || usecs > max_usecs)
+        invalid(message, detail);
+    return span;
 }
 
-// The floor is one a renewer can keep: clients renew every third of the
-// lease but never more often than every 50 ms.
+// The ttl: the setting's own maximum (any larger ttl would only push
+// expires_at towards the end of the timestamp range).
+Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
+    return duration_argument(fcinfo, arg, static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC, 0,
+                             false, static_cast<int64>(kMaxTtlSeconds) * USECS_PER_SEC,
+                             "ttl must be more than 0 and at most 366 days", nullptr);
+}
+
+// The lease: the setting's own range. The floor is one a renewer can keep:
+// clients renew every third of the lease but never more often than every 50 ms.
 Interval lease_argument(FunctionCallInfo fcinfo, int arg) {
-    if (!argument_given(fcinfo, arg)) return interval_of_usecs(static_cast<int64>(lease_ms) * 1000);
-    Interval lease = *PG_GETARG_INTERVAL_P(arg);
-    const int64 usecs = interval_usecs(&lease);
-    if (usecs < static_cast<int64>(kMinLeaseMs) * 1000 ||
-        usecs > static_cast<int64>(kMaxLeaseMs) * 1000)
-        invalid("lease must be between 100 milliseconds and 24 hours",
-                "idempotency.lease has the same range.");
-    return lease;
+    return duration_argument(fcinfo, arg, static_cast<int64>(lease_ms) * 1000,
+                             static_cast<int64>(kMinLeaseMs) * 1000, true,
+                             static_cast<int64>(kMaxLeaseMs) * 1000,
+                             "lease must be between 100 milliseconds and 24 hours",
+                             "idempotency.lease has the same range.");
 }
 
 int wait_argument(FunctionCallInfo fcinfo, int arg) {
