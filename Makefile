@@ -21,7 +21,9 @@ OBJS = src/extension/module.o \
        src/extension/outcome.o \
        src/extension/transactional.o \
        src/extension/lease.o \
+       src/extension/counters.o \
        src/core/jcs.o \
+       src/core/numbers.o \
        src/core/fingerprint.o \
        src/core/statuses.o
 
@@ -62,3 +64,13 @@ EXTRA_CLEAN += $(EXTENSION).control
 build/$(EXTENSION)--$(EXTVERSION).sql: extension/$(EXTENSION)--$(firstword $(RELEASES)).sql $(UPGRADE_SCRIPTS) Makefile
 	@mkdir -p build
 	{ cat $<; for f in $(UPGRADE_SCRIPTS); do echo; grep -v '^\\echo ' $$f; done; } > $@
+
+# The pg_regress files of tests/no_preload, for a server that does NOT preload
+# the library (settings set before it loads; counters off): run by
+# tests/integration/no_preload.sh against a second cluster.
+NO_PRELOAD_REGRESS = $(patsubst tests/no_preload/sql/%.sql,%,$(sort $(wildcard tests/no_preload/sql/*.sql)))
+installcheck-nopreload:
+	$(pg_regress_installcheck) --inputdir=tests/no_preload --outputdir=output_nopreload \
+	    --load-extension=$(EXTENSION) $(NO_PRELOAD_REGRESS)
+EXTRA_CLEAN += output_nopreload
+.PHONY: installcheck-nopreload

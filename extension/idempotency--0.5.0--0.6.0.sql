@@ -133,40 +133,22 @@ SELECT g.action, g.state, g.live, g.keys, g.oldest_created_at, g.newest_created_
        g.leases_live, g.earliest_lease_until, o.oldest_principal, o.oldest_key, o.oldest_lease_until
   FROM grouped g JOIN oldest o USING (action, state, live);
 
+-- Headers: a JSON object of name to value, or an array of [name, value] pairs
+-- that keeps their order and repeated names (Set-Cookie, Link). The functions
+-- check names (RFC 9110 tokens) and values (no CR, LF or NUL) before storing.
+ALTER TABLE idempotency.keys DROP CONSTRAINT keys_response_headers_check,
+    ADD CONSTRAINT keys_response_headers_check
+        CHECK (pg_catalog.jsonb_typeof(response_headers) = ANY (ARRAY['object', 'array']));
+COMMENT ON COLUMN idempotency.keys.response_headers IS
+    'headers the application chose to keep: an object of name -> value, or an array of [name, value] pairs (order and repeated names kept)';
+
 -- ---------------------------------------------------------------------------
 -- Cleanup (protocol)
 
 DROP FUNCTION idempotency.cleanup_batch(integer);  -- left behind by 0.5.0, unused since
 
--- A row is deleted only when it is dead: its key expired and no lease holds it
--- (a lease may outlive its key's ttl). The outer condition is evaluated again
--- on the newest version of a row that a concurrent renew or takeover changed,
--- so such a row is kept.
-CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after timestamptz,
-                                                     OUT deleted integer, OUT last_expiry timestamptz)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- PL/pgSQL keeps this statement's plan for the session.
-    WITH gone AS (
-        DELETE FROM idempotency.keys
-         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-                   SELECT k.ctid FROM idempotency.keys AS k
-                    WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-                      AND k.expires_at OPERATOR(pg_catalog.>=)
-                          COALESCE(after, '-infinity'::pg_catalog.timestamptz)
-                      AND (k.lease_until IS NULL
-                           OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-                    ORDER BY k.expires_at
-                    LIMIT GREATEST(batch_size, 0)))
-           AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-           AND (lease_until IS NULL OR lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-        RETURNING expires_at)
-    SELECT pg_catalog.count(*)::pg_catalog.int4, pg_catalog.max(gone.expires_at) INTO deleted, last_expiry
-      FROM gone;
-END
-$$;
+-- cleanup_batch is redefined below, with the counters: a row is deleted only
+-- when it is dead (its key expired and no lease holds it).
 
 -- Runs as its caller and cannot fix its search_path (PostgreSQL refuses
 -- COMMIT in a procedure with a SET clause), so every type, function and
@@ -240,3 +222,104 @@ ALTER FUNCTION idempotency.claim(text, text, interval) SECURITY INVOKER RESET AL
 
 -- ---------------------------------------------------------------------------
 -- Privileges
+
+-- ---------------------------------------------------------------------------
+-- Counters, the stats view and abandoned leases (monitoring)
+
+-- Counters of every call, per database and action, kept in shared memory by
+-- the library (src/extension/counters.cpp) when it is in
+-- shared_preload_libraries; without it the function warns and returns no rows.
+CREATE FUNCTION idempotency.stats_counters(
+        OUT database name, OUT action text,
+        OUT begin_started bigint, OUT begin_replay bigint, OUT begin_secret_replay bigint,
+        OUT begin_mismatch bigint, OUT begin_in_progress bigint,
+        OUT acquire_started bigint, OUT acquire_replay bigint, OUT acquire_secret_replay bigint,
+        OUT acquire_mismatch bigint, OUT acquire_in_progress bigint,
+        OUT takeovers bigint, OUT completed bigint, OUT lease_completed bigint,
+        OUT save_final_stored bigint, OUT save_final_refused bigint, OUT commit_refused bigint,
+        OUT serialization_failures bigint, OUT stale_fence bigint, OUT renewed bigint, OUT released bigint,
+        OUT cleanup_deleted bigint,
+        OUT waits bigint, OUT wait_ms_sum double precision, OUT wait_ms_max double precision,
+        OUT wait_le_ms double precision[], OUT wait_buckets bigint[],
+        OUT stats_reset timestamptz)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'idempotency_stats_counters'
+    LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idempotency.stats_counters() IS
+    'The counters behind idempotency.stats (needs idempotency in shared_preload_libraries)';
+REVOKE ALL ON FUNCTION idempotency.stats_counters() FROM PUBLIC;
+
+CREATE VIEW idempotency.stats AS SELECT * FROM idempotency.stats_counters();
+COMMENT ON VIEW idempotency.stats IS
+    'What every call did since stats_reset, per database and action: outcomes, stores, refusals, 40001s, takeovers, stale fences, renewals, cleanup, and the waits for held keys. No key, principal or body';
+REVOKE ALL ON idempotency.stats FROM PUBLIC;
+
+CREATE FUNCTION idempotency.stats_reset() RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempotency_stats_reset'
+    LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idempotency.stats_reset() IS
+    'Zeroes every counter of idempotency.stats (all databases) and returns the time of the reset';
+REVOKE ALL ON FUNCTION idempotency.stats_reset() FROM PUBLIC;
+
+-- Called by cleanup_batch (SECURITY DEFINER) only.
+CREATE FUNCTION idempotency.count_cleanup(action text, deleted bigint) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_count_cleanup'
+    LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION idempotency.count_cleanup(text, bigint) IS
+    'Adds rows deleted by cleanup to idempotency.stats (used by idempotency.cleanup_batch)';
+REVOKE ALL ON FUNCTION idempotency.count_cleanup(text, bigint) FROM PUBLIC;
+
+-- One batch of cleanup. A row is deleted only when it is dead: its key expired
+-- and no lease holds it (a lease may outlive its key's ttl). The outer
+-- condition is evaluated again on the newest version of a row that a
+-- concurrent renew or takeover changed, so such a row is kept. It counts what
+-- it deleted, per action.
+CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after timestamptz,
+                                                     OUT deleted integer, OUT last_expiry timestamptz)
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- PL/pgSQL keeps this statement's plan for the session.
+    WITH gone AS (
+        DELETE FROM idempotency.keys
+         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+                   SELECT k.ctid FROM idempotency.keys AS k
+                    WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                      AND k.expires_at OPERATOR(pg_catalog.>=)
+                          COALESCE(after, '-infinity'::pg_catalog.timestamptz)
+                      AND (k.lease_until IS NULL
+                           OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+                    ORDER BY k.expires_at
+                    LIMIT GREATEST(batch_size, 0)))
+           AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND (lease_until IS NULL OR lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+        RETURNING action, expires_at),
+    per_action AS (
+        SELECT gone.action, pg_catalog.count(*) AS n, pg_catalog.max(gone.expires_at) AS last
+          FROM gone GROUP BY gone.action)
+    SELECT COALESCE(pg_catalog.sum(p.n), 0)::pg_catalog.int4, pg_catalog.max(p.last) INTO deleted, last_expiry
+      FROM per_action AS p
+     WHERE idempotency.count_cleanup(p.action, p.n);
+END
+$$;
+
+-- In-progress work whose lease lapsed (or was released) and that nobody took
+-- over. An operator or a worker finishes it with acquire(principal, key,
+-- action, fingerprint) (a takeover with a new fence) and complete(..., fence
+-- => f), or lets the client retry after release(..., fence => f); see
+-- docs/leases.md.
+CREATE VIEW idempotency.abandoned AS
+SELECT k.principal, k.key, k.action, k.fence,
+       CASE WHEN k.lease_until OPERATOR(pg_catalog.=) '-infinity'::pg_catalog.timestamptz THEN NULL
+            ELSE k.lease_until END AS abandoned_since,
+       k.lease_until OPERATOR(pg_catalog.=) '-infinity'::pg_catalog.timestamptz AS released,
+       k.created_at, k.expires_at,
+       k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now() AS live,
+       k.request_sha256 AS fingerprint
+  FROM idempotency.keys AS k
+ WHERE k.state OPERATOR(pg_catalog.=) 'in_progress'
+   AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp();
+COMMENT ON VIEW idempotency.abandoned IS
+    'Keys in progress whose lease lapsed or was released and that nobody took over: who, which key and action, the last fence, since when, and the request fingerprint to take them over with';
+REVOKE ALL ON idempotency.abandoned FROM PUBLIC;

@@ -4,7 +4,7 @@
 #
 #   IDEM_PG_VERSION   PostgreSQL major version (default 15, Debian bookworm's);
 #                     17 in trixie, 18 in forky (scripts/test-matrix.sh)
-#   IDEM_TEST_SCOPE   full (default): also the fuzzer's clang, wrk and node;
+#   IDEM_TEST_SCOPE   full (default): also the fuzzer's clang, wrk, node and pgjdbc;
 #                     matrix: only what the suite run inside a chroot needs
 set -euo pipefail
 
@@ -18,14 +18,18 @@ packages=(
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl bc
-  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv
+  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv python3-yaml
 )
 if [[ $scope == full ]]; then
-  packages+=(clang-14 libclang-rt-14-dev wrk debootstrap)  # debootstrap: scripts/test-matrix.sh
+  packages+=(clang-14 libclang-rt-14-dev clang-format wrk debootstrap)  # debootstrap: scripts/test-matrix.sh
   # node (differential tests, benchmark peers) ships with the machine; Debian's
   # nodejs/npm only where it is missing (they conflict with a preinstalled node).
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)
+  # pgjdbc for tests/languages/JdbcForms.java; a JDK (single-file source launch)
+  # ships with the machine too, Debian's only where javac is missing.
+  packages+=(libpostgresql-jdbc-java)
+  command -v javac >/dev/null || packages+=(default-jdk-headless)
 else
   # procps: ps and kill for the tests' helpers in a minimal chroot.
   packages+=(procps)

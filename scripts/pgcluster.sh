@@ -3,11 +3,14 @@
 # PGBIN or IDEM_PG_VERSION names another version's binaries).
 #
 #   scripts/pgcluster.sh start DIR [PORT]   initdb into DIR (owned by postgres), start it
-#                                           with pg_cron preloaded, listening on 127.0.0.1
+#                                           with pg_cron and idempotency preloaded (the
+#                                           extension must be installed), listening on 127.0.0.1
 #                                           and on a socket in DIR; writes DIR/env
 #   scripts/pgcluster.sh stop DIR           stop it (immediate) and remove DIR
 #
-# Extra postgresql.conf lines can be passed in PGCLUSTER_CONF (one per line).
+# Extra postgresql.conf lines can be passed in PGCLUSTER_CONF (one per line);
+# PGCLUSTER_PRELOAD replaces shared_preload_libraries (default 'pg_cron,idempotency':
+# the counters of idempotency.stats need the library preloaded).
 # Source DIR/env to get PGHOST, PGPORT, PGUSER for psql, pg_regress and libpq.
 set -euo pipefail
 
@@ -34,7 +37,7 @@ start)
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
-shared_preload_libraries = 'pg_cron'
+shared_preload_libraries = '${PGCLUSTER_PRELOAD-pg_cron,idempotency}'
 cron.database_name = 'idem_cron'
 cron.host = '$dir'
 max_connections = 200

@@ -4,6 +4,7 @@
 # ctest (unit, differential against node/V8), the sanitizer build of the core
 # tests, starts a throwaway PostgreSQL 15 cluster (pg_cron preloaded) and runs
 # pg_regress, the isolation specs, pgTAP and the integration tests against it,
+# the model checker (tests/model/ci.sh, on a cluster of its own, about 3 min),
 # then fuzzes the canonicalizer for FUZZ_SECONDS (default 60). The cluster is
 # stopped on any exit. Then runs the same suite on PostgreSQL 17 and 18, each
 # in a Debian chroot (scripts/test-matrix.sh), one suite line per version.
@@ -82,6 +83,17 @@ python_client_tests() {
   return "$status"
 }
 
+# The Node package built the way users build it (npm install, whose prepare
+# step runs tsc), then its tests (node --test) against a cluster they start
+# themselves. npm's lock file is not kept (.gitignore), like bench/'s.
+node_client_tests() {
+  (cd clients/node &&
+     npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
+     npm run --silent build &&
+     IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
+}
+
+[[ $scope == full ]] && suite "format (clang-format, .clang-format)" scripts/check-format.sh
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest
@@ -97,14 +109,20 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   regress() { make -s installcheck || { cat regression.diffs 2>/dev/null | head -200; return 1; }; }
   suite "pg_regress and isolation specs" regress
   suite "Python client (pip install, pytest)" python_client_tests
+  # Node and Java are on the host only; the chroots of the matrix have neither.
+  [[ $scope == full ]] && suite "Node client (npm install, tsc, node --test)" node_client_tests
+  host_only=" conformance_node_orders languages_jdbc "
   for t in tests/integration/*.sh; do
     [[ -e $t ]] || continue
+    [[ $scope == matrix && $host_only == *" $(basename "$t" .sh) "* ]] && continue
     suite "integration: $(basename "$t" .sh)" bash "$t"
   done
-  # The model checker (short run) where the chroots run the suite; the host
-  # run gets its own hook.
-  if [[ $scope == matrix && -f tests/model/ci.sh ]]; then
-    suite "model checker (short run)" bash tests/model/ci.sh
+  # Its own cluster (it restarts and crashes it on purpose), after the
+  # integration tests: about 3 minutes on the host, a short run in the chroots.
+  if [[ $scope == matrix ]]; then
+    suite "model checker (short run)" env MODEL_SEEDS="11 23" MODEL_SECONDS=15 tests/model/ci.sh
+  else
+    suite "model checker" tests/model/ci.sh
   fi
 else
   failed=$((failed + 1))

@@ -5,7 +5,8 @@
 //                             and its ECMAScript text); compares format_number
 //   jcs_tool check-documents  stdin records "<in_len> <out_len>\n<in><out>\n", where
 //                             out is the reference canonical form; compares canonicalize
-//   jcs_tool fingerprints     stdin records "<method_len> <path_len> <body_len>\n<method><path><body>\n"
+//   jcs_tool fingerprints     stdin records "<method_len> <path_len>
+//   <body_len>\n<method><path><body>\n"
 //                             (body_len -1: no body); prints one line per record: the
 //                             request fingerprint in hex, or "error: <message>"
 //
@@ -67,8 +68,8 @@ int check_numbers() {
         if (got == expected) {
             ++passed;
         } else if (failed++ < 20) {
-            std::fprintf(stderr, "mismatch for %s: expected %s, got %s\n", line.substr(0, comma).c_str(),
-                         expected.c_str(), got.c_str());
+            std::fprintf(stderr, "mismatch for %s: expected %s, got %s\n",
+                         line.substr(0, comma).c_str(), expected.c_str(), got.c_str());
         }
     }
     return report(passed, failed);
@@ -104,10 +105,12 @@ int check_documents() {
         if (ok && out == expected) {
             ++passed;
         } else if (failed++ < 10) {
-            std::fprintf(stderr, "record %zu: %s\n  input:    %.*s\n  expected: %.*s\n  got:      %s\n", record,
-                         ok ? "output differs" : error.message().c_str(), static_cast<int>(std::min<std::size_t>(input.size(), 400)),
-                         input.data(), static_cast<int>(std::min<std::size_t>(expected.size(), 400)), expected.data(),
-                         ok ? out.substr(0, 400).c_str() : "(error)");
+            std::fprintf(stderr,
+                         "record %zu: %s\n  input:    %.*s\n  expected: %.*s\n  got:      %s\n",
+                         record, ok ? "output differs" : error.message().c_str(),
+                         static_cast<int>(std::min<std::size_t>(input.size(), 400)), input.data(),
+                         static_cast<int>(std::min<std::size_t>(expected.size(), 400)),
+                         expected.data(), ok ? out.substr(0, 400).c_str() : "(error)");
         }
         ++record;
     }
@@ -125,7 +128,8 @@ int fingerprints() {
         const char* last = header_ok ? data.data() + newline : cursor;
         for (int i = 0; header_ok && i < 3; ++i) {
             auto parsed = std::from_chars(cursor, last, lengths[i]);
-            const bool separated = i == 2 ? parsed.ptr == last : parsed.ptr < last && *parsed.ptr == ' ';
+            const bool separated =
+                i == 2 ? parsed.ptr == last : parsed.ptr < last && *parsed.ptr == ' ';
             header_ok = parsed.ec == std::errc() && separated;
             cursor = parsed.ptr + 1;
         }
@@ -144,7 +148,8 @@ int fingerprints() {
         if (lengths[2] >= 0) body = std::string_view(start + lengths[0] + lengths[1], body_len);
         pos = newline + 1 + total + 1;
         try {
-            std::printf("%s\n", idem::core::to_hex(idem::core::fingerprint(method, path, body)).c_str());
+            std::printf("%s\n",
+                        idem::core::to_hex(idem::core::fingerprint(method, path, body)).c_str());
         } catch (const std::exception& e) {
             std::printf("error: %s\n", e.what());
         }
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
     if (mode == "check-numbers") return check_numbers();
     if (mode == "check-documents") return check_documents();
     if (mode == "fingerprints") return fingerprints();
-    std::fprintf(stderr, "usage: jcs_tool canon | check-numbers | check-documents | fingerprints\n");
+    std::fprintf(stderr,
+                 "usage: jcs_tool canon | check-numbers | check-documents | fingerprints\n");
     return 2;
 }

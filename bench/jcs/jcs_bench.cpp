@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
         } else if (arg == "--emit" && i + 1 < argc) {
             emit_dir = argv[++i];
         } else if (!arg.empty() && arg[0] == '-') {
-            std::cerr << "usage: jcs_bench [--seconds S] [--min-runs N] [--emit DIR] CORPUS.jsonl...\n";
+            std::cerr
+                << "usage: jcs_bench [--seconds S] [--min-runs N] [--emit DIR] CORPUS.jsonl...\n";
             return 2;
         } else {
             files.push_back(arg);
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
         std::string emitted;
         for (std::size_t d = 0; d < docs.size(); ++d) {
             if (!idem::core::canonicalize(docs[d], out, error)) {
-                std::cerr << "jcs_bench: " << file << ": document " << d + 1 << ": " << error.message() << "\n";
+                std::cerr << "jcs_bench: " << file << ": document " << d + 1 << ": "
+                          << error.message() << "\n";
                 return 1;
             }
             if (!emit_dir.empty()) {

@@ -22,7 +22,8 @@ using detail::upper;
 Digest fingerprint(const Request& request, std::size_t max_json_depth) {
     std::vector<core::JsonPointer> exclude;
     exclude.reserve(request.exclude.size());
-    for (const std::string& pointer : request.exclude) exclude.push_back(core::JsonPointer::parse(pointer));
+    for (const std::string& pointer : request.exclude)
+        exclude.push_back(core::JsonPointer::parse(pointer));
     core::CanonicalizeOptions options;
     options.max_depth = max_json_depth;
     std::optional<std::string_view> body;
@@ -41,7 +42,8 @@ constexpr const char* begin_sql =
     "       resource_id, expires_at, ceil(extract(epoch FROM"
     "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
     "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)";
-constexpr const char* complete_sql = "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
+constexpr const char* complete_sql =
+    "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
 // Names of the prepared forms (Options::prepare_statements): *_1 through
 // libpqxx, *_p1 on the raw connection when pipelining (libpqxx does not know
 // those, so the names must differ).
@@ -57,7 +59,8 @@ constexpr const char* save_final_sql =
 Client::Client(PqxxConnection& connection, Options options)
     : connection_(connection), options_(std::move(options)) {
     if (options_.max_attempts < 1) throw std::invalid_argument("max_attempts must be at least 1");
-    if (!options_.final_statuses.empty()) final_ = detail::parse_final_statuses(options_.final_statuses);
+    if (!options_.final_statuses.empty())
+        final_ = detail::parse_final_statuses(options_.final_statuses);
     if (options_.prepare_statements) {
         pq::prepare(connection_, begin_name, begin_sql);
         pq::prepare(connection_, complete_name, complete_sql);
@@ -83,7 +86,9 @@ struct Client::Call {
 
 namespace {
 
-const char* c_str_or_null(const std::optional<std::string>& value) { return value ? value->c_str() : nullptr; }
+const char* c_str_or_null(const std::optional<std::string>& value) {
+    return value ? value->c_str() : nullptr;
+}
 
 detail::Param text_or_null(const std::optional<std::string>& value) {
     return value ? detail::Param::text(*value) : detail::Param::null();
@@ -95,7 +100,8 @@ std::optional<std::string> column(const PGresult* result, const char* name) {
     if (index < 0 || PQntuples(result) != 1)
         throw std::runtime_error(std::string("idempotency.begin returned no column ") + name);
     if (PQgetisnull(result, 0, index)) return std::nullopt;
-    return std::string(PQgetvalue(result, 0, index), static_cast<std::size_t>(PQgetlength(result, 0, index)));
+    return std::string(PQgetvalue(result, 0, index),
+                       static_cast<std::size_t>(PQgetlength(result, 0, index)));
 }
 
 // Decodes a bytea column sent as text (hex format).
@@ -103,7 +109,8 @@ std::optional<std::string> bytea_column(const PGresult* result, const char* name
     std::optional<std::string> text = column(result, name);
     if (!text) return std::nullopt;
     std::size_t length = 0;
-    unsigned char* bytes = PQunescapeBytea(reinterpret_cast<const unsigned char*>(text->c_str()), &length);
+    unsigned char* bytes =
+        PQunescapeBytea(reinterpret_cast<const unsigned char*>(text->c_str()), &length);
     if (bytes == nullptr) throw std::bad_alloc();
     std::string decoded(reinterpret_cast<const char*>(bytes), length);
     PQfreemem(bytes);
@@ -118,14 +125,17 @@ std::optional<int> int_column(const PGresult* result, const char* name) {
 
 }  // namespace
 
-Response Client::handle_request(const Request& request, const Handler* handler, const TransactionHandler* any) {
+Response Client::handle_request(const Request& request, const Handler* handler,
+                                const TransactionHandler* any) {
     const std::string method = upper(request.method);
-    const bool key_required = std::any_of(options_.methods_requiring_key.begin(), options_.methods_requiring_key.end(),
-                                          [&](const std::string& m) { return upper(m) == method; });
+    const bool key_required =
+        std::any_of(options_.methods_requiring_key.begin(), options_.methods_requiring_key.end(),
+                    [&](const std::string& m) { return upper(m) == method; });
     if (!request.key) {
         if (key_required) {
             ++counters_.rejected_keys;
-            return problem_response(Problem::key_missing, method + " requests need an Idempotency-Key header.",
+            return problem_response(Problem::key_missing,
+                                    method + " requests need an Idempotency-Key header.",
                                     options_.problem_type_base);
         }
         // Not an idempotent-by-key request: just run the handler in a transaction.
@@ -138,7 +148,8 @@ Response Client::handle_request(const Request& request, const Handler* handler, 
     if (!detail::valid_key(key, options_.max_key_length)) {
         ++counters_.rejected_keys;
         return problem_response(Problem::key_malformed,
-                                "The Idempotency-Key must be 1 to " + std::to_string(options_.max_key_length) +
+                                "The Idempotency-Key must be 1 to " +
+                                    std::to_string(options_.max_key_length) +
                                     " visible ASCII characters.",
                                 options_.problem_type_base);
     }
@@ -154,8 +165,12 @@ Response Client::handle_request(const Request& request, const Handler* handler, 
     }
     is_final(200);  // the table is known before any transaction starts
 
-    Call call{request, key, request.action.empty() ? method + " " + request.path : request.action,
-              std::string(reinterpret_cast<const char*>(digest.data()), digest.size()), std::nullopt, std::nullopt};
+    Call call{request,
+              key,
+              request.action.empty() ? method + " " + request.path : request.action,
+              std::string(reinterpret_cast<const char*>(digest.data()), digest.size()),
+              std::nullopt,
+              std::nullopt};
     if (options_.ttl) call.ttl = std::to_string(options_.ttl->count()) + " seconds";
     if (options_.wait) call.wait = interval_ms(*options_.wait);
 
@@ -182,7 +197,8 @@ Response Client::handle_request(const Request& request, const Handler* handler, 
 
 Response Client::refuse_key_on_server() {
     ++counters_.rejected_keys;
-    return problem_response(Problem::key_malformed, "The Idempotency-Key was refused by the server.",
+    return problem_response(Problem::key_malformed,
+                            "The Idempotency-Key was refused by the server.",
                             options_.problem_type_base);
 }
 
@@ -196,18 +212,22 @@ std::optional<Response> Client::answer(const std::string& outcome, std::optional
         ++counters_.replayed;
         return stored();
     }
-    if (outcome == "mismatch") ++counters_.mismatched;
-    else if (outcome == "secret_replay") ++counters_.secret_replayed;
-    else if (outcome == "in_progress") ++counters_.in_progress;
-    if (std::optional<Response> problem =
-            detail::problem_for_outcome(outcome, lease_seconds, options_.retry_after, options_.problem_type_base))
+    if (outcome == "mismatch")
+        ++counters_.mismatched;
+    else if (outcome == "secret_replay")
+        ++counters_.secret_replayed;
+    else if (outcome == "in_progress")
+        ++counters_.in_progress;
+    if (std::optional<Response> problem = detail::problem_for_outcome(
+            outcome, lease_seconds, options_.retry_after, options_.problem_type_base))
         return problem;
     throw std::runtime_error("idempotency.begin returned an unknown outcome: " + outcome);
 }
 
 Client::Disposition Client::dispose(const Response& response) {
     if (response.status < 100 || response.status > 599)
-        throw std::invalid_argument("handler returned HTTP status " + std::to_string(response.status));
+        throw std::invalid_argument("handler returned HTTP status " +
+                                    std::to_string(response.status));
     if (!is_final(response.status)) {
         // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
         // retry after a token refresh, throttling or a crash takes effect once.
@@ -218,15 +238,16 @@ Client::Disposition Client::dispose(const Response& response) {
     return response.status >= 400 ? Disposition::store_error : Disposition::keep;
 }
 
-void Client::store_final_error(const Call& call, const Response& response, const std::string& headers) {
+void Client::store_final_error(const Call& call, const Response& response,
+                               const std::string& headers) {
     pqxx::work store(connection_);
     // A one-time secret is sent without its body and headers: the server
     // would drop them anyway, and they need not cross the wire again.
     const bool secret = response.one_time_secret;
-    pq::exec(store, save_final_sql, call.request.principal, call.key, call.action, pq::bytes(call.digest),
-             response.status, pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
-             secret ? nullptr : headers.c_str(),
-             c_str_or_null(call.ttl), secret);
+    pq::exec(store, save_final_sql, call.request.principal, call.key, call.action,
+             pq::bytes(call.digest), response.status,
+             pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
+             secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
     store.commit();
     ++counters_.stored_errors;
 }
@@ -237,20 +258,22 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
     std::optional<pqxx::row> begin_row;
     try {
         if (options_.prepare_statements)
-            begin_row = pq::exec_prepared1(tx, begin_name, call.request.principal, call.key, call.action, digest_param,
-                                           c_str_or_null(call.ttl), c_str_or_null(call.wait));
+            begin_row =
+                pq::exec_prepared1(tx, begin_name, call.request.principal, call.key, call.action,
+                                   digest_param, c_str_or_null(call.ttl), c_str_or_null(call.wait));
         else
-            begin_row = pq::exec1(tx, begin_sql, call.request.principal, call.key, call.action, digest_param,
-                                   c_str_or_null(call.ttl), c_str_or_null(call.wait));
+            begin_row = pq::exec1(tx, begin_sql, call.request.principal, call.key, call.action,
+                                  digest_param, c_str_or_null(call.ttl), c_str_or_null(call.wait));
     } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() == "22P02") return refuse_key_on_server();  // the server's key checks (length, format)
+        if (e.sqlstate() == "22P02")
+            return refuse_key_on_server();  // the server's key checks (length, format)
         throw;
     }
     const pqxx::row& row = *begin_row;
     std::optional<int> lease_seconds;
     if (!row["lease_seconds"].is_null()) lease_seconds = row["lease_seconds"].as<int>();
-    if (std::optional<Response> early =
-            answer(row["outcome"].as<std::string>(), lease_seconds, [&] { return detail::stored_response(row); })) {
+    if (std::optional<Response> early = answer(row["outcome"].as<std::string>(), lease_seconds,
+                                               [&] { return detail::stored_response(row); })) {
         tx.commit();
         return *early;
     }
@@ -270,11 +293,11 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
     const auto body = pq::bytes(response.body);
     const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
     if (options_.prepare_statements)
-        pq::exec_prepared(tx, complete_name, call.request.principal, call.key, response.status, body, headers,
-                          resource_id, response.one_time_secret);
+        pq::exec_prepared(tx, complete_name, call.request.principal, call.key, response.status,
+                          body, headers, resource_id, response.one_time_secret);
     else
-        pq::exec(tx, complete_sql, call.request.principal, call.key, response.status, body, headers, resource_id,
-                 response.one_time_secret);
+        pq::exec(tx, complete_sql, call.request.principal, call.key, response.status, body, headers,
+                 resource_id, response.one_time_secret);
     tx.commit();
     return response;
 }
@@ -286,12 +309,13 @@ void Client::prepare_raw(PGconn* raw) {
     // Only the shapes matter here (which parameters are bytea); the values are unused.
     const std::string none;
     detail::prepare(raw, detail::Statement{begin_sql,
-                                           {Param::text(none), Param::text(none), Param::text(none), Param::bytes(none),
-                                            Param::null(), Param::null()},
+                                           {Param::text(none), Param::text(none), Param::text(none),
+                                            Param::bytes(none), Param::null(), Param::null()},
                                            begin_raw_name});
     detail::prepare(raw, detail::Statement{complete_sql,
-                                           {Param::text(none), Param::text(none), Param::text(none), Param::bytes(none),
-                                            Param::text(none), Param::null(), Param::text(none)},
+                                           {Param::text(none), Param::text(none), Param::text(none),
+                                            Param::bytes(none), Param::text(none), Param::null(),
+                                            Param::text(none)},
                                            complete_raw_name});
     prepared_on_ = raw;
     prepared_pid_ = pid;
@@ -301,10 +325,11 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
     using detail::Param;
     PGconn* raw = pipelined_->raw_connection();
     const bool prepared = options_.prepare_statements;
-    const detail::Statement begin{begin_sql,
-                                  {Param::text(call.request.principal), Param::text(call.key), Param::text(call.action),
-                                   Param::bytes(call.digest), text_or_null(call.ttl), text_or_null(call.wait)},
-                                  prepared ? begin_raw_name : nullptr};
+    const detail::Statement begin{
+        begin_sql,
+        {Param::text(call.request.principal), Param::text(call.key), Param::text(call.action),
+         Param::bytes(call.digest), text_or_null(call.ttl), text_or_null(call.wait)},
+        prepared ? begin_raw_name : nullptr};
     std::optional<detail::PipelinedTransaction> tx;
     try {
         if (prepared) prepare_raw(raw);
@@ -316,8 +341,9 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
     const PGresult* row = tx->first_result();
     if (std::optional<Response> early =
             answer(*column(row, "outcome"), int_column(row, "lease_seconds"), [&] {
-                return detail::stored_response(*int_column(row, "response_status"), column(row, "response_headers"),
-                                               bytea_column(row, "response_body"), column(row, "resource_id"));
+                return detail::stored_response(
+                    *int_column(row, "response_status"), column(row, "response_headers"),
+                    bytea_column(row, "response_body"), column(row, "resource_id"));
             })) {
         tx->commit();
         return *early;
@@ -340,8 +366,9 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
     const std::string secret = response.one_time_secret ? "true" : "false";
     const detail::Statement complete{
         complete_sql,
-        {Param::text(call.request.principal), Param::text(call.key), Param::text(status), Param::bytes(response.body),
-         Param::text(headers), text_or_null(response.resource_id), Param::text(secret)},
+        {Param::text(call.request.principal), Param::text(call.key), Param::text(status),
+         Param::bytes(response.body), Param::text(headers), text_or_null(response.resource_id),
+         Param::text(secret)},
         prepared ? complete_raw_name : nullptr};
     tx->commit_with(complete);
     return response;

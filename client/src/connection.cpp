@@ -18,7 +18,9 @@ namespace {
 class RecordingPolicy : public pqxx::connect_direct {
 public:
     explicit RecordingPolicy(const std::string& options) : pqxx::connect_direct(options) {}
-    handle do_startconnect(handle orig) override { return handle_ = pqxx::connect_direct::do_startconnect(orig); }
+    handle do_startconnect(handle orig) override {
+        return handle_ = pqxx::connect_direct::do_startconnect(orig);
+    }
     handle do_completeconnect(handle orig) override {
         return handle_ = pqxx::connect_direct::do_completeconnect(orig);
     }
@@ -38,7 +40,8 @@ private:
 /// A pqxx::connection_base over a RecordingPolicy.
 class RecordingConnection : public pqxx::connection_base {
 public:
-    explicit RecordingConnection(const std::string& options) : pqxx::connection_base(policy_), policy_(options) {
+    explicit RecordingConnection(const std::string& options)
+        : pqxx::connection_base(policy_), policy_(options) {
         init();
     }
     ~RecordingConnection() noexcept { close(); }

@@ -34,8 +34,8 @@ std::string kept_headers_json(const Response& response, const std::vector<std::s
 
 /// A stored response from its columns (empty: NULL); marked replayed, with
 /// Idempotent-Replay: true.
-Response stored_response(int status, const std::optional<std::string>& headers_json, std::optional<std::string> body,
-                         std::optional<std::string> resource_id);
+Response stored_response(int status, const std::optional<std::string>& headers_json,
+                         std::optional<std::string> body, std::optional<std::string> resource_id);
 
 /// The same from a row with response_status, response_headers (text),
 /// response_body and resource_id.
@@ -51,7 +51,9 @@ std::string interval_ms(std::chrono::milliseconds value);
 /// response: mismatch 422, in_progress 409 with Retry-After (the lease's end
 /// when known, else retry_after), secret_replay 409 with Idempotent-Replay.
 /// Empty for started and replay, which are not problems.
-std::optional<Response> problem_for_outcome(const std::string& outcome, std::optional<int> lease_seconds,
-                                            std::chrono::seconds retry_after, const std::string& problem_type_base);
+std::optional<Response> problem_for_outcome(const std::string& outcome,
+                                            std::optional<int> lease_seconds,
+                                            std::chrono::seconds retry_after,
+                                            const std::string& problem_type_base);
 
 }  // namespace idem::detail

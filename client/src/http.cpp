@@ -64,8 +64,10 @@ const char* problem_title(Problem problem) {
         case Problem::key_malformed: return "Idempotency-Key header is malformed";
         case Problem::body_invalid: return "Request body cannot be fingerprinted";
         case Problem::key_reuse: return "Idempotency-Key was used for another request";
-        case Problem::request_in_progress: return "A request with this Idempotency-Key is in progress";
-        case Problem::one_time_secret: return "The response to this request was sent once and not kept";
+        case Problem::request_in_progress:
+            return "A request with this Idempotency-Key is in progress";
+        case Problem::one_time_secret:
+            return "The response to this request was sent once and not kept";
         case Problem::already_processed: return "This request was already processed";
     }
     return "Error";

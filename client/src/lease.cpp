@@ -71,9 +71,10 @@ private:
             try {
                 if (!connection) connection = std::make_unique<pqxx::connection>(conninfo_);
                 pqxx::nontransaction tx(*connection);
-                const bool renewed = pq::exec1(tx, "SELECT idempotency.renew($1, $2, $3, $4::interval)", principal_, key_,
-                                               fence_, interval_ms(lease_))[0]
-                                         .as<bool>();
+                const bool renewed =
+                    pq::exec1(tx, "SELECT idempotency.renew($1, $2, $3, $4::interval)", principal_,
+                              key_, fence_, interval_ms(lease_))[0]
+                        .as<bool>();
                 failures = 0;
                 if (renewed) {
                     ++renewals_;
@@ -105,13 +106,15 @@ private:
 
 LeaseRunner::LeaseRunner(std::string conninfo, LeaseOptions options)
     : conninfo_(std::move(conninfo)), options_(std::move(options)) {
-    if (options_.lease <= std::chrono::milliseconds(0)) throw std::invalid_argument("lease must be positive");
+    if (options_.lease <= std::chrono::milliseconds(0))
+        throw std::invalid_argument("lease must be positive");
 }
 
 LeaseRunner::~LeaseRunner() = default;
 
 pqxx::connection& LeaseRunner::connection() {
-    if (!connection_ || !connection_->is_open()) connection_ = std::make_unique<pqxx::connection>(conninfo_);
+    if (!connection_ || !connection_->is_open())
+        connection_ = std::make_unique<pqxx::connection>(conninfo_);
     return *connection_;
 }
 
@@ -121,37 +124,50 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     LeaseResult result;
     if (!request.key || !detail::valid_key(*request.key, options_.max_key_length)) {
         result.outcome = LeaseOutcome::rejected;
-        result.response = problem_response(request.key ? Problem::key_malformed : Problem::key_missing,
-                                           "An Idempotency-Key of 1 to " + std::to_string(options_.max_key_length) +
-                                               " visible ASCII characters is required.",
-                                           options_.problem_type_base);
+        result.response = problem_response(
+            request.key ? Problem::key_malformed : Problem::key_missing,
+            "An Idempotency-Key of 1 to " + std::to_string(options_.max_key_length) +
+                " visible ASCII characters is required.",
+            options_.problem_type_base);
         return result;
     }
     const std::string& key = *request.key;
     const Digest digest = request.digest ? *request.digest : fingerprint(request);
-    const std::string action =
-        request.action.empty() ? detail::upper(request.method) + " " + request.path : request.action;
-    const std::string ttl = options_.ttl ? std::to_string(options_.ttl->count()) + " seconds" : std::string();
+    const std::string action = request.action.empty()
+                                   ? detail::upper(request.method) + " " + request.path
+                                   : request.action;
+    const std::string ttl =
+        options_.ttl ? std::to_string(options_.ttl->count()) + " seconds" : std::string();
     const std::string wait = options_.wait ? interval_ms(*options_.wait) : std::string();
-    if (options_.policy == Policy::remember) is_final(200);  // load the table before holding anything
+    if (options_.policy == Policy::remember)
+        is_final(200);  // load the table before holding anything
 
     pqxx::row row = [&] {
         pqxx::nontransaction tx(connection());  // autocommit: the lease row is visible at once
         return pq::exec1(
-            tx, "SELECT outcome, fence, response_status, response_headers::text AS response_headers, response_body,"
-            "       resource_id, ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer"
+            tx,
+            "SELECT outcome, fence, response_status, response_headers::text AS response_headers, "
+            "response_body,"
+            "       resource_id, ceil(extract(epoch FROM lease_until - "
+            "pg_catalog.clock_timestamp()))::integer"
             "       AS lease_seconds"
             "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
-            request.principal, key, action, pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
-            interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr, options_.wait ? wait.c_str() : nullptr);
+            request.principal, key, action,
+            pq::bytes(
+                std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
+            interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr,
+            options_.wait ? wait.c_str() : nullptr);
     }();
     const std::string outcome = row["outcome"].as<std::string>();
     const std::optional<int> lease_seconds =
-        row["lease_seconds"].is_null() ? std::nullopt : std::optional<int>(row["lease_seconds"].as<int>());
-    if ((outcome == "replay" || outcome == "secret_replay") && options_.policy != Policy::remember) {
+        row["lease_seconds"].is_null() ? std::nullopt
+                                       : std::optional<int>(row["lease_seconds"].as<int>());
+    if ((outcome == "replay" || outcome == "secret_replay") &&
+        options_.policy != Policy::remember) {
         result.outcome = LeaseOutcome::duplicate;
         result.response = problem_response(
-            Problem::already_processed, "A request with this Idempotency-Key was already processed; its result is not kept.",
+            Problem::already_processed,
+            "A request with this Idempotency-Key was already processed; its result is not kept.",
             options_.problem_type_base);
         return result;
     }
@@ -160,22 +176,23 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
         result.response = detail::stored_response(row);
         return result;
     }
-    if (std::optional<Response> problem =
-            detail::problem_for_outcome(outcome, lease_seconds, std::chrono::seconds(1), options_.problem_type_base)) {
+    if (std::optional<Response> problem = detail::problem_for_outcome(
+            outcome, lease_seconds, std::chrono::seconds(1), options_.problem_type_base)) {
         result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
                          : outcome == "in_progress" ? LeaseOutcome::in_progress
                                                     : LeaseOutcome::replayed;
         result.response = std::move(*problem);
         return result;
     }
-    if (outcome != "started") throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
+    if (outcome != "started")
+        throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
     result.fence = row["fence"].as<std::int64_t>();
 
     // Run the body, never cancelled, while a background thread renews the lease.
     std::unique_ptr<Renewer> renewer;
     if (options_.renew)
-        renewer = std::make_unique<Renewer>(conninfo_, request.principal, key, result.fence, options_.lease,
-                                            options_.max_renew_failures);
+        renewer = std::make_unique<Renewer>(conninfo_, request.principal, key, result.fence,
+                                            options_.lease, options_.max_renew_failures);
     std::exception_ptr failure;
     Response response;
     try {
@@ -193,40 +210,43 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     // Settle the key by the policy; every statement is fenced.
     pqxx::nontransaction tx(connection());
     auto mark_done = [&](int status) {
-        return pq::exec1(tx, "SELECT idempotency.complete($1, $2, fence => $3, status => $4)", request.principal,
-                               key, result.fence, status)[0]
+        return pq::exec1(tx, "SELECT idempotency.complete($1, $2, fence => $3, status => $4)",
+                         request.principal, key, result.fence, status)[0]
             .as<bool>();
     };
     auto release = [&] {
-        return pq::exec1(tx, "SELECT idempotency.release($1, $2, $3)", request.principal, key, result.fence)[0]
+        return pq::exec1(tx, "SELECT idempotency.release($1, $2, $3)", request.principal, key,
+                         result.fence)[0]
             .as<bool>();
     };
     if (failure) {
         // Settle by the policy; a lost fence changes nothing either way.
-        if (options_.policy == Policy::once) mark_done(500);
-        else release();
+        if (options_.policy == Policy::once)
+            mark_done(500);
+        else
+            release();
         std::rethrow_exception(failure);
     }
     bool settled;
     switch (options_.policy) {
-        case Policy::once:
-            settled = mark_done(response.status);
-            break;
+        case Policy::once: settled = mark_done(response.status); break;
         case Policy::commit_on_success:
             settled = response.status < 400 ? mark_done(response.status) : release();
             break;
         case Policy::remember:
         default:
             if (is_final(response.status)) {
-                settled = pq::exec1(tx,
-                                "SELECT idempotency.complete($1, $2, fence => $3, status => $4, body => $5,"
-                                " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
-                                request.principal, key, result.fence, response.status,
-                                pq::bytes(response.body),
-                                detail::kept_headers_json(response, options_.kept_headers),
-                                response.resource_id ? response.resource_id->c_str() : nullptr,
-                                response.one_time_secret)[0]
-                              .as<bool>();
+                settled =
+                    pq::exec1(
+                        tx,
+                        "SELECT idempotency.complete($1, $2, fence => $3, status => $4, body => $5,"
+                        " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
+                        request.principal, key, result.fence, response.status,
+                        pq::bytes(response.body),
+                        detail::kept_headers_json(response, options_.kept_headers),
+                        response.resource_id ? response.resource_id->c_str() : nullptr,
+                        response.one_time_secret)[0]
+                        .as<bool>();
             } else {
                 settled = release();
             }

@@ -60,7 +60,8 @@ using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
 /// returns one result per statement. Statements after a failed one come back as
 /// PGRES_PIPELINE_ABORTED. Throws pqxx::broken_connection when the connection
 /// fails on the way (nothing is known then about what ran).
-std::vector<ResultPtr> run_pipeline(PGconn* connection, std::initializer_list<const Statement*> statements);
+std::vector<ResultPtr> run_pipeline(PGconn* connection,
+                                    std::initializer_list<const Statement*> statements);
 
 /// Throws the libpqxx exception for a failed result, as libpqxx would for the
 /// same SQLSTATE (serialization_failure for 40001, deadlock_detected for 40P01,
@@ -104,7 +105,7 @@ private:
 #elif PQXX_VERSION_MAJOR < 8
     void do_commit() override { commit_pipelined(); }
 #else
-    void do_commit(pqxx::sl) override { commit_pipelined(); }
+void do_commit(pqxx::sl) override { commit_pipelined(); }
 #endif
 
     PGconn* raw_;

@@ -40,7 +40,9 @@ void prepare(Connection& connection, const char* name, const char* sql) {
 /// A bytea parameter of a statement: the bytes of `value`, which must outlive
 /// the statement's execution (libpqxx 6 copies them into a binarystring).
 #if PQXX_VERSION_MAJOR < 7
-inline pqxx::binarystring bytes(std::string_view value) { return pqxx::binarystring(value.data(), value.size()); }
+inline pqxx::binarystring bytes(std::string_view value) {
+    return pqxx::binarystring(value.data(), value.size());
+}
 #else
 inline pqxx::bytes_view bytes(std::string_view value) {
     return pqxx::bytes_view(reinterpret_cast<const std::byte*>(value.data()), value.size());

@@ -18,7 +18,10 @@ public:
 
     /// A flag whose value is kept as text.
     Flags& text(const std::string& name, std::string* target) {
-        setters_[name] = [target](const std::string& value) { *target = value; return true; };
+        setters_[name] = [target](const std::string& value) {
+            *target = value;
+            return true;
+        };
         return *this;
     }
 

@@ -15,8 +15,10 @@ inline void send(httplib::Response& out, const idem::Response& response) {
     out.status = response.status;
     std::string content_type = "application/octet-stream";
     for (const auto& [name, value] : response.headers) {
-        if (idem::header_name_equal(name, "Content-Type")) content_type = value;
-        else out.set_header(name.c_str(), value);
+        if (idem::header_name_equal(name, "Content-Type"))
+            content_type = value;
+        else
+            out.set_header(name.c_str(), value);
     }
     out.set_content(response.body, content_type.c_str());
 }

@@ -58,7 +58,8 @@ struct Worker {
 
 Worker& worker() {
     thread_local std::unique_ptr<Worker> instance;
-    if (!instance || !instance->connection.connection().is_open()) instance = std::make_unique<Worker>();
+    if (!instance || !instance->connection.connection().is_open())
+        instance = std::make_unique<Worker>();
     return *instance;
 }
 
@@ -67,25 +68,34 @@ using examples::send;
 idem::Response problem(int status, const std::string& title, const std::string& detail) {
     idem::Response response;
     response.status = status;
-    response.body = nlohmann::json{{"type", "about:blank"}, {"title", title}, {"status", status}, {"detail", detail}}.dump();
+    response.body = nlohmann::json{
+        {"type", "about:blank"},
+        {"title", title},
+        {"status", status},
+        {"detail",
+         detail}}.dump();
     response.headers = {{"Content-Type", "application/problem+json"}};
     return response;
 }
 
 // The application's handler: validate, insert the order, answer 201. It takes
 // any libpqxx transaction, which lets the client pipeline its statements.
-idem::TransactionHandler create_order(const std::string& principal, const std::string& body, int delay_ms) {
+idem::TransactionHandler create_order(const std::string& principal, const std::string& body,
+                                      int delay_ms) {
     return [principal, body, delay_ms](pqxx::transaction_base& tx) -> idem::Response {
         nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
-        if (input.is_discarded() || !input.is_object() || !input.contains("item") || !input["item"].is_string() ||
-            input["item"].get<std::string>().empty())
-            return problem(400, "Invalid order", "The body must be a JSON object with a non-empty \"item\" string.");
+        if (input.is_discarded() || !input.is_object() || !input.contains("item") ||
+            !input["item"].is_string() || input["item"].get<std::string>().empty())
+            return problem(400, "Invalid order",
+                           "The body must be a JSON object with a non-empty \"item\" string.");
         const int quantity = input.value("quantity", 1);
-        if (quantity < 1 || quantity > 1000) return problem(422, "Invalid quantity", "quantity must be 1 to 1000.");
+        if (quantity < 1 || quantity > 1000)
+            return problem(422, "Invalid quantity", "quantity must be 1 to 1000.");
         if (delay_ms > 0) idem::pq::exec(tx, "SELECT pg_sleep($1::float8 / 1000)", delay_ms);
         pqxx::row row = idem::pq::exec1(tx,
-            "INSERT INTO orders (principal, item, quantity) VALUES ($1, $2, $3) RETURNING id, created_at::text",
-            principal, input["item"].get<std::string>(), quantity);
+                                        "INSERT INTO orders (principal, item, quantity) VALUES "
+                                        "($1, $2, $3) RETURNING id, created_at::text",
+                                        principal, input["item"].get<std::string>(), quantity);
         const long id = row[0].as<long>();
         idem::Response response;
         response.status = 201;
@@ -94,7 +104,8 @@ idem::TransactionHandler create_order(const std::string& principal, const std::s
                                        {"quantity", quantity},
                                        {"created_at", row[1].as<std::string>()}}
                             .dump();
-        response.headers = {{"Content-Type", "application/json"}, {"Location", "/orders/" + std::to_string(id)}};
+        response.headers = {{"Content-Type", "application/json"},
+                            {"Location", "/orders/" + std::to_string(id)}};
         response.resource_id = std::to_string(id);
         return response;
     };
@@ -117,7 +128,8 @@ idem::TransactionHandler fail_once(const std::string& principal, const std::stri
     return [principal, key, create](pqxx::transaction_base& tx) -> idem::Response {
         idem::Response response = create(tx);
         if (response.status < 300 && first_run(principal, key))
-            return problem(500, "Internal error", "The request failed; it is safe to retry with the same key.");
+            return problem(500, "Internal error",
+                           "The request failed; it is safe to retry with the same key.");
         return response;
     };
 }
@@ -126,20 +138,24 @@ idem::TransactionHandler fail_once(const std::string& principal, const std::stri
 idem::TransactionHandler create_api_key(const std::string& principal, const std::string& body) {
     return [principal, body](pqxx::transaction_base& tx) -> idem::Response {
         nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
-        if (input.is_discarded() || !input.is_object() || !input.contains("name") || !input["name"].is_string() ||
-            input["name"].get<std::string>().empty())
+        if (input.is_discarded() || !input.is_object() || !input.contains("name") ||
+            !input["name"].is_string() || input["name"].get<std::string>().empty())
             return problem(400, "Invalid API key request",
                            "The body must be a JSON object with a non-empty \"name\" string.");
         pqxx::row row = idem::pq::exec1(
-            tx, "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
+            tx,
+            "INSERT INTO api_keys (principal, name) VALUES ($1, $2)"
             " RETURNING id, 'sk_' || replace(pg_catalog.gen_random_uuid()::text, '-', '')",
             principal, input["name"].get<std::string>());
         const long id = row[0].as<long>();
         idem::Response response;
         response.status = 201;
         response.body =
-            nlohmann::json{{"id", id}, {"name", input["name"]}, {"secret", row[1].as<std::string>()}}.dump();
-        response.headers = {{"Content-Type", "application/json"}, {"Location", "/api-keys/" + std::to_string(id)}};
+            nlohmann::json{
+                {"id", id}, {"name", input["name"]}, {"secret", row[1].as<std::string>()}}
+                .dump();
+        response.headers = {{"Content-Type", "application/json"},
+                            {"Location", "/api-keys/" + std::to_string(id)}};
         response.resource_id = std::to_string(id);
         response.one_time_secret = true;
         return response;
@@ -149,7 +165,8 @@ idem::TransactionHandler create_api_key(const std::string& principal, const std:
 std::string principal_of(const httplib::Request& request) {
     const std::string auth = request.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0) return auth.substr(prefix.size());
+    if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0)
+        return auth.substr(prefix.size());
     return {};
 }
 
@@ -161,7 +178,8 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         send(out, problem(401, "Unauthorized", "Send Authorization: Bearer <token>."));
         return;
     }
-    const int delay_ms = in.has_param("delay_ms") ? std::atoi(in.get_param_value("delay_ms").c_str()) : 0;
+    const int delay_ms =
+        in.has_param("delay_ms") ? std::atoi(in.get_param_value("delay_ms").c_str()) : 0;
     try {
         Worker& w = worker();
         if (route == Route::plain) {
@@ -177,11 +195,15 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         request.method = in.method;
         request.path = in.path;
         request.body = in.body;
-        idem::TransactionHandler handler = route == Route::api_key ? create_api_key(principal, in.body)
-                                                                   : create_order(principal, in.body, delay_ms);
-        if (route == Route::flaky && request.key) handler = fail_once(principal, *request.key, handler);
+        idem::TransactionHandler handler = route == Route::api_key
+                                               ? create_api_key(principal, in.body)
+                                               : create_order(principal, in.body, delay_ms);
+        if (route == Route::flaky && request.key)
+            handler = fail_once(principal, *request.key, handler);
         if (route == Route::classic)
-            send(out, w.client.handle(request, idem::Handler([&handler](pqxx::work& tx) { return handler(tx); })));
+            send(out, w.client.handle(request, idem::Handler([&handler](pqxx::work& tx) {
+                                          return handler(tx);
+                                      })));
         else
             send(out, w.client.handle(request, handler));
     } catch (const pqxx::broken_connection& e) {
@@ -192,7 +214,8 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         out.set_header("Retry-After", "1");
     } catch (const std::exception& e) {
         std::fprintf(stderr, "orders-service: %s\n", e.what());
-        send(out, problem(500, "Internal error", "The request failed; it is safe to retry with the same key."));
+        send(out, problem(500, "Internal error",
+                          "The request failed; it is safe to retry with the same key."));
     }
 }
 
@@ -210,10 +233,14 @@ int main(int argc, char** argv) {
     try {
         pqxx::connection setup(dsn);
         pqxx::work tx(setup);
-        tx.exec("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL, "
-                "item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
-        tx.exec("CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL, "
-                "name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
+        tx.exec(
+            "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL, "
+            "item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT "
+            "now())");
+        tx.exec(
+            "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT "
+            "NULL, "
+            "name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
         tx.commit();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "orders-service: cannot prepare the database: %s\n", e.what());
@@ -221,20 +248,28 @@ int main(int argc, char** argv) {
     }
 
     httplib::Server server;
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    server.new_task_queue = [threads] {
+        return new httplib::ThreadPool(static_cast<size_t>(threads));
+    };
     // Small responses must not wait for delayed ACKs (Nagle), and keep-alive
     // connections should not be closed every few requests.
     server.set_tcp_nodelay(true);
     server.set_keep_alive_max_count(1000);
-    server.Post("/orders", [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::idempotent); });
-    server.Post("/plain/orders",
-                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::plain); });
-    server.Post("/classic/orders",
-                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::classic); });
-    server.Post("/flaky/orders",
-                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::flaky); });
-    server.Post("/api-keys",
-                [](const httplib::Request& in, httplib::Response& out) { handle_order(in, out, Route::api_key); });
+    server.Post("/orders", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::idempotent);
+    });
+    server.Post("/plain/orders", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::plain);
+    });
+    server.Post("/classic/orders", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::classic);
+    });
+    server.Post("/flaky/orders", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::flaky);
+    });
+    server.Post("/api-keys", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::api_key);
+    });
     server.Get("/orders/count", [](const httplib::Request&, httplib::Response& out) {
         try {
             pqxx::nontransaction tx(worker().connection);
@@ -244,7 +279,9 @@ int main(int argc, char** argv) {
             send(out, problem(503, "Database unavailable", e.what()));
         }
     });
-    server.Get("/health", [](const httplib::Request&, httplib::Response& out) { out.set_content("ok", "text/plain"); });
+    server.Get("/health", [](const httplib::Request&, httplib::Response& out) {
+        out.set_content("ok", "text/plain");
+    });
     std::fprintf(stderr, "orders-service: listening on 127.0.0.1:%d\n", port);
     if (!server.listen("127.0.0.1", port)) {
         std::fprintf(stderr, "orders-service: cannot listen on port %d\n", port);

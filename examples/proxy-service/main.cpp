@@ -44,7 +44,8 @@ idem::LeaseRunner& runner() {
 using examples::send;
 
 // The external effect: one HTTP call upstream. Never cancelled once started.
-idem::Response call_upstream(const std::string& path, const std::string& query, const std::string& body) {
+idem::Response call_upstream(const std::string& path, const std::string& query,
+                             const std::string& body) {
     httplib::Client upstream("127.0.0.1", upstream_port);
     upstream.set_read_timeout(60, 0);
     auto result = upstream.Post((path + query).c_str(), body, "application/json");
@@ -110,7 +111,8 @@ int main(int argc, char** argv) {
     upstream.Post("/charge", [](const httplib::Request& in, httplib::Response& out) {
         const long call = ++upstream_calls;
         if (in.has_param("delay_ms"))
-            std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(in.get_param_value("delay_ms").c_str())));
+            std::this_thread::sleep_for(
+                std::chrono::milliseconds(std::atoi(in.get_param_value("delay_ms").c_str())));
         nlohmann::json body = nlohmann::json::parse(in.body, nullptr, false);
         nlohmann::json charge = {{"charge_id", "ch_" + std::to_string(call)},
                                  {"amount", body.is_object() ? body.value("amount", 0) : 0}};
@@ -118,19 +120,25 @@ int main(int argc, char** argv) {
         out.set_content(charge.dump(), "application/json");
     });
     upstream.Get("/calls", [](const httplib::Request&, httplib::Response& out) {
-        out.set_content(nlohmann::json{{"calls", upstream_calls.load()}}.dump(), "application/json");
+        out.set_content(nlohmann::json{{"calls", upstream_calls.load()}}.dump(),
+                        "application/json");
     });
     std::thread upstream_thread([&] { upstream.listen("127.0.0.1", upstream_port); });
 
     httplib::Server server;
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    server.new_task_queue = [threads] {
+        return new httplib::ThreadPool(static_cast<size_t>(threads));
+    };
     // Small responses must not wait for delayed ACKs (Nagle), and keep-alive
     // connections should not be closed every few requests.
     server.set_tcp_nodelay(true);
     server.set_keep_alive_max_count(1000);
     server.Post(R"(/v1/call/(.+))", proxy);
-    server.Get("/health", [](const httplib::Request&, httplib::Response& out) { out.set_content("ok", "text/plain"); });
-    std::fprintf(stderr, "proxy-service: listening on 127.0.0.1:%d, upstream on %d, lease %lld ms\n", port,
+    server.Get("/health", [](const httplib::Request&, httplib::Response& out) {
+        out.set_content("ok", "text/plain");
+    });
+    std::fprintf(stderr,
+                 "proxy-service: listening on 127.0.0.1:%d, upstream on %d, lease %lld ms\n", port,
                  upstream_port, static_cast<long long>(lease.count()));
     const bool ok = server.listen("127.0.0.1", port);
     upstream.stop();

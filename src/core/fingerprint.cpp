@@ -47,7 +47,8 @@ public:
     Digest finish() {
         Digest digest{};
         unsigned int length = 0;
-        if (EVP_DigestFinal_ex(context_.get(), digest.data(), &length) != 1 || length != digest.size())
+        if (EVP_DigestFinal_ex(context_.get(), digest.data(), &length) != 1 ||
+            length != digest.size())
             throw std::runtime_error("SHA-256 finalisation failed");
         return digest;
     }
@@ -63,7 +64,8 @@ Digest sha256(std::string_view data, InterruptProbe probe) {
     if (probe == nullptr || data.size() <= kHashChunk) {  // one call, as before
         Digest digest{};
         unsigned int length = 0;
-        if (EVP_Digest(data.data(), data.size(), digest.data(), &length, sha256_algorithm(), nullptr) != 1 ||
+        if (EVP_Digest(data.data(), data.size(), digest.data(), &length, sha256_algorithm(),
+                       nullptr) != 1 ||
             length != digest.size())
             throw std::runtime_error("SHA-256 computation failed");
         return digest;
@@ -93,21 +95,13 @@ void check_method(std::string_view method, InterruptProbe probe) {
 }
 
 void check_path(std::string_view path) {
-    if (path.find('\n') != std::string_view::npos) throw InvalidRequest("path contains a line feed");
+    if (path.find('\n') != std::string_view::npos)
+        throw InvalidRequest("path contains a line feed");
 }
 
-std::string canonical_body(std::optional<std::string_view> body, const std::vector<JsonPointer>& exclude,
-                           const CanonicalizeOptions& options) {
-    if (!body || body->empty()) return {};
-    std::string canonical;
-    JsonError error;
-    if (canonicalize(*body, canonical, error, options, &exclude)) return canonical;
-    if (error.code == JsonErrc::too_deep) throw JsonException(error);
-    return std::string(*body);
-}
-
-Digest fingerprint(std::string_view method, std::string_view path, std::optional<std::string_view> body,
-                   const std::vector<JsonPointer>& exclude, const CanonicalizeOptions& options) {
+Digest fingerprint(std::string_view method, std::string_view path,
+                   std::optional<std::string_view> body, const std::vector<JsonPointer>& exclude,
+                   const CanonicalizeOptions& options) {
     PointerList list;
     for (std::size_t i = 0; i < exclude.size(); ++i) {
         if (i % kPollItems == kPollItems - 1) check_interrupt(options.interrupt);
@@ -116,8 +110,9 @@ Digest fingerprint(std::string_view method, std::string_view path, std::optional
     return fingerprint_excluding(method, path, body, list, options);
 }
 
-Digest fingerprint_excluding(std::string_view method, std::string_view path, std::optional<std::string_view> body,
-                             const PointerList& exclude, const CanonicalizeOptions& options) {
+Digest fingerprint_excluding(std::string_view method, std::string_view path,
+                             std::optional<std::string_view> body, const PointerList& exclude,
+                             const CanonicalizeOptions& options) {
     const InterruptProbe probe = options.interrupt;
     check_method(method, probe);
     check_path(path);

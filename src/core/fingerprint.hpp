@@ -44,19 +44,12 @@ void check_method(std::string_view method, InterruptProbe probe = nullptr);
 /// Throws InvalidRequest if `path` holds a line feed (the field separator).
 void check_path(std::string_view path);
 
-/// The body that enters the digest: the RFC 8785 form when `body` is a JSON
-/// document that canonicalizes (valid UTF-8, no duplicate names, numbers in
-/// range), the raw bytes otherwise, and empty for an absent or empty body.
-/// Members named by `exclude` are removed first (JSON bodies only).
-///
-/// A JSON body nested deeper than options.max_depth throws JsonException
-/// rather than falling back to raw bytes: the digest must never depend on a
-/// configured limit.
-std::string canonical_body(std::optional<std::string_view> body,
-                           const std::vector<JsonPointer>& exclude = {},
-                           const CanonicalizeOptions& options = {});
-
-/// SHA-256( upper(method) || '\n' || path || '\n' || canonical_body(body) ).
+/// SHA-256( upper(method) || '\n' || path || '\n' || body ), the body in its
+/// RFC 8785 form when it is a JSON document that canonicalizes (valid UTF-8,
+/// no duplicate names, numbers in range) after the members named by `exclude`
+/// are removed, its raw bytes otherwise, and nothing when absent or empty. A
+/// JSON body nested deeper than options.max_depth throws JsonException rather
+/// than falling back to raw bytes: the digest must never depend on a limit.
 /// Throws InvalidRequest for a bad method or path (see check_method, check_path).
 /// With options.interrupt set, asks it while canonicalizing (see canonicalize)
 /// and before each kHashChunk bytes hashed; throws Interrupted when it fires.
@@ -66,7 +59,8 @@ Digest fingerprint(std::string_view method, std::string_view path,
                    const CanonicalizeOptions& options = {});
 
 /// fingerprint(), excluding by a PointerList (the form to use for many pointers).
-Digest fingerprint_excluding(std::string_view method, std::string_view path, std::optional<std::string_view> body,
-                             const PointerList& exclude, const CanonicalizeOptions& options = {});
+Digest fingerprint_excluding(std::string_view method, std::string_view path,
+                             std::optional<std::string_view> body, const PointerList& exclude,
+                             const CanonicalizeOptions& options = {});
 
 }  // namespace idem::core

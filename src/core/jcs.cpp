@@ -24,6 +24,7 @@
 // size (plus one number's worth), which bounds everything but numbers; those
 // check for room themselves.
 #include "jcs.hpp"
+#include "numbers.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -68,8 +69,7 @@ const char* Interrupted::what() const noexcept { return "interrupted"; }
 JsonPointer JsonPointer::parse(std::string_view text) {
     if (text.empty())
         throw std::invalid_argument("JSON pointer \"\" would exclude the whole document");
-    if (text.front() != '/')
-        throw std::invalid_argument("JSON pointer must start with '/'");
+    if (text.front() != '/') throw std::invalid_argument("JSON pointer must start with '/'");
     JsonPointer pointer;
     std::string token;
     for (std::size_t i = 1; i <= text.size(); ++i) {
@@ -101,8 +101,7 @@ void PointerList::end_token() {
 void PointerList::add(std::string_view text, InterruptProbe probe) {
     if (text.empty())
         throw std::invalid_argument("JSON pointer \"\" would exclude the whole document");
-    if (text.front() != '/')
-        throw std::invalid_argument("JSON pointer must start with '/'");
+    if (text.front() != '/') throw std::invalid_argument("JSON pointer must start with '/'");
     const std::size_t bytes = bytes_.size(), offsets = offsets_.size();
     try {
         for (std::size_t i = 1; i <= text.size(); ++i) {
@@ -135,90 +134,6 @@ void PointerList::add(const JsonPointer& pointer) {
         end_token();
     }
     first_token_.push_back(static_cast<std::uint32_t>(offsets_.size() - 1));
-}
-
-// ---------------------------------------------------------------------------
-// Numbers
-
-namespace {
-
-// Writes the decimal value (-)0.d1d2...dk × 10^n, given its significant digits
-// (k >= 1, no leading or trailing zero) in ECMAScript Number::toString's layout
-// (ECMA-262 section 6.1.6.1.20, steps 6 to 10); returns the end of the text.
-char* layout_decimal(char* out, bool negative, const char* digits, int k, int n) {
-    if (negative) *out++ = '-';
-    if (k <= n && n <= 21) {
-        std::memcpy(out, digits, k);
-        out += k;
-        std::memset(out, '0', n - k);
-        out += n - k;
-    } else if (0 < n && n <= 21) {
-        std::memcpy(out, digits, n);
-        out += n;
-        *out++ = '.';
-        std::memcpy(out, digits + n, k - n);
-        out += k - n;
-    } else if (-6 < n && n <= 0) {
-        *out++ = '0';
-        *out++ = '.';
-        std::memset(out, '0', -n);
-        out += -n;
-        std::memcpy(out, digits, k);
-        out += k;
-    } else {
-        *out++ = digits[0];
-        if (k > 1) {
-            *out++ = '.';
-            std::memcpy(out, digits + 1, k - 1);
-            out += k - 1;
-        }
-        *out++ = 'e';
-        *out++ = n - 1 >= 0 ? '+' : '-';
-        const unsigned e = static_cast<unsigned>(n - 1 >= 0 ? n - 1 : 1 - n);  // at most 324
-        if (e >= 100) *out++ = static_cast<char>('0' + e / 100);
-        if (e >= 10) *out++ = static_cast<char>('0' + e / 10 % 10);
-        *out++ = static_cast<char>('0' + e % 10);
-    }
-    return out;
-}
-
-}  // namespace
-
-std::size_t format_number(double value, char* buffer) noexcept {
-    if (value == 0) {  // both zeros
-        buffer[0] = '0';
-        return 1;
-    }
-    // Shortest round-trip digits (Ryu in libstdc++) as "[-]d[.ddd]e[+-]x",
-    // then ECMAScript's layout.
-    char sci[kMaxNumberChars];
-    auto res = std::to_chars(sci, sci + sizeof sci, value, std::chars_format::scientific);
-    const char* p = sci;
-    const char* const end = res.ptr;
-    const bool negative = *p == '-';
-    p += negative;
-    char digits[20];
-    digits[0] = *p++;
-    int k = 1;
-    if (*p == '.') {
-        ++p;
-        const char* e = static_cast<const char*>(std::memchr(p, 'e', static_cast<std::size_t>(end - p)));
-        std::memcpy(digits + 1, p, static_cast<std::size_t>(e - p));
-        k += static_cast<int>(e - p);
-        p = e;
-    }
-    ++p;  // 'e'
-    const bool negative_exponent = *p == '-';
-    ++p;  // to_chars always writes the exponent's sign
-    int exponent = 0;
-    for (; p < end; ++p) exponent = exponent * 10 + (*p - '0');
-    if (negative_exponent) exponent = -exponent;
-    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, exponent + 1) - buffer);
-}
-
-std::string format_number(double value) {
-    char buffer[kMaxNumberChars];
-    return std::string(buffer, format_number(value, buffer));
 }
 
 // ---------------------------------------------------------------------------
@@ -296,8 +211,8 @@ inline UnicodeEscape read_unicode_escape(const unsigned char* s, const unsigned 
     if (unit >= 0xDC00 && unit <= 0xDFFF) return {nullptr, 0, JsonErrc::lone_surrogate, s};
     if (unit < 0xD800 || unit > 0xDBFF) return {after, unit, JsonErrc::none, nullptr};
     std::uint32_t low;
-    if (end - after < 6 || after[0] != '\\' || after[1] != 'u' || !read_hex4(after + 2, end, low) || low < 0xDC00 ||
-        low > 0xDFFF)
+    if (end - after < 6 || after[0] != '\\' || after[1] != 'u' || !read_hex4(after + 2, end, low) ||
+        low < 0xDC00 || low > 0xDFFF)
         return {nullptr, 0, JsonErrc::lone_surrogate, s};
     return {after + 6, 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00), JsonErrc::none, nullptr};
 }
@@ -324,6 +239,28 @@ inline std::size_t utf8_sequence(const unsigned char* p, const unsigned char* en
         return cont(b) ? 4 : 0;
     }
     return 0;
+}
+
+// Validates the run of non-ASCII bytes at s, moving s past it: whole UTF-8
+// sequences up to the next ASCII byte or the end, each handed to
+// each_sequence(start, length) once valid (a copy, or nothing). False, with s
+// at the first byte that does not start a valid sequence, when one does not.
+// The one place where strings are checked for UTF-8 (names, values, rewritten
+// values).
+template <typename EachSequence>
+inline bool utf8_run(const unsigned char*& s, const unsigned char* end,
+                     EachSequence each_sequence) {
+    do {
+        const std::size_t n = utf8_sequence(s, end);
+        if (n == 0) return false;
+        each_sequence(s, n);
+        s += n;
+    } while (s < end && *s >= 0x80);
+    return true;
+}
+
+inline bool utf8_run(const unsigned char*& s, const unsigned char* end) {
+    return utf8_run(s, end, [](const unsigned char*, std::size_t) {});
 }
 
 inline char* put_utf8(char* out, std::uint32_t cp) {
@@ -414,8 +351,8 @@ struct Member {
     std::uint64_t out_pos;  // output offset of the name's opening quote
     std::uint32_t key_pos;  // offset of the unescaped name in the input or the arena
     std::uint32_t key_len;
-    std::uint32_t quote;    // input offset of the name's opening quote (error offsets)
-    std::uint8_t flags;     // StringFlags
+    std::uint32_t quote;  // input offset of the name's opening quote (error offsets)
+    std::uint8_t flags;   // StringFlags
 };
 
 // An open array or object.
@@ -434,13 +371,13 @@ struct Frame {
 // Buffers reused across calls on one thread, so that canonicalizing many small
 // documents does not pay for allocations each time (see release()).
 struct Scratch {
-    std::vector<Member> members;           // members of the open objects
-    std::vector<Frame> stack;              // the open containers
-    std::vector<MemberName> names;         // an object with many members being sorted
-    std::vector<std::uint32_t> excluded;   // the exclusion pointers' indexes, sorted by their tokens
-    std::vector<std::uint64_t> order;      // an object with many members: its sorted ordinals
-    std::string arena;                   // unescaped strings
-    std::string temp;                    // an object's text while its members are reordered
+    std::vector<Member> members;          // members of the open objects
+    std::vector<Frame> stack;             // the open containers
+    std::vector<MemberName> names;        // an object with many members being sorted
+    std::vector<std::uint32_t> excluded;  // the exclusion pointers' indexes, sorted by their tokens
+    std::vector<std::uint64_t> order;     // an object with many members: its sorted ordinals
+    std::string arena;                    // unescaped strings
+    std::string temp;                     // an object's text while its members are reordered
 
     void clear() {
         excluded.clear();
@@ -576,12 +513,14 @@ private:
     template <bool kPolled>
     bool parse_string(const unsigned char*& p, char*& w, bool name);
     template <bool kPolled>
-    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w,
-                                                    bool name);
+    __attribute__((noinline)) Pos parse_string_tail(const unsigned char* quote,
+                                                    const unsigned char* s, char* w, bool name);
     template <bool kPolled>
-    __attribute__((noinline)) Pos rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w);
+    __attribute__((noinline)) Pos rewrite_escaped_string(const unsigned char* quote,
+                                                         const unsigned char* s, char* w);
     template <bool kPolled>
-    __attribute__((noinline)) Pos parse_escaped_string(const unsigned char* quote, const unsigned char* s,
+    __attribute__((noinline)) Pos parse_escaped_string(const unsigned char* quote,
+                                                       const unsigned char* s,
                                                        std::uint8_t non_ascii, char* w);
     __attribute__((noinline)) Pos parse_number(const unsigned char* p, char* w);
     template <bool kPolled>
@@ -595,7 +534,8 @@ private:
 
     // The unescaped name of a member (in the input or the arena).
     std::string_view key_text(const Member& m) const {
-        const char* base = (m.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
+        const char* base =
+            (m.flags & kInArena) ? arena_.data() : reinterpret_cast<const char*>(in_);
         return {base + m.key_pos, m.key_len};
     }
 
@@ -670,7 +610,8 @@ inline const unsigned char* scan_plain(const unsigned char* s, const unsigned ch
 // scanned for the closing quote (an escape-free, well-formed string is its own
 // canonical form). Anything else continues out of line in parse_string_tail.
 template <bool kPolled>
-__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w, bool name) {
+__attribute__((always_inline)) inline bool Document::parse_string(const unsigned char*& p, char*& w,
+                                                                  bool name) {
     const unsigned char* const quote = p;
     const unsigned char* s = p + 1;
     char* const o = w;  // the string's output; o[s - quote] is where the byte at s goes
@@ -722,7 +663,8 @@ __attribute__((always_inline)) inline bool Document::parse_string(const unsigned
 // is, and hands over at the first escape: to parse_escaped_string for a member
 // name (which is needed unescaped), to rewrite_escaped_string for a value.
 template <bool kPolled>
-Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s, char* w, bool name) {
+Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsigned char* s,
+                                          char* w, bool name) {
     std::uint8_t non_ascii = 0;
     for (;;) {
         if constexpr (kPolled) {
@@ -745,11 +687,7 @@ Document::Pos Document::parse_string_tail(const unsigned char* quote, const unsi
         if (c < 0x20) return failed(JsonErrc::syntax, s);
         // Non-ASCII: validate whole sequences until the next ASCII byte.
         non_ascii = kNonAscii;
-        do {
-            std::size_t n = utf8_sequence(s, end_);
-            if (n == 0) return failed(JsonErrc::invalid_utf8, s);
-            s += n;
-        } while (s < end_ && *s >= 0x80);
+        if (!utf8_run(s, end_)) return failed(JsonErrc::invalid_utf8, s);
         s = scan_plain(s, end_);
     }
 }
@@ -809,7 +747,8 @@ char* write_escaped(char* w, std::string_view s) {
 inline char* put_short(char* w, std::string_view s, const char* limit) {
 #if defined(__SSE2__)
     if (s.size() <= 16 && limit - s.data() >= 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(w), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(w),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data())));
         return w + s.size();
     }
 #endif
@@ -840,11 +779,7 @@ Document::Pos Document::parse_escaped_string(const unsigned char* quote, const u
         const unsigned c = *s;
         if (c >= 0x80) {
             non_ascii = kNonAscii;
-            do {
-                std::size_t n = utf8_sequence(s, end_);
-                if (n == 0) return failed(JsonErrc::invalid_utf8, s);
-                s += n;
-            } while (s < end_ && *s >= 0x80);
+            if (!utf8_run(s, end_)) return failed(JsonErrc::invalid_utf8, s);
             continue;
         }
         arena_.append(reinterpret_cast<const char*>(run), static_cast<std::size_t>(s - run));
@@ -916,7 +851,8 @@ inline const unsigned char* copy_plain(const unsigned char* s, const unsigned ch
         o += 16;
     }
 #endif
-    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') *o++ = static_cast<char>(*s++);
+    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
+        *o++ = static_cast<char>(*s++);
     return s;
 }
 
@@ -929,7 +865,8 @@ inline const unsigned char* copy_plain(const unsigned char* s, const unsigned ch
 // [quote, s) was validated by the caller and is copied first; the output never
 // outgrows the input consumed (an escape is never replaced by more bytes).
 template <bool kPolled>
-Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const unsigned char* s, char* w) {
+Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const unsigned char* s,
+                                               char* w) {
     std::memcpy(w, quote, static_cast<std::size_t>(s - quote));
     char* o = w + (s - quote);
     for (;;) {
@@ -943,13 +880,12 @@ Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const
             return {s + 1, o};
         }
         if (c >= 0x80) {
-            do {
-                const std::size_t n = utf8_sequence(s, end_);
-                if (n == 0) return failed(JsonErrc::invalid_utf8, s);
-                for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<char>(s[i]);
-                o += n;
-                s += n;
-            } while (s < end_ && *s >= 0x80);
+            const bool valid =
+                utf8_run(s, end_, [&o](const unsigned char* sequence, std::size_t n) {
+                    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<char>(sequence[i]);
+                    o += n;
+                });
+            if (!valid) return failed(JsonErrc::invalid_utf8, s);
         } else if (c < 0x20) {
             return failed(JsonErrc::syntax, s);
         } else {  // a backslash
@@ -987,240 +923,15 @@ Document::Pos Document::rewrite_escaped_string(const unsigned char* quote, const
     }
 }
 
-// The canonical form of a number literal with at most 15 significant digits,
-// from its digits alone: such a literal is the shortest decimal that round-trips
-// to its double (DBL_DIG = 15: no other decimal of 15 or fewer digits reads as
-// the same double), so only ECMAScript's layout has to be applied ("1.50" ->
-// "1.5", "2.5E-3" -> "0.0025", "-0" -> "0", "6.02e23" -> "6.02e+23"). Writes
-// into buffer (kMaxNumberChars bytes) and returns the length; returns 0 when the
-// literal has more significant digits or its magnitude is near the ends of the
-// double range (where subnormals carry fewer digits and large values overflow),
-// which are left to the general path. The parts are the literal's integer digits,
-// fraction digits (possibly empty) and exponent (sign and digits, possibly empty).
-std::size_t rewrite_decimal(bool negative, const unsigned char* int_begin, const unsigned char* int_end,
-                            const unsigned char* frac_begin, const unsigned char* frac_end,
-                            const unsigned char* exp_begin, const unsigned char* exp_end, char* buffer) {
-    char digits[15];
-    int k = 0;
-    int zeros = 0;  // zeros seen since the last nonzero digit, written only if one follows
-    auto take = [&](const unsigned char* from, const unsigned char* to) {
-        for (; from < to; ++from) {
-            if (*from == '0') {
-                ++zeros;
-                continue;
-            }
-            if (k + zeros >= 15) return false;
-            for (; zeros > 0; --zeros) digits[k++] = '0';  // a few at most: no memset call
-            digits[k++] = static_cast<char>(*from);
-        }
-        return true;
-    };
-    long n;  // value = 0.digits × 10^n
-    if (*int_begin != '0') {
-        n = int_end - int_begin;
-        if (n > 400 || !take(int_begin, int_end)) return 0;
-    } else {
-        const unsigned char* first = frac_begin;
-        while (first < frac_end && *first == '0') ++first;
-        n = -(first - frac_begin);
-        frac_begin = first;
-    }
-    if (!take(frac_begin, frac_end)) return 0;
-    if (k == 0) {  // every zero, with any sign and exponent
-        buffer[0] = '0';
-        return 1;
-    }
-    if (exp_begin < exp_end) {
-        const bool negative_exponent = *exp_begin == '-';
-        exp_begin += *exp_begin == '-' || *exp_begin == '+';
-        long e = 0;
-        for (; exp_begin < exp_end && e < 100000; ++exp_begin) e = e * 10 + (*exp_begin - '0');
-        n += negative_exponent ? -e : e;
-    }
-    if (n < -300 || n > 300) return 0;
-    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
-}
-
-// 5^0 .. 5^27 (5^27 < 2^63).
-constexpr std::uint64_t kPowersOfFive[28] = {
-    1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull,
-    9765625ull, 48828125ull, 244140625ull, 1220703125ull, 6103515625ull, 30517578125ull,
-    152587890625ull, 762939453125ull, 3814697265625ull, 19073486328125ull, 95367431640625ull,
-    476837158203125ull, 2384185791015625ull, 11920928955078125ull, 59604644775390625ull,
-    298023223876953125ull, 1490116119384765625ull, 7450580596923828125ull,
-};
-
-constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
-
-// 10^0 .. 10^8.
-constexpr std::uint64_t kPowersOfTen[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
-
-// The value of the r (1 to 8) ASCII digits that end at `to`, from one 8-byte
-// load (the 8 - r bytes before them, which must be readable, are masked off):
-// the bytes become digit values (XOR with '0': no borrows), then neighbouring
-// values are merged into 2-, 4- and 8-digit values in wider and wider lanes.
-inline std::uint64_t digits_before(const unsigned char* to, int r) {
-    std::uint64_t x;
-    std::memcpy(&x, to - 8, 8);  // little-endian: the first digit is the low byte
-    x ^= 0x3030303030303030u;
-    x &= ~std::uint64_t{0} << (8 * (8 - r));
-    x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFu;
-    x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFu;
-    return (x * 10000 + (x >> 32)) & 0xFFFFFFFFu;
-}
-
-// Whether the decimal d × 10^q, with 16 or 17 significant digits (d has no
-// trailing zero; r is its last digit) and |q| <= 27, is exactly what Number::toString prints for
-// the double v it reads as (the shortest decimal that reads as v, the closest
-// to v among those). True when, with v's rounding interval approximated from
-// outside by v ± ulp/2 (the true lower half is narrower below a power of two):
-//   (1) d is the closest decimal of its length to v: v lies strictly between
-//       (d - 1/2) × 10^q and (d + 1/2) × 10^q, and
-//   (2) no shorter decimal reads as v: every decimal with fewer significant
-//       digits at this magnitude is a multiple of 10^(q+1), and the two around
-//       d × 10^q, (d / 10) × 10^(q+1) and (d / 10 + 1) × 10^(q+1), lie
-//       strictly outside v ± ulp/2 (so do the rest, beyond them).
-// v comes from fast_float's Eisel-Lemire step, exact whenever it decides; the
-// comparisons are exact, in 128-bit integers. False also when undecided (ties
-// included): the caller then reformats from the double.
-bool is_shortest_decimal(std::uint64_t d, std::uint64_t r, int q) {
-    __extension__ using u128 = unsigned __int128;
-    const auto v = fast_float::compute_float<fast_float::binary_format<double>>(q, d);
-    if (v.power2 <= 0) return false;  // undecided (or subnormal, which |q| <= 27 rules out)
-    // v = m × 2^e. Each test compares a × 2^(e-1) with b × 10^q / 2, that is
-    // a × 5^-q × 2^(e-q) with b when q < 0, a × 2^(e-q) with b × 5^q otherwise.
-    const std::uint64_t m = v.mantissa | (std::uint64_t{1} << 52);
-    const int e = v.power2 - 1075;
-    const std::uint64_t five = kPowersOfFive[q < 0 ? -q : q];
-    const int t = q - e;
-    if (q < 0 && t > 0 && t <= 58) {
-        // The usual case (a fraction), in units of 2^-t: with x = m × 5^-q,
-        // v = x, a unit of d is 2^t, ulp/2 is 5^-q / 2. With R = x - d × 2^t,
-        // u = R + 2^(t-1) and r the last digit of d, (1) is 0 < u < 2^t, and
-        // (2) is 2u + (2r - 1) × 2^t > 5^-q (v - ulp/2 above (d / 10) × 10^(q+1))
-        // and 2u + 5^-q < (21 - 2r) × 2^t (v + ulp/2 below (d / 10 + 1) × 10^(q+1)).
-        // x < 2^116 and d × 2^t < 2^115; R wraps when negative, and once it is
-        // known to fit in 64 bits, t <= 58 keeps everything else below 2^64.
-        const u128 big_r = static_cast<u128>(m) * five - (static_cast<u128>(d) << t);
-        const auto low = static_cast<std::uint64_t>(big_r);
-        if (static_cast<std::uint64_t>(big_r >> 64) != static_cast<std::uint64_t>(static_cast<std::int64_t>(low) >> 63))
-            return false;  // |R| >= 2^63: (1) fails
-        const std::uint64_t unit = std::uint64_t{1} << t;
-        const std::uint64_t u = low + (unit >> 1);
-        if (u - 1 >= unit - 1) return false;  // (1)
-        return 2 * u + (2 * r - 1) * unit > five && 2 * u + five < (21 - 2 * r) * unit;
-    }
-    const u128 f = q < 0 ? five : 1;  // left factor
-    const u128 g = q < 0 ? 1 : five;  // right factor
-    const u128 mf = static_cast<u128>(m) * f;
-    u128 below = 2 * mf - f, at = 2 * mf, above = 2 * mf + f;  // (2m - 1, 2m, 2m + 1) × f
-    const std::uint64_t shorter = d / 10;
-    u128 lo = static_cast<u128>(2 * d - 1) * g, hi = static_cast<u128>(2 * d + 1) * g;
-    u128 down = static_cast<u128>(20 * shorter) * g, up = static_cast<u128>(20 * (shorter + 1)) * g;
-    const int shift = -t;
-    if (shift > 0) {
-        if (shift > 126 || (above >> (127 - shift)) != 0) return false;
-        below <<= shift;
-        at <<= shift;
-        above <<= shift;
-    } else if (shift < 0) {
-        if (shift < -126 || (up >> (127 + shift)) != 0) return false;  // up is the largest right side
-        lo <<= -shift;
-        hi <<= -shift;
-        down <<= -shift;
-        up <<= -shift;
-    }
-    return lo < at && at < hi && down < below && above < up;
-}
-
-// The canonical form of a literal with 16 or more significant digits when its
-// digits (at most 17 of them once trailing zeros are dropped) are already the
-// canonical ones (see is_shortest_decimal): the digits laid out as
-// ECMAScript's Number::toString does. Writes into buffer (kMaxNumberChars
-// bytes) and returns the length, or returns 0 (the caller then reformats from
-// the double). Typically a double printed by another serializer.
-std::size_t keep_long_decimal(const unsigned char* input_begin, const unsigned char* input_end, bool negative,
-                              const unsigned char* int_begin, const unsigned char* int_end,
-                              const unsigned char* frac_begin, const unsigned char* frac_end,
-                              std::size_t frac_leading_zeros, const unsigned char* exp_begin,
-                              const unsigned char* exp_end, char* buffer) {
-    const long frac_digits = frac_end - frac_begin;
-    const bool has_exponent = exp_begin < exp_end;
-    const unsigned char* first = *int_begin == '0' ? frac_begin + frac_leading_zeros : int_begin;  // first significant digit
-    // Digits from first on, skipping the '.' if first is in the integer part.
-    const long k_all = first == int_begin ? (int_end - int_begin) + frac_digits : frac_end - first;
-    if (k_all > 19) return 0;  // d below 10^19 < 2^64
-    std::uint64_t d = 0;
-    // Too close to the input's start for word loads before the digits?
-    const bool bytewise = !kLittleEndian || int_begin - input_begin < 8;
-    auto take = [&](const unsigned char* from, const unsigned char* to) {
-        if (bytewise) {
-            for (; from < to; ++from) d = d * 10 + static_cast<unsigned>(*from - '0');
-            return;
-        }
-        for (; to - from > 8; from += 8) d = d * 100000000 + digits_before(from + 8, 8);
-        const int r = static_cast<int>(to - from);
-        if (r > 0) d = d * kPowersOfTen[r] + digits_before(to, r);
-    };
-    if (first == int_begin) {
-        take(int_begin, int_end);
-        take(frac_begin, frac_end);
-    } else {
-        take(first, frac_end);
-    }
-    int k = static_cast<int>(k_all);
-    long q = -frac_digits;  // value = d × 10^q
-    if (has_exponent) {
-        const bool negative_exponent = *exp_begin == '-';
-        exp_begin += *exp_begin == '-' || *exp_begin == '+';
-        if (exp_end - exp_begin > 4) return 0;
-        long x = 0;
-        for (; exp_begin < exp_end; ++exp_begin) x = x * 10 + (*exp_begin - '0');
-        q += negative_exponent ? -x : x;
-    }
-    const int k_literal = k;
-    const unsigned char last = frac_digits != 0 ? frac_end[-1] : int_end[-1];
-    while (last == '0' && d % 10 == 0 && d != 0) {
-        d /= 10;
-        --k;
-        ++q;
-    }
-    if (k < 16 || k > 17 || q < -27 || q > 27) return 0;
-    if (!is_shortest_decimal(d, k == k_literal ? last - '0' : d % 10, static_cast<int>(q))) return 0;
-    const long n = q + k;  // value = 0.digits × 10^n
-    if (k == k_literal && !has_exponent && n > -6) {
-        // [-]int[.frac] with no trailing zero, and ECMAScript's layout is plain
-        // notation too (n <= 21 as k <= 17): the literal is the canonical text.
-        const unsigned char* literal = int_begin - negative;
-        const auto len = static_cast<std::size_t>(exp_end - literal);  // no exponent: the literal ends there
-#if defined(__SSE2__)
-        if (input_end - literal >= 32) {  // at most 25 bytes; the output has kMaxNumberChars of room
-            const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal));
-            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(literal + 16));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(buffer), a);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(buffer + 16), b);
-            return len;
-        }
-#endif
-        (void)input_end;
-        std::memcpy(buffer, literal, len);
-        return len;
-    }
-    char digits[17];
-    for (int i = 0; i < k; ++first) {
-        if (*first != '.') digits[i++] = static_cast<char>(*first);
-    }
-    return static_cast<std::size_t>(layout_decimal(buffer, negative, digits, k, static_cast<int>(n)) - buffer);
-}
-
 // First byte at or after s that is not an ASCII digit, or end. Numbers in API
 // payloads are mostly 5 to 17 digits: one SSE2 block instead of a loop.
 inline const unsigned char* scan_digits(const unsigned char* s, const unsigned char* end) {
 #if defined(__SSE2__)
     while (end - s >= 16) {
         __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-        __m128i other = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),   // signed: also bytes >= 0x80
-                                     _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
+        __m128i other =
+            _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),  // signed: also bytes >= 0x80
+                         _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
         int mask = _mm_movemask_epi8(other);
         if (mask != 0) return s + __builtin_ctz(static_cast<unsigned>(mask));
         s += 16;
@@ -1262,7 +973,8 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
         frac_end = s;
         frac_digits = static_cast<std::size_t>(s - frac);
         if (frac_digits == 0) return failed(JsonErrc::syntax, s);
-        while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0') ++frac_leading_zeros;
+        while (frac_leading_zeros < frac_digits && frac[frac_leading_zeros] == '0')
+            ++frac_leading_zeros;
         frac_trailing_zero = s[-1] == '0';
     }
     const unsigned char* exp = s;  // the exponent's sign and digits: none unless 'e' follows
@@ -1276,7 +988,8 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
         if (s == exp_digits) return failed(JsonErrc::syntax, s);
     }
     const std::uint32_t len = static_cast<std::uint32_t>(s - start);
-    if (len >= kPollBytes) check_interrupt(options_.interrupt);  // a huge literal: the passes below are linear
+    if (len >= kPollBytes)
+        check_interrupt(options_.interrupt);  // a huge literal: the passes below are linear
 
     // Already canonical? With at most 15 significant digits the literal is the
     // shortest decimal that round-trips (DBL_DIG = 15), so only the layout
@@ -1286,8 +999,9 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
     if (!has_exponent && !frac_trailing_zero) {
         bool canonical;
         if (int_zero) {
-            canonical = frac_digits == 0 ? !negative
-                                         : (frac_leading_zeros <= 5 && frac_digits - frac_leading_zeros <= 15);
+            canonical = frac_digits == 0
+                            ? !negative
+                            : (frac_leading_zeros <= 5 && frac_digits - frac_leading_zeros <= 15);
         } else {
             canonical = int_digits + frac_digits <= 15;
         }
@@ -1300,25 +1014,32 @@ Document::Pos Document::parse_number(const unsigned char* p, char* w) {
 
     // Written directly into the output, which may be longer than the literal
     // ("1e21" -> "1e+21"): make room first.
-    if (static_cast<std::size_t>(cap_ - w) < kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack)
+    if (static_cast<std::size_t>(cap_ - w) <
+        kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack)
         w = grow(w, kMaxNumberChars + static_cast<std::size_t>(end_ - s) + kWriteSlack);
     // More than 15 significant digits and no trailing zero (typically a double
     // printed by another serializer) is never a rewrite: skip trying.
-    const std::size_t significant = int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
+    const std::size_t significant =
+        int_zero ? frac_digits - frac_leading_zeros : int_digits + frac_digits;
     const bool rewritable = significant <= 15 || frac_end[-1] == '0';
-    std::size_t n = rewritable ? rewrite_decimal(negative, int_begin, int_end, frac, frac_end, exp, s, w) : 0;
+    std::size_t n = rewritable ? numbers::rewrite_decimal(negative, int_begin, int_end, frac,
+                                                          frac_end, exp, s, w)
+                               : 0;
     if (n == 0 && significant >= 16)
-        n = keep_long_decimal(in_, end_, negative, int_begin, int_end, frac, frac_end, frac_leading_zeros, exp, s, w);
+        n = numbers::keep_long_decimal(in_, end_, negative, int_begin, int_end, frac, frac_end,
+                                       frac_leading_zeros, exp, s, w);
     if (n == 0) {
         double value = 0;
-        auto res = fast_float::from_chars(reinterpret_cast<const char*>(start), reinterpret_cast<const char*>(s), value);
+        auto res = fast_float::from_chars(reinterpret_cast<const char*>(start),
+                                          reinterpret_cast<const char*>(s), value);
         // fast_float 3 (bookworm) reports overflow as an infinite value; 6 and
         // later (trixie, forky) also set result_out_of_range, for underflow (0) too.
         if ((res.ec != std::errc() && res.ec != std::errc::result_out_of_range) ||
             res.ptr != reinterpret_cast<const char*>(s))
             return failed(JsonErrc::syntax, start);
-        if (!std::isfinite(value)) return failed(JsonErrc::number_overflow, start);  // underflow gives 0
-        n = format_number(value, w);
+        if (!std::isfinite(value))
+            return failed(JsonErrc::number_overflow, start);  // underflow gives 0
+        n = numbers::shortest_decimal(value, w);
     }
     return {s, w + n};
 }
@@ -1333,15 +1054,18 @@ __attribute__((always_inline)) inline bool copy_canonical_number(const unsigned 
 #if defined(__SSE2__)
     if (end - p < 16) return false;
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),  // signed: not bytes >= 0x80
-                                        _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
-    const unsigned non_digit = ~static_cast<unsigned>(_mm_movemask_epi8(digit));  // bit 16 and up set
+    const __m128i digit =
+        _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),  // signed: not bytes >= 0x80
+                      _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+    const unsigned non_digit =
+        ~static_cast<unsigned>(_mm_movemask_epi8(digit));  // bit 16 and up set
     const unsigned start = p[0] == '-';
     const unsigned int_end = static_cast<unsigned>(__builtin_ctz(non_digit & (~0u << start)));
     const unsigned int_digits = int_end - start;
     if (int_digits == 0 || int_end >= 16) return false;
     const bool int_zero = p[start] == '0';
-    if (int_zero && int_digits > 1) return false;  // a syntax error, reported by parse_number's caller
+    if (int_zero && int_digits > 1)
+        return false;  // a syntax error, reported by parse_number's caller
     unsigned number_end = int_end;
     unsigned frac_digits = 0;
     if (p[int_end] == '.') {
@@ -1350,7 +1074,8 @@ __attribute__((always_inline)) inline bool copy_canonical_number(const unsigned 
         frac_digits = number_end - frac_begin;
         if (frac_digits == 0 || number_end >= 16 || p[number_end - 1] == '0') return false;
         if (int_zero) {
-            const unsigned zeros = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('0'))));
+            const unsigned zeros =
+                static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('0'))));
             const unsigned leading = static_cast<unsigned>(__builtin_ctz(~zeros >> frac_begin));
             if (leading > 5 || frac_digits - leading > 15) return false;
         }
@@ -1375,7 +1100,8 @@ __attribute__((always_inline)) inline bool copy_canonical_number(const unsigned 
 // records the member in members_. Inline in the parser's loop, like
 // parse_string: a call per member costs more than the work it does.
 template <bool kPolled>
-__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p, char*& w) {
+__attribute__((always_inline)) inline bool Document::parse_member_name(const unsigned char*& p,
+                                                                       char*& w) {
     if (!(p < end_ && *p == '"')) {  // whitespace first: rare
         while (p < end_ && is_ws(*p)) ++p;
         if (p >= end_ || *p != '"') return fail(JsonErrc::syntax, p);
@@ -1386,8 +1112,10 @@ __attribute__((always_inline)) inline bool Document::parse_member_name(const uns
     const std::uint64_t prefix =
         (str_flags_ & kInArena)
             ? name_prefix({arena_.data() + str_pos_, str_len_}, arena_.data() + arena_.size())
-            : name_prefix({reinterpret_cast<const char*>(name), str_len_}, reinterpret_cast<const char*>(end_));
-    members_.push(Member{prefix, out_pos, str_pos_, str_len_, static_cast<std::uint32_t>(name - 1 - in_), str_flags_});
+            : name_prefix({reinterpret_cast<const char*>(name), str_len_},
+                          reinterpret_cast<const char*>(end_));
+    members_.push(Member{prefix, out_pos, str_pos_, str_len_,
+                         static_cast<std::uint32_t>(name - 1 - in_), str_flags_});
     if (!(p < end_ && *p == ':')) {
         while (p < end_ && is_ws(*p)) ++p;
         if (p >= end_ || *p != ':') return fail(JsonErrc::syntax, p);
@@ -1403,7 +1131,8 @@ inline char* copy_blocks(char* to, const char* from, std::size_t n) {
 #if defined(__SSE2__)
     std::size_t i = 0;
     do {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
         i += 16;
     } while (i < n);
 #else
@@ -1498,8 +1227,8 @@ char* Document::close_object(const Frame& frame, char* w) {
                 if (i % kPollItems == kPollItems - 1) check_interrupt(options_.interrupt);
             }
             const Member& m = first[i];
-            names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos, m.key_len,
-                                  static_cast<std::uint32_t>(i)};
+            names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos,
+                                  m.key_len, static_cast<std::uint32_t>(i)};
             flags |= m.flags;
         }
         if (kPolled && count > kPollItems) {
@@ -1512,7 +1241,8 @@ char* Document::close_object(const Frame& frame, char* w) {
                     return less(a, b);
                 };
             };
-            std::sort(names, names + count, polled((flags & kNonAscii) ? utf16_name_less : ascii_name_less));
+            std::sort(names, names + count,
+                      polled((flags & kNonAscii) ? utf16_name_less : ascii_name_less));
         } else if (flags & kNonAscii) {
             sort_names(names, count, utf16_name_less);
         } else {
@@ -1524,9 +1254,11 @@ char* Document::close_object(const Frame& frame, char* w) {
             }
             const MemberName& x = names[i - 1];
             const MemberName& y = names[i];
-            if (x.prefix == y.prefix && x.len == y.len && same_bytes({x.data, x.len}, {y.data, y.len})) {
+            if (x.prefix == y.prefix && x.len == y.len &&
+                same_bytes({x.data, x.len}, {y.data, y.len})) {
                 error_.code = JsonErrc::duplicate_name;
-                error_.offset = std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
+                error_.offset =
+                    std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
                 return nullptr;
             }
         }
@@ -1545,7 +1277,8 @@ char* Document::close_object(const Frame& frame, char* w) {
             const auto k = static_cast<std::size_t>(keys[i] & mask);
             if (first[k].flags & kRemoved) continue;
             const std::uint64_t from = first[k].out_pos;
-            t = copy_blocks(t, base_ + from, static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
+            t = copy_blocks(t, base_ + from,
+                            static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
             *t++ = ',';
             if constexpr (kPolled) {
                 if (static_cast<std::size_t>(t - begin) >= poll_at) {
@@ -1587,7 +1320,8 @@ void Document::prepare_exclusions() {
 // Orders pointers a and b of `list` by their tokens from `depth` on (the
 // tokens before are equal): <0, 0 or >0. A pointer that ends sorts before its
 // continuations.
-inline int compare_tokens_at(const PointerList& list, std::uint32_t a, std::uint32_t b, std::size_t depth) {
+inline int compare_tokens_at(const PointerList& list, std::uint32_t a, std::uint32_t b,
+                             std::size_t depth) {
     const bool a_ends = list.token_count(a) <= depth;
     const bool b_ends = list.token_count(b) <= depth;
     if (a_ends || b_ends) return static_cast<int>(b_ends) - static_cast<int>(a_ends);
@@ -1611,7 +1345,8 @@ void Document::sort_exclusions() {
     excluded_.reserve(list.size());
     for (std::size_t i = 0; i < list.size(); ++i) {
         if (i % kPollItems == kPollItems - 1) check_interrupt(probe);
-        if (list.token_count(i) != 0) excluded_.push_back(static_cast<std::uint32_t>(i));  // none: excludes nothing
+        if (list.token_count(i) != 0)
+            excluded_.push_back(static_cast<std::uint32_t>(i));  // none: excludes nothing
     }
     std::uint32_t* const a = excluded_.data();
     struct Part {
@@ -1632,7 +1367,8 @@ void Document::sort_exclusions() {
                     std::size_t hole = i;
                     for (; hole > part.begin; --hole) {
                         const std::uint32_t other = a[hole - 1];
-                        const std::size_t longer = std::max(list.token_count(value), list.token_count(other));
+                        const std::size_t longer =
+                            std::max(list.token_count(value), list.token_count(other));
                         int c = 0;
                         for (std::size_t d = part.depth; c == 0 && d < longer; ++d)
                             c = compare_tokens_at(list, value, other, d);
@@ -1660,7 +1396,8 @@ void Document::sort_exclusions() {
             }
             if (lt - part.begin > 1) parts.push_back({part.begin, lt, part.depth});
             if (part.end - gt > 1) parts.push_back({gt, part.end, part.depth});
-            if (list.token_count(pivot) <= part.depth || gt - lt < 2) break;  // the equal part ended, or is one
+            if (list.token_count(pivot) <= part.depth || gt - lt < 2)
+                break;  // the equal part ended, or is one
             part = {lt, gt, part.depth + 1};
         }
     }
@@ -1671,20 +1408,20 @@ void Document::sort_exclusions() {
 // returns true when one of them ends there (the value is excluded, and nothing
 // below it needs looking at), else leaves those that continue below it as the
 // pending range (empty when there are none).
-bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth, std::string_view token) {
+bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth,
+                       std::string_view token) {
     const PointerList& list = *exclude_;
     const std::uint32_t* const data = excluded_.data();
     const std::uint32_t* const lo = std::lower_bound(
-        data + begin, data + end, token, [&list, depth](std::uint32_t t, std::string_view v) {
-            return list.token(t, depth) < v;
-        });
+        data + begin, data + end, token,
+        [&list, depth](std::uint32_t t, std::string_view v) { return list.token(t, depth) < v; });
     const std::uint32_t* const hi = std::upper_bound(
-        lo, data + end, token, [&list, depth](std::string_view v, std::uint32_t t) {
-            return v < list.token(t, depth);
-        });
+        lo, data + end, token,
+        [&list, depth](std::string_view v, std::uint32_t t) { return v < list.token(t, depth); });
     pending_begin_ = pending_end_ = 0;
     if (lo == hi) return false;
-    if (list.token_count(*lo) == depth + 1) return true;  // the shortest sorts first: a pointer ends here
+    if (list.token_count(*lo) == depth + 1)
+        return true;  // the shortest sorts first: a pointer ends here
     pending_begin_ = static_cast<std::uint32_t>(lo - data);
     pending_end_ = static_cast<std::uint32_t>(hi - data);
     return false;
@@ -1695,7 +1432,8 @@ bool Document::descend(std::uint32_t begin, std::uint32_t end, std::size_t depth
 // the pointers that continue below it pending for its value.
 void Document::descend_member(const Frame& frame) {
     Member& member = members_.back();
-    if (descend(frame.match_begin, frame.match_end, stack_.size() - 1, key_text(member))) member.flags |= kRemoved;
+    if (descend(frame.match_begin, frame.match_end, stack_.size() - 1, key_text(member)))
+        member.flags |= kRemoved;
 }
 
 // The element of the array `frame` about to be parsed (at frame.index), which
@@ -1748,10 +1486,12 @@ bool Document::run_pass(JsonError& error) {
     bool drop = false;
     std::uint64_t mark = 0;
     // Compact JSON has no whitespace: one compare rejects every token byte.
-    auto skip_ws = [&] { while (p < end_ && *p <= ' ' && is_ws(*p)) ++p; };
+    auto skip_ws = [&] {
+        while (p < end_ && *p <= ' ' && is_ws(*p)) ++p;
+    };
     // The start of an element of the array on top of the stack: its comma and
     // its exclusion (the element's index is frame.index).
-    auto start_element = [&](Frame& frame) __attribute__((always_inline)) {
+    auto start_element = [&](Frame & frame) __attribute__((always_inline)) {
         const auto before = static_cast<std::uint64_t>(w - base_);
         if (frame.kept++ != 0) *w++ = ',';
         if (frame.match_begin != frame.match_end) {
@@ -1760,7 +1500,7 @@ bool Document::run_pass(JsonError& error) {
         }
     };
     // The start of a member of the object on top of the stack.
-    auto start_member = [&](Frame& frame) __attribute__((always_inline)) {
+    auto start_member = [&](Frame & frame) __attribute__((always_inline)) {
         if (!parse_member_name<kPolled>(p, w)) return false;
         if (frame.match_begin != frame.match_end) descend_member(frame);
         return true;
@@ -1777,62 +1517,63 @@ bool Document::run_pass(JsonError& error) {
         return p < end_ ? static_cast<int>(*p) : -1;
     };
 
-value:  // a value starts at p (after whitespace)
-    {
-        if constexpr (kPolled) {
-            if (p >= poll_at_) poll(p);
+value :  // a value starts at p (after whitespace)
+{
+    if constexpr (kPolled) {
+        if (p >= poll_at_) poll(p);
+    }
+    const int c = next_byte();
+    if (c == '"') {
+        if (!parse_string<kPolled>(p, w, false)) goto failed;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (!copy_canonical_number(p, w, end_)) {
+            const Pos next = parse_number(p, w);
+            if (next.p == nullptr) goto failed;
+            p = next.p;
+            w = next.w;
         }
-        const int c = next_byte();
-        if (c == '"') {
-            if (!parse_string<kPolled>(p, w, false)) goto failed;
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            if (!copy_canonical_number(p, w, end_)) {
-                const Pos next = parse_number(p, w);
-                if (next.p == nullptr) goto failed;
-                p = next.p;
-                w = next.w;
-            }
-        } else if (c == '{' || c == '[') {
-            if (stack_.size() >= options_.max_depth) {
-                fail(JsonErrc::too_deep, p);
-                goto failed;
-            }
-            *w++ = static_cast<char>(c);
-            stack_.push(Frame{static_cast<std::uint64_t>(w - base_), mark,
-                              static_cast<std::uint32_t>(members_.size()), 0, 0, pending_begin_, pending_end_,
-                              c == '{', drop});
-            drop = false;
-            ++p;
-            Frame& frame = stack_.back();
-            if (next_byte() == (c == '{' ? '}' : ']')) goto after_value;  // empty: closed there
-            if (c == '{') {
-                if (!start_member(frame)) goto failed;  // the first member's
-            } else {
-                start_element(frame);
-            }
-            goto value;
-        } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
-            std::memcpy(w, "true", 4);
-            w += 4;
-            p += 4;
-        } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' && p[4] == 'e') {
-            std::memcpy(w, "false", 5);
-            w += 5;
-            p += 5;
-        } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
-            std::memcpy(w, "null", 4);
-            w += 4;
-            p += 4;
-        } else {
-            fail(JsonErrc::syntax, p);  // also at the end of the input
+    } else if (c == '{' || c == '[') {
+        if (stack_.size() >= options_.max_depth) {
+            fail(JsonErrc::too_deep, p);
             goto failed;
         }
-        if (drop) {  // an excluded array element
-            w = base_ + mark;
-            --stack_.back().kept;
-            drop = false;
+        *w++ = static_cast<char>(c);
+        stack_.push(Frame{static_cast<std::uint64_t>(w - base_), mark,
+                          static_cast<std::uint32_t>(members_.size()), 0, 0, pending_begin_,
+                          pending_end_, c == '{', drop});
+        drop = false;
+        ++p;
+        Frame& frame = stack_.back();
+        if (next_byte() == (c == '{' ? '}' : ']')) goto after_value;  // empty: closed there
+        if (c == '{') {
+            if (!start_member(frame)) goto failed;  // the first member's
+        } else {
+            start_element(frame);
         }
+        goto value;
+    } else if (c == 't' && end_ - p >= 4 && p[1] == 'r' && p[2] == 'u' && p[3] == 'e') {
+        std::memcpy(w, "true", 4);
+        w += 4;
+        p += 4;
+    } else if (c == 'f' && end_ - p >= 5 && p[1] == 'a' && p[2] == 'l' && p[3] == 's' &&
+               p[4] == 'e') {
+        std::memcpy(w, "false", 5);
+        w += 5;
+        p += 5;
+    } else if (c == 'n' && end_ - p >= 4 && p[1] == 'u' && p[2] == 'l' && p[3] == 'l') {
+        std::memcpy(w, "null", 4);
+        w += 4;
+        p += 4;
+    } else {
+        fail(JsonErrc::syntax, p);  // also at the end of the input
+        goto failed;
     }
+    if (drop) {  // an excluded array element
+        w = base_ + mark;
+        --stack_.back().kept;
+        drop = false;
+    }
+}
 
 after_value:  // a value is complete: close containers or move to the next value
     while (!stack_.empty()) {
@@ -1885,8 +1626,9 @@ namespace {
 
 // Both canonicalize() overloads end here: the one place the pass is inlined
 // into (it is too large to be inlined twice), with no cleanup around it.
-__attribute__((noinline)) bool run_document(std::string_view json, std::string& out, JsonError& error,
-                                            const CanonicalizeOptions& options, const PointerList* exclude) {
+__attribute__((noinline)) bool run_document(std::string_view json, std::string& out,
+                                            JsonError& error, const CanonicalizeOptions& options,
+                                            const PointerList* exclude) {
     thread_local Scratch scratch;
     Document document(json, options, exclude, scratch, out);
     const bool ok = document.run(error);  // releases the scratch itself when interrupted
@@ -1895,7 +1637,8 @@ __attribute__((noinline)) bool run_document(std::string_view json, std::string& 
 }
 
 // canonicalize() with a vector of pointers: converts them to a PointerList.
-__attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std::string& out, JsonError& error,
+__attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std::string& out,
+                                                      JsonError& error,
                                                       const CanonicalizeOptions& options,
                                                       const std::vector<JsonPointer>& exclude) {
     PointerList list;
@@ -1910,12 +1653,13 @@ __attribute__((noinline)) bool canonicalize_excluding(std::string_view json, std
 
 bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const CanonicalizeOptions& options, const std::vector<JsonPointer>* exclude) {
-    if (exclude != nullptr && !exclude->empty()) return canonicalize_excluding(json, out, error, options, *exclude);
+    if (exclude != nullptr && !exclude->empty())
+        return canonicalize_excluding(json, out, error, options, *exclude);
     return run_document(json, out, error, options, nullptr);
 }
 
-bool canonicalize(std::string_view json, std::string& out, JsonError& error, const CanonicalizeOptions& options,
-                  const PointerList& exclude) {
+bool canonicalize(std::string_view json, std::string& out, JsonError& error,
+                  const CanonicalizeOptions& options, const PointerList& exclude) {
     return run_document(json, out, error, options, &exclude);
 }
 

@@ -119,7 +119,9 @@ public:
     /// True when no pointer was added.
     bool empty() const noexcept { return size() == 0; }
     /// Number of tokens of pointer `i`.
-    std::size_t token_count(std::size_t i) const noexcept { return first_token_[i + 1] - first_token_[i]; }
+    std::size_t token_count(std::size_t i) const noexcept {
+        return first_token_[i + 1] - first_token_[i];
+    }
     /// Token `j` of pointer `i`, unescaped.
     std::string_view token(std::size_t i, std::size_t j) const noexcept {
         const std::size_t k = first_token_[i] + j;
@@ -129,9 +131,10 @@ public:
 private:
     void end_token();
 
-    std::string bytes_;                          // the tokens, back to back
-    std::vector<std::uint32_t> offsets_{0};      // token k is bytes_[offsets_[k], offsets_[k + 1])
-    std::vector<std::uint32_t> first_token_{0};  // pointer i has tokens [first_token_[i], first_token_[i + 1])
+    std::string bytes_;                      // the tokens, back to back
+    std::vector<std::uint32_t> offsets_{0};  // token k is bytes_[offsets_[k], offsets_[k + 1])
+    std::vector<std::uint32_t> first_token_{
+        0};  // pointer i has tokens [first_token_[i], first_token_[i + 1])
 };
 
 /// Writes the RFC 8785 canonical form of `json` into `out`, replacing its content.
@@ -149,8 +152,8 @@ bool canonicalize(std::string_view json, std::string& out, JsonError& error,
                   const std::vector<JsonPointer>* exclude = nullptr);
 
 /// The same, excluding by a PointerList (the form to use for many pointers).
-bool canonicalize(std::string_view json, std::string& out, JsonError& error, const CanonicalizeOptions& options,
-                  const PointerList& exclude);
+bool canonicalize(std::string_view json, std::string& out, JsonError& error,
+                  const CanonicalizeOptions& options, const PointerList& exclude);
 
 /// Convenience form: returns the canonical text or throws JsonException.
 std::string canonicalize(std::string_view json, const CanonicalizeOptions& options = {});

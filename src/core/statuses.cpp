@@ -16,9 +16,11 @@ bool parse_status_list(std::string_view text, StatusTable& table) noexcept {
         auto is_x = [](char c) { return c == 'x' || c == 'X'; };
         auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
         if (is_x(entry[1]) && is_x(entry[2])) {
-            for (int s = hundreds; s < hundreds + 100; ++s) table[static_cast<std::size_t>(s - 100)] = true;
+            for (int s = hundreds; s < hundreds + 100; ++s)
+                table[static_cast<std::size_t>(s - 100)] = true;
         } else if (is_digit(entry[1]) && is_digit(entry[2])) {
-            table[static_cast<std::size_t>(hundreds + (entry[1] - '0') * 10 + (entry[2] - '0') - 100)] = true;
+            table[static_cast<std::size_t>(hundreds + (entry[1] - '0') * 10 + (entry[2] - '0') -
+                                           100)] = true;
         } else {
             return false;
         }

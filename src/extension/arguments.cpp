@@ -20,7 +20,8 @@ namespace {
 
 [[noreturn]] void invalid(const char* message, const char* detail = nullptr) {
     if (detail != nullptr)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", message), errdetail("%s", detail)));
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", message),
+                        errdetail("%s", detail)));
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", message)));
     pg_unreachable();
 }
@@ -29,13 +30,15 @@ namespace {
 // answer 400 for exactly these and treat every 22023 as its own bug.
 [[noreturn]] void malformed_key(const char* message, const char* detail = nullptr) {
     if (detail != nullptr)
-        ereport(ERROR,
-                (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION), errmsg("%s", message), errdetail("%s", detail)));
+        ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION), errmsg("%s", message),
+                        errdetail("%s", detail)));
     ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION), errmsg("%s", message)));
     pg_unreachable();
 }
 
-bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool is_hex(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
 
 void check_action(text* action) {
     if (VARSIZE_ANY_EXHDR(action) == 0) invalid("action must not be empty");
@@ -44,13 +47,15 @@ void check_action(text* action) {
 
 void check_fingerprint(bytea* fingerprint) {
     if (VARSIZE_ANY_EXHDR(fingerprint) != 32)
-        invalid("fingerprint must be 32 bytes (SHA-256)", "Compute it with idempotency.fingerprint().");
+        invalid("fingerprint must be 32 bytes (SHA-256)",
+                "Compute it with idempotency.fingerprint().");
 }
 
 // Microseconds of an interval (a month counts 30 days), saturated to the int64
 // range so that no interval, however extreme, overflows.
 int64 interval_usecs(const Interval* span) {
-    const __int128 usecs = static_cast<__int128>(span->time) + static_cast<__int128>(span->day) * USECS_PER_DAY +
+    const __int128 usecs = static_cast<__int128>(span->time) +
+                           static_cast<__int128>(span->day) * USECS_PER_DAY +
                            static_cast<__int128>(span->month) * DAYS_PER_MONTH * USECS_PER_DAY;
     if (usecs > PG_INT64_MAX) return PG_INT64_MAX;
     if (usecs < PG_INT64_MIN) return PG_INT64_MIN;
@@ -70,26 +75,104 @@ int status_argument(FunctionCallInfo fcinfo, int arg) {
     return status;
 }
 
+// An RFC 9110 field name: a token (tchar: ALPHA, DIGIT and !#$%&'*+-.^_`|~).
+bool is_token(const char* name, int length) {
+    if (length == 0) return false;
+    for (int i = 0; i < length; ++i) {
+        const unsigned char c = static_cast<unsigned char>(name[i]);
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", c) != nullptr) ||
+            c == '\0')
+            return false;
+    }
+    return true;
+}
+
+// A field value that can be replayed as it was: no CR, LF or NUL (which would
+// split or end the header line).
+bool is_field_value(const char* value, int length) {
+    for (int i = 0; i < length; ++i)
+        if (value[i] == '\r' || value[i] == '\n' || value[i] == '\0') return false;
+    return true;
+}
+
+void check_header(const JsonbValue& name, const JsonbValue& value) {
+    if (name.type != jbvString || !is_token(name.val.string.val, name.val.string.len))
+        invalid("header names must be RFC 9110 tokens",
+                "A name is letters, digits and !#$%&'*+-.^_`|~.");
+    if (value.type != jbvString || !is_field_value(value.val.string.val, value.val.string.len))
+        invalid("header values must be strings without CR, LF or NUL");
+}
+
+// Headers are a JSON object of name to value, or (to keep their order and
+// repeated names such as Set-Cookie and Link) an array of [name, value] pairs.
 void check_headers(FunctionCallInfo fcinfo, int arg) {
     if (!argument_given(fcinfo, arg)) return;
     Jsonb* headers = PG_GETARG_JSONB_P(arg);
-    if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-        invalid("headers must be a JSON object of header name to value");
+    if (JB_ROOT_IS_SCALAR(headers) || !(JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_ARRAY(headers)))
+        invalid(
+            "headers must be a JSON object of name to value or an array of [name, value] pairs");
+    const bool pairs = JB_ROOT_IS_ARRAY(headers);
+    JsonbIterator* it = JsonbIteratorInit(&headers->root);
+    JsonbValue token;
+    JsonbValue name;
+    JsonbValue pair[2];
+    int depth = 0;
+    int in_pair = 0;
+    uint32 seen = 0;
+    JsonbIteratorToken kind;
+    while ((kind = JsonbIteratorNext(&it, &token, false)) != WJB_DONE) {
+        if ((++seen & 1023) == 0) CHECK_FOR_INTERRUPTS();
+        switch (kind) {
+            case WJB_BEGIN_ARRAY:
+            case WJB_BEGIN_OBJECT:
+                ++depth;
+                if (depth == 2 && pairs && kind == WJB_BEGIN_ARRAY) {
+                    in_pair = 0;
+                    break;
+                }
+                if (depth > 1)
+                    invalid(
+                        "headers must be a JSON object of name to value or an array of [name, "
+                        "value] pairs");
+                break;
+            case WJB_END_ARRAY:
+            case WJB_END_OBJECT:
+                if (depth == 2) {
+                    if (in_pair != 2) invalid("each header must be a [name, value] pair");
+                    check_header(pair[0], pair[1]);
+                }
+                --depth;
+                break;
+            case WJB_KEY: name = token; break;
+            case WJB_VALUE: check_header(name, token); break;
+            case WJB_ELEM:
+                if (depth != 2) invalid("each header must be a [name, value] pair");
+                if (in_pair >= 2) invalid("each header must be a [name, value] pair");
+                pair[in_pair++] = token;
+                break;
+            default: break;
+        }
+    }
 }
 
 }  // namespace
 
-bool argument_given(FunctionCallInfo fcinfo, int arg) { return arg >= 0 && PG_NARGS() > arg && !PG_ARGISNULL(arg); }
+bool argument_given(FunctionCallInfo fcinfo, int arg) {
+    return arg >= 0 && PG_NARGS() > arg && !PG_ARGISNULL(arg);
+}
 
 void require_arguments(FunctionCallInfo fcinfo, int count, const char* names) {
     for (int i = 0; i < count; ++i)
         if (PG_ARGISNULL(i))
-            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be null", names)));
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("%s must not be null", names)));
 }
 
 Request request_arguments(FunctionCallInfo fcinfo) {
     require_arguments(fcinfo, 4, "principal, key, action and fingerprint");
-    Request request{PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2), PG_GETARG_BYTEA_PP(3)};
+    Request request{PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2),
+                    PG_GETARG_BYTEA_PP(3)};
     check_principal(request.principal);
     check_key(request.key);
     check_action(request.action);
@@ -102,24 +185,30 @@ void check_key(text* key) {
     const int length = VARSIZE_ANY_EXHDR(key);
     if (length == 0) malformed_key("idempotency key must not be empty");
     if (length > max_key_length)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-                        errmsg("idempotency key is %d bytes long, longer than idempotency.max_key_length (%d)",
-                               length, max_key_length)));
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+             errmsg("idempotency key is %d bytes long, longer than idempotency.max_key_length (%d)",
+                    length, max_key_length)));
     const bool utf8 = GetDatabaseEncoding() == PG_UTF8;
     for (int i = 0; i < length; ++i) {
         unsigned char c = static_cast<unsigned char>(p[i]);
         // C0 controls, DEL, and the C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F).
-        const bool c1 = utf8 && c == 0xc2 && i + 1 < length && static_cast<unsigned char>(p[i + 1]) < 0xa0;
-        if (c < 0x20 || c == 0x7f || c1) malformed_key("idempotency key must not contain control characters");
+        const bool c1 =
+            utf8 && c == 0xc2 && i + 1 < length && static_cast<unsigned char>(p[i + 1]) < 0xa0;
+        if (c < 0x20 || c == 0x7f || c1)
+            malformed_key("idempotency key must not contain control characters");
     }
     if (key_format == kKeyFormatAny) return;
     bool ok = length == 36;
-    for (int i = 0; ok && i < 36; ++i) ok = (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : is_hex(p[i]);
+    for (int i = 0; ok && i < 36; ++i)
+        ok = (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : is_hex(p[i]);
     if (!ok)
         malformed_key("idempotency key is not a UUID",
                       "idempotency.key_format requires the form 8-4-4-4-12 hexadecimal digits.");
     if (key_format == kKeyFormatUuidV7 && (p[14] != '7' || strchr("89abAB", p[19]) == nullptr))
-        malformed_key("idempotency key is not a version 7 UUID", "idempotency.key_format is uuidv7.");
+        malformed_key("idempotency key is not a version 7 UUID",
+                      "idempotency.key_format is uuidv7.");
 }
 
 // An empty principal is refused: it is what an unauthenticated request turns
@@ -127,8 +216,9 @@ void check_key(text* key) {
 // share one key space. Single-tenant applications pass a constant.
 void check_principal(text* principal) {
     if (VARSIZE_ANY_EXHDR(principal) == 0)
-        invalid("principal must not be empty", "Pass the authenticated user, API key or tenant; a constant such as "
-                                               "'default' for a single-tenant application.");
+        invalid("principal must not be empty",
+                "Pass the authenticated user, API key or tenant; a constant such as "
+                "'default' for a single-tenant application.");
     if (VARSIZE_ANY_EXHDR(principal) > 1024) invalid("principal must be at most 1024 bytes long");
     check_principal_binding(principal);
 }
@@ -141,31 +231,42 @@ void check_principal_binding(text* principal) {
     const char* role = GetUserNameFromId(GetOuterUserId(), false);
     const size_t length = VARSIZE_ANY_EXHDR(principal);
     if (strlen(role) != length || memcmp(role, VARDATA_ANY(principal), length) != 0)
-        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg("principal is not the calling role"),
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("principal is not the calling role"),
                         errdetail("idempotency.principal_binding is current_user."),
                         errhint("Connect (or SET ROLE) as the role whose name is the principal.")));
 }
 
-// The setting's own maximum: any larger ttl would only push expires_at
-// towards the end of the timestamp range.
-Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
-    if (!argument_given(fcinfo, arg)) return interval_of_usecs(static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC);
-    Interval ttl = *PG_GETARG_INTERVAL_P(arg);
-    const int64 usecs = interval_usecs(&ttl);
-    if (usecs <= 0 || usecs > static_cast<int64>(kMaxTtlSeconds) * USECS_PER_SEC)
-        invalid("ttl must be more than 0 and at most 366 days");
-    return ttl;
+// A duration argument, or `default_usecs` when absent; 22023 with `message`
+// outside (min_usecs, max_usecs] (min inclusive when `min_inclusive`). The
+// one check behind ttl and lease.
+Interval duration_argument(FunctionCallInfo fcinfo, int arg, int64 default_usecs, int64 min_usecs,
+                           bool min_inclusive, int64 max_usecs, const char* message,
+                           const char* detail) {
+    if (!argument_given(fcinfo, arg)) return interval_of_usecs(default_usecs);
+    Interval span = *PG_GETARG_INTERVAL_P(arg);
+    const int64 usecs = interval_usecs(&span);
+    if ((min_inclusive ? usecs < min_usecs : usecs <= min_usecs) || usecs > max_usecs)
+        invalid(message, detail);
+    return span;
 }
 
-// The floor is one a renewer can keep: clients renew every third of the
-// lease but never more often than every 50 ms.
+// The ttl: the setting's own maximum (any larger ttl would only push
+// expires_at towards the end of the timestamp range).
+Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
+    return duration_argument(fcinfo, arg, static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC, 0,
+                             false, static_cast<int64>(kMaxTtlSeconds) * USECS_PER_SEC,
+                             "ttl must be more than 0 and at most 366 days", nullptr);
+}
+
+// The lease: the setting's own range. The floor is one a renewer can keep:
+// clients renew every third of the lease but never more often than every 50 ms.
 Interval lease_argument(FunctionCallInfo fcinfo, int arg) {
-    if (!argument_given(fcinfo, arg)) return interval_of_usecs(static_cast<int64>(lease_ms) * 1000);
-    Interval lease = *PG_GETARG_INTERVAL_P(arg);
-    const int64 usecs = interval_usecs(&lease);
-    if (usecs < static_cast<int64>(kMinLeaseMs) * 1000 || usecs > static_cast<int64>(kMaxLeaseMs) * 1000)
-        invalid("lease must be between 100 milliseconds and 24 hours", "idempotency.lease has the same range.");
-    return lease;
+    return duration_argument(fcinfo, arg, static_cast<int64>(lease_ms) * 1000,
+                             static_cast<int64>(kMinLeaseMs) * 1000, true,
+                             static_cast<int64>(kMaxLeaseMs) * 1000,
+                             "lease must be between 100 milliseconds and 24 hours",
+                             "idempotency.lease has the same range.");
 }
 
 int wait_argument(FunctionCallInfo fcinfo, int arg) {
@@ -176,8 +277,8 @@ int wait_argument(FunctionCallInfo fcinfo, int arg) {
     return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 
-StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int body_arg, int headers_arg,
-                                  int resource_id_arg, int secret_arg) {
+StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int body_arg,
+                                  int headers_arg, int resource_id_arg, int secret_arg) {
     StoredResponse response{};
     response.status = status_argument(fcinfo, status_arg);
     check_headers(fcinfo, headers_arg);

@@ -46,7 +46,7 @@ int wait_argument(FunctionCallInfo fcinfo, int arg);
 
 /// The response from the arguments at these positions (-1: the function has
 /// no such argument): status 100-599, headers a JSON object.
-StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int body_arg, int headers_arg,
-                                  int resource_id_arg, int secret_arg);
+StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int body_arg,
+                                  int headers_arg, int resource_id_arg, int secret_arg);
 
 }  // namespace idem::pg

@@ -10,6 +10,7 @@ extern "C" {
 
 #include "access/genam.h"
 #include "executor/executor.h"
+#include "funcapi.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
 #include "utils/guc.h"
@@ -35,11 +36,13 @@ inline void ExecInitRangeTable(EState* estate, List* range_table) {
     ListCell* cell;
     foreach (cell, range_table) {
         auto* entry = static_cast<RangeTblEntry*>(lfirst(cell));
-        if (entry->rtekind == RTE_RELATION && entry->perminfoindex == 0) addRTEPermissionInfo(&permissions, entry);
+        if (entry->rtekind == RTE_RELATION && entry->perminfoindex == 0)
+            addRTEPermissionInfo(&permissions, entry);
     }
 #endif
 #if PG_VERSION_NUM >= 180000
-    ::ExecInitRangeTable(estate, range_table, permissions, bms_add_range(nullptr, 1, list_length(range_table)));
+    ::ExecInitRangeTable(estate, range_table, permissions,
+                         bms_add_range(nullptr, 1, list_length(range_table)));
 #elif PG_VERSION_NUM >= 160000
     ::ExecInitRangeTable(estate, range_table, permissions);
 #else
@@ -49,19 +52,22 @@ inline void ExecInitRangeTable(EState* estate, List* range_table) {
 
 /// ExecInsertIndexTuples() of PostgreSQL 15. Since 16 it also takes
 /// `onlySummarizing` (false: a new row goes into every index).
-inline List* ExecInsertIndexTuples(ResultRelInfo* result_rel, TupleTableSlot* slot, EState* estate, bool update,
-                                   bool no_dup_err, bool* spec_conflict, List* arbiter_indexes) {
+inline List* ExecInsertIndexTuples(ResultRelInfo* result_rel, TupleTableSlot* slot, EState* estate,
+                                   bool update, bool no_dup_err, bool* spec_conflict,
+                                   List* arbiter_indexes) {
 #if PG_VERSION_NUM >= 160000
-    return ::ExecInsertIndexTuples(result_rel, slot, estate, update, no_dup_err, spec_conflict, arbiter_indexes,
-                                   false);
+    return ::ExecInsertIndexTuples(result_rel, slot, estate, update, no_dup_err, spec_conflict,
+                                   arbiter_indexes, false);
 #else
-    return ::ExecInsertIndexTuples(result_rel, slot, estate, update, no_dup_err, spec_conflict, arbiter_indexes);
+    return ::ExecInsertIndexTuples(result_rel, slot, estate, update, no_dup_err, spec_conflict,
+                                   arbiter_indexes);
 #endif
 }
 
 /// index_beginscan() of PostgreSQL 15. Since 18 it also takes an
 /// IndexScanInstrumentation* (none: the scan is not shown by EXPLAIN).
-inline IndexScanDesc index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys, int norderbys) {
+inline IndexScanDesc index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys,
+                                     int norderbys) {
 #if PG_VERSION_NUM >= 180000
     return ::index_beginscan(heap, index, snapshot, nullptr, nkeys, norderbys);
 #else
@@ -86,6 +92,16 @@ inline void guc_extra_free(void* pointer) {
     ::guc_free(pointer);
 #else
     free(pointer);
+#endif
+}
+
+/// InitMaterializedSRF() (PostgreSQL 15.1 and later; 15.0 called it
+/// SetSingleFuncCall, which every 15.x keeps and 16 dropped).
+inline void InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags) {
+#if PG_VERSION_NUM < 160000
+    ::SetSingleFuncCall(fcinfo, flags);
+#else
+    ::InitMaterializedSRF(fcinfo, flags);
 #endif
 }
 

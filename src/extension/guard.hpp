@@ -58,7 +58,8 @@ inline int json_sqlstate(idem::core::JsonErrc code) {
 inline void set_message(SqlError& error, const char* prefix, const char* text) noexcept {
     std::size_t used = 0;
     for (const char* part : {prefix, text})
-        for (const char* c = part; *c != '\0' && used + 1 < sizeof error.message; ++c) error.message[used++] = *c;
+        for (const char* c = part; *c != '\0' && used + 1 < sizeof error.message; ++c)
+            error.message[used++] = *c;
     error.message[used] = '\0';
 }
 
@@ -133,8 +134,9 @@ bool run_interruptible(SqlError& error, Compute compute) {
         error = SqlError{};
         if (compute(interrupt_probe(run), error)) return true;
         if (!error.interrupted) return false;
-        if (INTERRUPTS_CAN_BE_PROCESSED()) ProcessInterrupts();  // as CHECK_FOR_INTERRUPTS(), even if only
-                                                                  // QueryCancelPending is set
+        if (INTERRUPTS_CAN_BE_PROCESSED())
+            ProcessInterrupts();  // as CHECK_FOR_INTERRUPTS(), even if only
+                                  // QueryCancelPending is set
     }
 }
 
@@ -159,10 +161,10 @@ Datum sql_entry(FunctionCallInfo fcinfo) {
 /// braces that follow are its body, with `fcinfo` in scope:
 ///
 ///     IDEM_SQL_FUNCTION(idempotency_is_final) { PG_RETURN_BOOL(...); }
-#define IDEM_SQL_FUNCTION(name)                                                          \
-    static Datum name##_body(FunctionCallInfo fcinfo);                                   \
-    extern "C" {                                                                         \
-    PG_FUNCTION_INFO_V1(name);                                                           \
-    Datum name(PG_FUNCTION_ARGS) { return idem::pg::sql_entry<name##_body>(fcinfo); }    \
-    }                                                                                    \
+#define IDEM_SQL_FUNCTION(name)                                                       \
+    static Datum name##_body(FunctionCallInfo fcinfo);                                \
+    extern "C" {                                                                      \
+    PG_FUNCTION_INFO_V1(name);                                                        \
+    Datum name(PG_FUNCTION_ARGS) { return idem::pg::sql_entry<name##_body>(fcinfo); } \
+    }                                                                                 \
     static Datum name##_body(FunctionCallInfo fcinfo)

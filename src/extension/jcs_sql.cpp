@@ -24,7 +24,6 @@ extern "C" {
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/numeric.h"
-
 }
 
 namespace {
@@ -40,7 +39,8 @@ constexpr std::uint32_t kCheckEvery = 1024;
 // the C++ zone; the only PostgreSQL call is palloc_extended with NO_OOM and a
 // size checked beforehand, which cannot raise. Returns nullptr with `error`
 // filled on failure (error.interrupted when `probe` fired).
-text* canonical_text(const char* data, std::size_t size, InterruptProbe probe, SqlError& error) noexcept {
+text* canonical_text(const char* data, std::size_t size, InterruptProbe probe,
+                     SqlError& error) noexcept {
     text* result = nullptr;
     idem::pg::cpp_guard(error, [&] {
         idem::core::CanonicalizeOptions options;
@@ -66,8 +66,9 @@ struct Slice {
 
 // Computes the fingerprint into digest_out (32 bytes) in the C++ zone; false
 // with `error` filled on failure (error.interrupted when `probe` fired).
-bool fingerprint_into(const Slice& method, const Slice& path, const Slice* body, const Slice* pointers,
-                      int pointer_count, InterruptProbe probe, unsigned char* digest_out, SqlError& error) noexcept {
+bool fingerprint_into(const Slice& method, const Slice& path, const Slice* body,
+                      const Slice* pointers, int pointer_count, InterruptProbe probe,
+                      unsigned char* digest_out, SqlError& error) noexcept {
     return idem::pg::cpp_guard(error, [&] {
         idem::core::PointerList exclude;
         std::size_t bytes = 0;  // parsed since the probe was last asked
@@ -84,9 +85,9 @@ bool fingerprint_into(const Slice& method, const Slice& path, const Slice* body,
         options.interrupt = probe;
         std::optional<std::string_view> body_view;
         if (body != nullptr) body_view = std::string_view(body->data, body->size);
-        idem::core::Digest digest = idem::core::fingerprint_excluding(std::string_view(method.data, method.size),
-                                                            std::string_view(path.data, path.size), body_view,
-                                                            exclude, options);
+        idem::core::Digest digest = idem::core::fingerprint_excluding(
+            std::string_view(method.data, method.size), std::string_view(path.data, path.size),
+            body_view, exclude, options);
         std::memcpy(digest_out, digest.data(), digest.size());
     });
 }
@@ -132,7 +133,9 @@ void jsonb_to_json(StringInfo out, JsonbContainer* container) {
                 if (comma && token != WJB_VALUE) appendStringInfoChar(out, ',');
                 switch (v.type) {
                     case jbvNull: appendStringInfoString(out, "null"); break;
-                    case jbvBool: appendStringInfoString(out, v.val.boolean ? "true" : "false"); break;
+                    case jbvBool:
+                        appendStringInfoString(out, v.val.boolean ? "true" : "false");
+                        break;
                     case jbvString: {
                         char* s = pnstrdup(v.val.string.val, v.val.string.len);
                         escape_json(out, s);
@@ -140,12 +143,14 @@ void jsonb_to_json(StringInfo out, JsonbContainer* container) {
                         break;
                     }
                     case jbvNumeric: {
-                        char* s = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
+                        char* s = DatumGetCString(
+                            DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
                         appendStringInfoString(out, s);
                         pfree(s);
                         break;
                     }
-                    default: elog(ERROR, "unexpected jsonb value type %d", static_cast<int>(v.type));
+                    default:
+                        elog(ERROR, "unexpected jsonb value type %d", static_cast<int>(v.type));
                 }
                 if (token == WJB_KEY) {
                     appendStringInfoChar(out, ':');
@@ -160,7 +165,6 @@ void jsonb_to_json(StringInfo out, JsonbContainer* container) {
 }
 
 }  // namespace
-
 
 /// idempotency.jcs(text): the RFC 8785 canonical form of a JSON text.
 IDEM_SQL_FUNCTION(idempotency_jcs_text) {
@@ -209,7 +213,8 @@ IDEM_SQL_FUNCTION(idempotency_fingerprint) {
     const Slice* body = nullptr;
     if (!PG_ARGISNULL(2)) {
         bytea* body_bytes = PG_GETARG_BYTEA_PP(2);
-        body_slice = Slice{VARDATA_ANY(body_bytes), static_cast<int>(VARSIZE_ANY_EXHDR(body_bytes))};
+        body_slice =
+            Slice{VARDATA_ANY(body_bytes), static_cast<int>(VARSIZE_ANY_EXHDR(body_bytes))};
         body = &body_slice;
     }
     Slice* pointers = nullptr;
@@ -218,10 +223,13 @@ IDEM_SQL_FUNCTION(idempotency_fingerprint) {
         ArrayType* array = PG_GETARG_ARRAYTYPE_P(3);
         Datum* elements;
         bool* nulls;
-        deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls, &pointer_count);
-        pointers = static_cast<Slice*>(palloc(sizeof(Slice) * (pointer_count > 0 ? pointer_count : 1)));
+        deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls,
+                          &pointer_count);
+        pointers =
+            static_cast<Slice*>(palloc(sizeof(Slice) * (pointer_count > 0 ? pointer_count : 1)));
         for (int i = 0; i < pointer_count; ++i) {
-            if (static_cast<std::uint32_t>(i) % kCheckEvery == kCheckEvery - 1) CHECK_FOR_INTERRUPTS();
+            if (static_cast<std::uint32_t>(i) % kCheckEvery == kCheckEvery - 1)
+                CHECK_FOR_INTERRUPTS();
             if (nulls[i])
                 ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                                 errmsg("exclude pointers must not be null")));
@@ -239,4 +247,3 @@ IDEM_SQL_FUNCTION(idempotency_fingerprint) {
         idem::pg::raise_sql_error(error);
     PG_RETURN_BYTEA_P(result);
 }
-

@@ -13,6 +13,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 }
 
 namespace idem::pg {
@@ -24,8 +25,10 @@ constexpr uint16 kKeyLockClass = 0x4944;
 void key_locktag(LOCKTAG* tag, text* principal, text* key) {
     uint64 h = hash_bytes_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(principal)),
                                    VARSIZE_ANY_EXHDR(principal), UINT64CONST(0x6964656d706f7465));
-    h = hash_bytes_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(key)), VARSIZE_ANY_EXHDR(key), h);
-    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, static_cast<uint32>(h >> 32), static_cast<uint32>(h), kKeyLockClass);
+    h = hash_bytes_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(key)),
+                            VARSIZE_ANY_EXHDR(key), h);
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, static_cast<uint32>(h >> 32), static_cast<uint32>(h),
+                         kKeyLockClass);
 }
 
 // Waits up to wait_ms for the key lock. The wait runs in a subtransaction with
@@ -43,7 +46,8 @@ bool wait_for_key_lock(const LOCKTAG* tag, int wait_ms) {
         char timeout[32];
         snprintf(timeout, sizeof timeout, "%d", wait_ms);
         int nest_level = NewGUCNestLevel();
-        set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+        set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                          true, 0, false);
         (void)LockAcquire(tag, ExclusiveLock, false, false);
         AtEOXact_GUC(true, nest_level);
         // Committing the subtransaction hands the lock to the caller's transaction.
@@ -75,10 +79,13 @@ KeyLock lock_key(text* principal, text* key, int wait_ms) {
     key_locktag(&lock.tag, principal, key);
     if (LockAcquire(&lock.tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
         lock.holder = LockHolder::statement;
-    else if (wait_ms > 0 && wait_for_key_lock(&lock.tag, wait_ms))
-        lock.holder = LockHolder::transaction;
-    else
-        lock.holder = LockHolder::none;
+    else {
+        const TimestampTz started = GetCurrentTimestamp();
+        lock.holder = wait_ms > 0 && wait_for_key_lock(&lock.tag, wait_ms) ? LockHolder::transaction
+                                                                           : LockHolder::none;
+        lock.waited = true;
+        lock.waited_us = GetCurrentTimestamp() - started;
+    }
     return lock;
 }
 

@@ -19,6 +19,9 @@ enum class LockHolder { none, statement, transaction };
 struct KeyLock {
     LOCKTAG tag;
     LockHolder holder;
+    bool waited =
+        false;  ///< the lock was held by another transaction: we waited (or gave up at once)
+    int64 waited_us = 0;  ///< how long, in microseconds
 };
 
 /// Takes the lock of (principal, key), waiting up to wait_ms for a

@@ -14,13 +14,14 @@ namespace idem::pg {
 /// key_store.cpp), or the row a new attempt is about to write. Pointers point
 /// into memory of the current memory context, never into a shared buffer.
 struct KeyRow {
-    bool found = false;        // false: no row (every other field is unset)
-    bool completed = false;    // state: completed, or in_progress
+    bool found = false;      // false: no row (every other field is unset)
+    bool completed = false;  // state: completed, or in_progress
     bytea* request_sha256 = nullptr;
+    Datum action = 0;  // text (rows read from the table only)
     bool has_status = false;
     int status = 0;
-    Datum headers = 0;  // jsonb
-    Datum body = 0;     // bytea
+    Datum headers = 0;      // jsonb
+    Datum body = 0;         // bytea
     Datum resource_id = 0;  // text
     bool headers_null = true;
     bool body_null = true;

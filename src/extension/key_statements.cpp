@@ -27,23 +27,27 @@ namespace {
 // dead (its key expired and no lease holds it), or it is an in_progress row of
 // the same request whose lease ran out. A live row of another request is never
 // replaced, whichever function asks: that is a mismatch.
-#define REPLACEABLE_ROW                                                                                        \
-    " WHERE (k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"                                           \
-    "        AND (k.lease_until IS NULL"                                                                       \
-    "             OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))"                      \
-    "    OR (k.state OPERATOR(pg_catalog.=) 'in_progress'"                                                    \
-    "        AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"                          \
+#define REPLACEABLE_ROW                                                                    \
+    " WHERE (k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"                        \
+    "        AND (k.lease_until IS NULL"                                                   \
+    "             OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))" \
+    "    OR (k.state OPERATOR(pg_catalog.=) 'in_progress'"                                 \
+    "        AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"       \
     "        AND k.request_sha256 OPERATOR(pg_catalog.=) excluded.request_sha256)"
 
 // A completed row with its fence ($11), replacing a replaceable row.
 const char* const kStoreSql =
-    "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, response_status,"
-    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, fence)"
+    "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, "
+    "response_status,"
+    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, "
+    "fence)"
     " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(),"
     "         pg_catalog.now() OPERATOR(pg_catalog.+) $10, $11)"
     " ON CONFLICT (principal, key) DO UPDATE"
-    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'completed',"
-    "       response_status = excluded.response_status, response_headers = excluded.response_headers,"
+    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = "
+    "'completed',"
+    "       response_status = excluded.response_status, response_headers = "
+    "excluded.response_headers,"
     "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
     "       one_time_secret = excluded.one_time_secret, fence = excluded.fence, lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at" REPLACEABLE_ROW;
@@ -53,7 +57,8 @@ const char* const kStoreSql =
 // lock, so no speculative insertion is needed.
 const char* const kInsertSql =
     "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,"
-    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, fence)"
+    "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, "
+    "fence)"
     " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(),"
     "         pg_catalog.now() OPERATOR(pg_catalog.+) $10, $11)";
 
@@ -62,11 +67,14 @@ const char* const kInsertSql =
 const char* const kLeaseSql =
     "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, lease_until,"
     "       created_at, expires_at, fence)"
-    " VALUES ($1, $2, $3, $4, 'in_progress', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $5,"
+    " VALUES ($1, $2, $3, $4, 'in_progress', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) "
+    "$5,"
     "         pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $6, $7)"
     " ON CONFLICT (principal, key) DO UPDATE"
-    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'in_progress',"
-    "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,"
+    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = "
+    "'in_progress',"
+    "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = "
+    "NULL,"
     "       one_time_secret = false, fence = excluded.fence, lease_until = excluded.lease_until,"
     "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
     "                    THEN excluded.created_at ELSE k.created_at END,"
@@ -81,7 +89,8 @@ const char* const kRenewSql =
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
     "   AND (expires_at OPERATOR(pg_catalog.>) pg_catalog.now()"
-    "        OR lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())";
+    "        OR lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
+    " RETURNING action";
 
 // A key completed after its ttl ran out (its lease kept it live) is kept for
 // one more ttl from now, so that its response can be replayed.
@@ -92,33 +101,41 @@ const char* const kCompleteLeaseSql =
     "       expires_at = GREATEST(expires_at, pg_catalog.now() OPERATOR(pg_catalog.+)"
     "                    (expires_at OPERATOR(pg_catalog.-) created_at))"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
-    "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'";
+    "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
+    " RETURNING action";
 
 // The row stays, with its lease ended; the next holder's fence is higher anyway.
 const char* const kReleaseSql =
     "UPDATE idempotency.keys SET lease_until = '-infinity'"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
-    "   AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()";
+    "   AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
+    " RETURNING action";
 
 // A claim is a completed row with status 204, no body and an all-zero
 // fingerprint (no request can have it), so begin()/acquire() on a claimed key
 // answer mismatch. Only a dead row is replaced.
 const char* const kClaimSql =
-    "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, response_status,"
+    "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, "
+    "response_status,"
     "       created_at, expires_at, fence)"
-    " VALUES ($1, $2, 'claim', pg_catalog.decode(pg_catalog.repeat('00', 32), 'hex'), 'completed', 204,"
+    " VALUES ($1, $2, 'claim', pg_catalog.decode(pg_catalog.repeat('00', 32), 'hex'), 'completed', "
+    "204,"
     "         pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $3, $4)"
     " ON CONFLICT (principal, key) DO UPDATE"
-    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = 'completed',"
-    "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = NULL,"
+    "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = "
+    "'completed',"
+    "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = "
+    "NULL,"
     "       one_time_secret = false, fence = excluded.fence, lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
     " WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-    "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())";
+    "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) "
+    "pg_catalog.clock_timestamp())";
 
 const char* const kForgetSql =
-    "DELETE FROM idempotency.keys WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2";
+    "DELETE FROM idempotency.keys WHERE principal OPERATOR(pg_catalog.=) $1 AND key "
+    "OPERATOR(pg_catalog.=) $2";
 
 // One kept plan per statement.
 struct Statement {
@@ -129,28 +146,43 @@ struct Statement {
     SPIPlanPtr plan;
 };
 
-Statement store_statement{kStoreSql, 11,
-                          {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID,
-                           INTERVALOID, INT8OID},
-                          SPI_OK_INSERT, nullptr};
-Statement insert_statement{kInsertSql, 11,
-                           {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID,
-                            INTERVALOID, INT8OID},
-                           SPI_OK_INSERT, nullptr};
-Statement lease_statement{kLeaseSql, 7, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID},
-                          SPI_OK_INSERT_RETURNING, nullptr};
-Statement renew_statement{kRenewSql, 4, {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE, nullptr};
-Statement complete_lease_statement{kCompleteLeaseSql, 8,
-                                   {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID},
-                                   SPI_OK_UPDATE, nullptr};
-Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE, nullptr};
-Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT, nullptr};
+Statement store_statement{kStoreSql,
+                          11,
+                          {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID,
+                           TEXTOID, BOOLOID, INTERVALOID, INT8OID},
+                          SPI_OK_INSERT,
+                          nullptr};
+Statement insert_statement{kInsertSql,
+                           11,
+                           {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID,
+                            TEXTOID, BOOLOID, INTERVALOID, INT8OID},
+                           SPI_OK_INSERT,
+                           nullptr};
+Statement lease_statement{kLeaseSql,
+                          7,
+                          {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID},
+                          SPI_OK_INSERT_RETURNING,
+                          nullptr};
+Statement renew_statement{
+    kRenewSql, 4, {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE_RETURNING, nullptr};
+Statement complete_lease_statement{
+    kCompleteLeaseSql,
+    8,
+    {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID},
+    SPI_OK_UPDATE_RETURNING,
+    nullptr};
+Statement release_statement{
+    kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING, nullptr};
+Statement claim_statement{
+    kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT, nullptr};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE, nullptr};
 
 // Runs a statement as the table's owner inside its own SPI connection; returns
 // the number of rows it processed. With `returned`, the first returned row is
-// copied into the caller's memory context.
-uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* returned = nullptr) {
+// copied into the caller's memory context; with `action`, the text the
+// statement returned (its only column) is.
+uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* returned = nullptr,
+           text** action = nullptr) {
     const Oid owner = key_table().owner;
     MemoryContext caller_context = CurrentMemoryContext;
     Oid saved_user;
@@ -161,12 +193,14 @@ uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* retur
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     if (statement.plan == nullptr) {
         SPIPlanPtr plan = SPI_prepare(statement.sql, statement.nargs, statement.types);
-        if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        if (plan == nullptr)
+            elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
         if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
         statement.plan = plan;
     }
     int rc = SPI_execute_plan(statement.plan, values, nulls, false, 0);
-    if (rc != statement.expected_rc) elog(ERROR, "statement on idempotency.keys failed: %s", SPI_result_code_string(rc));
+    if (rc != statement.expected_rc)
+        elog(ERROR, "statement on idempotency.keys failed: %s", SPI_result_code_string(rc));
     const uint64 processed = SPI_processed;
     if (returned != nullptr && processed == 1) {
         // fence, lease_until, created_at, expires_at of the written lease row
@@ -183,6 +217,13 @@ uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* retur
         returned->has_times = true;
         MemoryContextSwitchTo(spi_context);
     }
+    if (action != nullptr && processed == 1) {
+        bool isnull;
+        const Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+        MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
+        *action = isnull ? nullptr : DatumGetTextPCopy(value);
+        MemoryContextSwitchTo(spi_context);
+    }
     SPI_finish();
     SetUserIdAndSecContext(saved_user, saved_context);
     return processed;
@@ -190,8 +231,8 @@ uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* retur
 
 }  // namespace
 
-bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl, int64 fence,
-                     bool known_absent) {
+bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl,
+                     int64 fence, bool known_absent) {
     if (known_absent && insert_key_row(request, response, ttl, fence)) return true;
     Datum values[11] = {PointerGetDatum(request.principal),
                         PointerGetDatum(request.key),
@@ -204,38 +245,62 @@ bool store_completed(const Request& request, const StoredResponse& response, con
                         BoolGetDatum(response.one_time_secret),
                         IntervalPGetDatum(ttl),
                         Int64GetDatum(fence)};
-    const char nulls[11] = {' ', ' ', ' ', ' ', ' ', response.headers_null ? 'n' : ' ',
-                            response.body_null ? 'n' : ' ', response.resource_id_null ? 'n' : ' ', ' ', ' ', ' '};
+    const char nulls[11] = {' ',
+                            ' ',
+                            ' ',
+                            ' ',
+                            ' ',
+                            response.headers_null ? 'n' : ' ',
+                            response.body_null ? 'n' : ' ',
+                            response.resource_id_null ? 'n' : ' ',
+                            ' ',
+                            ' ',
+                            ' '};
     return run(known_absent ? insert_statement : store_statement, values, nulls) == 1;
 }
 
 KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence) {
-    Datum values[7] = {PointerGetDatum(request.principal),   PointerGetDatum(request.key),
-                       PointerGetDatum(request.action),      PointerGetDatum(request.fingerprint),
-                       IntervalPGetDatum(lease), IntervalPGetDatum(ttl),
+    Datum values[7] = {PointerGetDatum(request.principal),
+                       PointerGetDatum(request.key),
+                       PointerGetDatum(request.action),
+                       PointerGetDatum(request.fingerprint),
+                       IntervalPGetDatum(lease),
+                       IntervalPGetDatum(ttl),
                        Int64GetDatum(fence)};
     KeyRow written;
     run(lease_statement, values, nullptr, &written);
     return written;
 }
 
-bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease) {
+bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease, text** action) {
     Datum values[4] = {principal, key, fence, IntervalPGetDatum(lease)};
-    return run(renew_statement, values, nullptr) == 1;
+    return run(renew_statement, values, nullptr, nullptr, action) == 1;
 }
 
-bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response) {
-    Datum values[8] = {principal,        key,           fence, Int16GetDatum(static_cast<int16>(response.status)),
-                       response.body,    response.headers, response.resource_id,
+bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response,
+                    text** action) {
+    Datum values[8] = {principal,
+                       key,
+                       fence,
+                       Int16GetDatum(static_cast<int16>(response.status)),
+                       response.body,
+                       response.headers,
+                       response.resource_id,
                        BoolGetDatum(response.one_time_secret)};
-    const char nulls[8] = {' ', ' ', ' ', ' ', response.body_null ? 'n' : ' ', response.headers_null ? 'n' : ' ',
-                           response.resource_id_null ? 'n' : ' ', ' '};
-    return run(complete_lease_statement, values, nulls) == 1;
+    const char nulls[8] = {' ',
+                           ' ',
+                           ' ',
+                           ' ',
+                           response.body_null ? 'n' : ' ',
+                           response.headers_null ? 'n' : ' ',
+                           response.resource_id_null ? 'n' : ' ',
+                           ' '};
+    return run(complete_lease_statement, values, nulls, nullptr, action) == 1;
 }
 
-bool release_lease(Datum principal, Datum key, Datum fence) {
+bool release_lease(Datum principal, Datum key, Datum fence, text** action) {
     Datum values[3] = {principal, key, fence};
-    return run(release_statement, values, nullptr) == 1;
+    return run(release_statement, values, nullptr, nullptr, action) == 1;
 }
 
 bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence) {

@@ -38,8 +38,21 @@ namespace {
 // Attribute numbers of idempotency.keys: the table's own columns come first,
 // in this order.
 enum KeysColumn {
-    aPrincipal = 1, aKey, aAction, aSha, aState, aStatus, aHeaders, aBody, aResourceId, aSecret, aFence,
-    aLeaseUntil, aCreated, aExpires, aColumns = aExpires
+    aPrincipal = 1,
+    aKey,
+    aAction,
+    aSha,
+    aState,
+    aStatus,
+    aHeaders,
+    aBody,
+    aResourceId,
+    aSecret,
+    aFence,
+    aLeaseUntil,
+    aCreated,
+    aExpires,
+    aColumns = aExpires
 };
 
 // The most attributes (dropped ones included) a key row is written for directly.
@@ -48,7 +61,8 @@ constexpr int kMaxKeyColumns = 32;
 KeyTable cached{InvalidOid, InvalidOid, InvalidOid, InvalidOid};
 
 void forget_key_relations(Datum arg, Oid relid) {
-    if (relid == InvalidOid || relid == cached.table || relid == cached.index || relid == cached.fences)
+    if (relid == InvalidOid || relid == cached.table || relid == cached.index ||
+        relid == cached.fences)
         cached = KeyTable{InvalidOid, InvalidOid, InvalidOid, InvalidOid};
 }
 
@@ -69,8 +83,10 @@ KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
     auto column = [&](KeysColumn number) { return heap_getattr(tuple, number, desc, &isnull); };
     row.found = true;
     text* state = DatumGetTextPP(column(aState));
-    row.completed = VARSIZE_ANY_EXHDR(state) == 9 && memcmp(VARDATA_ANY(state), "completed", 9) == 0;
+    row.completed =
+        VARSIZE_ANY_EXHDR(state) == 9 && memcmp(VARDATA_ANY(state), "completed", 9) == 0;
     row.request_sha256 = DatumGetByteaPP(column(aSha));
+    row.action = column(aAction);
     const Datum status = column(aStatus);
     row.has_status = !isnull;
     row.status = isnull ? 0 : DatumGetInt16(status);
@@ -94,9 +110,13 @@ KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
 
 }  // namespace
 
-bool KeyRow::leased() const { return has_lease && lease_until > GetCurrentTimestamp(); }  // clock_timestamp()
+bool KeyRow::leased() const {
+    return has_lease && lease_until > GetCurrentTimestamp();
+}  // clock_timestamp()
 
-bool KeyRow::live() const { return leased() || expires_at > GetCurrentTransactionStartTimestamp(); }  // now()
+bool KeyRow::live() const {
+    return leased() || expires_at > GetCurrentTransactionStartTimestamp();
+}  // now()
 
 KeyTable key_table() {
     if (!OidIsValid(cached.table) || !OidIsValid(cached.index) || !OidIsValid(cached.fences)) {
@@ -104,12 +124,14 @@ KeyTable key_table() {
         KeyTable found{get_relname_relid("keys", schema), get_relname_relid("keys_pkey", schema),
                        get_relname_relid("fences", schema), InvalidOid};
         if (!OidIsValid(found.table) || !OidIsValid(found.index))
-            ereport(ERROR,
-                    (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.keys or its primary key is missing")));
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                            errmsg("idempotency.keys or its primary key is missing")));
         if (!OidIsValid(found.fences))
-            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.fences is missing"),
-                            errhint("The installed library is newer than the extension's objects: run ALTER "
-                                    "EXTENSION idempotency UPDATE.")));
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.fences is missing"),
+                 errhint("The installed library is newer than the extension's objects: run ALTER "
+                         "EXTENSION idempotency UPDATE.")));
         Relation table = table_open(found.table, AccessShareLock);
         found.owner = table->rd_rel->relowner;
         table_close(table, AccessShareLock);
@@ -128,20 +150,22 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
     const KeyTable oids = key_table();
     Relation table = table_open(oids.table, AccessShareLock);
     Relation index = index_open(oids.index, AccessShareLock);
-    Snapshot scan_snapshot = RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
+    Snapshot scan_snapshot =
+        RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
 
     ScanKeyData keys[2];
-    ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[0], F_TEXTEQ,
-                           PointerGetDatum(principal));
-    ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[1], F_TEXTEQ,
-                           PointerGetDatum(key));
+    ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+                           index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(principal));
+    ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+                           index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(key));
     IndexScanDesc scan = compat::index_beginscan(table, index, scan_snapshot, 2, 0);
     index_rescan(scan, keys, 2, nullptr, 0);
     TupleTableSlot* slot = table_slot_create(table, nullptr);
 
     KeyRow row;
     if (index_getnext_slot(scan, ForwardScanDirection, slot))
-        row = row_from_tuple(ExecCopySlotHeapTuple(slot), RelationGetDescr(table));  // out of the buffer
+        row = row_from_tuple(ExecCopySlotHeapTuple(slot),
+                             RelationGetDescr(table));  // out of the buffer
     ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
     UnregisterSnapshot(scan_snapshot);
@@ -156,18 +180,20 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
 // 'completed'), so they hold by construction; the statement path would re-read
 // and re-plan all seven of them for every request. A duplicate key raises
 // unique_violation as the INSERT would.
-bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl, int64 fence) {
+bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl,
+                    int64 fence) {
     Relation rel = table_open(key_table().table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
-    if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relrowsecurity ||
-        !only_own_columns(desc)) {
+    if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION ||
+        rel->rd_rel->relrowsecurity || !only_own_columns(desc)) {
         table_close(rel, NoLock);
         return false;
     }
     const TimestampTz now = GetCurrentTransactionStartTimestamp();
     const Datum expires = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
                                               IntervalPGetDatum(const_cast<Interval*>(ttl)));
-    if (DatumGetTimestampTz(expires) <= now) {  // '1 month -30 days' in February: let the CHECK say so
+    if (DatumGetTimestampTz(expires) <=
+        now) {  // '1 month -30 days' in February: let the CHECK say so
         table_close(rel, NoLock);
         return false;
     }
@@ -210,7 +236,8 @@ bool insert_key_row(const Request& request, const StoredResponse& response, cons
     memcpy(slot->tts_isnull, nulls, sizeof(bool) * desc->natts);
     ExecStoreVirtualTuple(slot);
     table_tuple_insert(rel, slot, estate->es_output_cid, 0, nullptr);
-    List* recheck = compat::ExecInsertIndexTuples(result_rel, slot, estate, false, false, nullptr, NIL);
+    List* recheck =
+        compat::ExecInsertIndexTuples(result_rel, slot, estate, false, false, nullptr, NIL);
     list_free(recheck);
 
     ExecCloseIndices(result_rel);

@@ -28,8 +28,8 @@ int64 next_fence();
 /// it is inserted directly; otherwise an upsert replaces only a replaceable
 /// row (dead, or an in_progress row of the same request whose lease ran out).
 /// Returns false when nothing was written.
-bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl, int64 fence,
-                     bool known_absent);
+bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl,
+                     int64 fence, bool known_absent);
 
 /// Writes the in_progress row of a lease with `fence`: a new row or a takeover
 /// of a replaceable row. Returns the written row (fence, lease_until,
@@ -37,13 +37,17 @@ bool store_completed(const Request& request, const StoredResponse& response, con
 KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence);
 
 /// Extends the lease of `fence` while the row is live. False: not held by it.
-bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease);
+/// `action`, when given, gets the row's action when it was held (renew, complete and release
+/// alike).
+bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease,
+                 text** action = nullptr);
 
 /// Stores the response of the lease `fence` (any status). False: not held by it.
-bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response);
+bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response,
+                    text** action = nullptr);
 
 /// Ends the live lease of `fence`. False: not held by it, or already run out.
-bool release_lease(Datum principal, Datum key, Datum fence);
+bool release_lease(Datum principal, Datum key, Datum fence, text** action = nullptr);
 
 /// Writes a claim marker (status 204, all-zero fingerprint) unless a live row
 /// exists. False when the key is taken.
@@ -72,6 +76,7 @@ KeyTable key_table();
 
 /// Inserts a completed key row without the SQL executor, when the table is
 /// the plain one the extension created. False, having written nothing, otherwise.
-bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl, int64 fence);
+bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl,
+                    int64 fence);
 
 }  // namespace idem::pg

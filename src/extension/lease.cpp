@@ -4,6 +4,7 @@
 // protocol's completion itself is complete(..., fence => f), in
 // transactional.cpp with the other complete().
 #include "arguments.hpp"
+#include "counters.hpp"
 #include "guard.hpp"
 #include "key_lock.hpp"
 #include "key_store.hpp"
@@ -30,25 +31,33 @@ IDEM_SQL_FUNCTION(idempotency_acquire) {
     refuse_if_begun(request.principal, request.key, "idempotency.acquire()");
 
     const KeyLock lock = lock_key(request.principal, request.key, wait_ms);
-    if (lock.holder == LockHolder::none) return outcome_result(fcinfo, Outcome::in_progress, nullptr);
+    if (lock.holder == LockHolder::none) {
+        count_outcome(Caller::acquire, request.action, Outcome::in_progress, lock, nullptr);
+        return outcome_result(fcinfo, Outcome::in_progress, nullptr);
+    }
 
     const KeyRow row = lookup_key(request.principal, request.key, InvalidSnapshot);
     const Outcome outcome = outcome_for(row, request.fingerprint);
     if (outcome != Outcome::started) {
+        count_outcome(Caller::acquire, request.action, outcome, lock, &row);
         Datum result = outcome_result(fcinfo, outcome, &row);
         unlock_key(lock);
         return result;
     }
 
-    require_snapshot_sees_winner(request.principal, request.key);
+    require_snapshot_sees_winner(request, row);
     // The caller holds the key with this fence as soon as it commits: the
     // grant (and the sequence past it) must survive a crash even under
     // synchronous_commit = off, or a fence could be handed out again.
     ForceSyncCommit();
     const KeyRow written = take_lease(request, &lease, &ttl, next_fence());
-    if (!written.found)
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("idempotency key was taken by another transaction"), errhint("Retry.")));
+    if (!written.found) {
+        count_event(Counter::serialization_failures, request.action);
+        ereport(ERROR,
+                (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                 errmsg("idempotency key was taken by another transaction"), errhint("Retry.")));
+    }
+    count_outcome(Caller::acquire, request.action, Outcome::started, lock, &row);
     return outcome_result(fcinfo, Outcome::started, &written);
 }
 
@@ -60,7 +69,11 @@ IDEM_SQL_FUNCTION(idempotency_renew) {
     check_principal_binding(PG_GETARG_TEXT_PP(0));
     const Interval lease = lease_argument(fcinfo, 3);
     PreventCommandIfReadOnly("idempotency.renew()");
-    PG_RETURN_BOOL(renew_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &lease));
+    text* action = nullptr;
+    const bool held =
+        renew_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &lease, &action);
+    PG_RETURN_BOOL(
+        count_fenced(Counter::renewed, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
 }
 
 /// idempotency.release(principal, key, fence) -> boolean: ends a live lease so
@@ -69,7 +82,11 @@ IDEM_SQL_FUNCTION(idempotency_renew) {
 IDEM_SQL_FUNCTION(idempotency_release) {
     check_principal_binding(PG_GETARG_TEXT_PP(0));
     PreventCommandIfReadOnly("idempotency.release()");
-    PG_RETURN_BOOL(release_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)));
+    text* action = nullptr;
+    const bool held =
+        release_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), &action);
+    PG_RETURN_BOOL(
+        count_fenced(Counter::released, held, action, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
 }
 
 /// idempotency.claim(principal, key, ttl) -> boolean: true for the first caller
@@ -97,5 +114,6 @@ IDEM_SQL_FUNCTION(idempotency_complete_fenced) {
     const StoredResponse response = response_arguments(fcinfo, 3, 4, 5, 6, 7);
     PreventCommandIfReadOnly("idempotency.complete()");
     check_principal_binding(PG_GETARG_TEXT_PP(0));
-    PG_RETURN_BOOL(complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), response));
+    PG_RETURN_BOOL(
+        complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), response));
 }

@@ -1,6 +1,8 @@
 // Module entry: PG_MODULE_MAGIC, _PG_init (settings, then the cache and
-// transaction callbacks), and the one function that turns a captured C++
-// failure into a PostgreSQL error.
+// transaction callbacks, and the counters' shared memory when preloaded),
+// and the one function that turns a captured C++ failure into a PostgreSQL
+// error.
+#include "counters.hpp"
 #include "guard.hpp"
 #include "key_store.hpp"
 #include "pending.hpp"
@@ -9,6 +11,7 @@
 extern "C" {
 #include "postgres.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;
@@ -29,4 +32,6 @@ extern "C" void _PG_init(void) {
     idem::pg::define_settings();
     idem::pg::key_store_init();
     idem::pg::pending_init();
+    // Counters live in shared memory, which only a preloaded library can ask for.
+    if (process_shared_preload_libraries_in_progress) idem::pg::counters_init();
 }

@@ -2,6 +2,7 @@
 // where an outcome becomes the text of idempotency.key_outcome.outcome.
 #include "outcome.hpp"
 
+#include "counters.hpp"
 #include "key_store.hpp"
 
 extern "C" {
@@ -33,7 +34,18 @@ const char* outcome_text(Outcome outcome) {
 }
 
 // Columns of idempotency.key_outcome.
-enum ResultColumn { rOutcome, rStatus, rHeaders, rBody, rResourceId, rCreated, rExpires, rFence, rLeaseUntil, rColumns };
+enum ResultColumn {
+    rOutcome,
+    rStatus,
+    rHeaders,
+    rBody,
+    rResourceId,
+    rCreated,
+    rExpires,
+    rFence,
+    rLeaseUntil,
+    rColumns
+};
 
 // The result's descriptor: the type the call expression declares, whose
 // descriptor the type cache keeps across calls and statements (fn_extra lives
@@ -54,8 +66,9 @@ TupleDesc result_descriptor(FunctionCallInfo fcinfo, bool* release) {
     if (desc == nullptr) {
         TupleDesc found;
         if (get_call_result_type(fcinfo, nullptr, &found) != TYPEFUNC_COMPOSITE)
-            ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                            errmsg("function returning a row called in a context that cannot accept it")));
+            ereport(ERROR,
+                    (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                     errmsg("function returning a row called in a context that cannot accept it")));
         MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
         desc = BlessTupleDesc(CreateTupleDescCopy(found));
         MemoryContextSwitchTo(old);
@@ -75,14 +88,20 @@ Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
     return row.leased() ? Outcome::in_progress : Outcome::started;
 }
 
-void require_snapshot_sees_winner(text* principal, text* key) {
+void require_snapshot_sees_winner(const Request& request, const KeyRow& seen) {
     if (!IsolationUsesXactSnapshot()) return;
-    const KeyRow latest = lookup_key(principal, key, GetLatestSnapshot());
-    // A live row that a new attempt must respect: anything but a lapsed lease.
-    if (latest.found && latest.live() && (latest.completed || latest.leased()))
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("could not serialize access due to a concurrent use of the idempotency key"),
-                        errhint("Retry the transaction; it will see the stored response.")));
+    const KeyRow latest = lookup_key(request.principal, request.key, GetLatestSnapshot());
+    // Nothing committed under the key since the snapshot (or the row was
+    // deleted since): what the snapshot saw is what will be replaced. Any
+    // other row - a winner to replay, or one that expired by now() but that
+    // the snapshot cannot see, which complete() would collide with - is a
+    // concurrent change this transaction cannot build on.
+    if (!latest.found || (seen.found && latest.fence == seen.fence)) return;
+    count_event(Counter::serialization_failures, request.action);
+    ereport(ERROR,
+            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+             errmsg("could not serialize access due to a concurrent use of the idempotency key"),
+             errhint("Retry the transaction; it will see the stored response.")));
 }
 
 Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row) {
@@ -100,7 +119,8 @@ Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row
             set(rExpires, TimestampTzGetDatum(row->expires_at));
         }
         set(rFence, Int64GetDatum(row->fence));
-        if (outcome != Outcome::started && !row->resource_id_null) set(rResourceId, row->resource_id);
+        if (outcome != Outcome::started && !row->resource_id_null)
+            set(rResourceId, row->resource_id);
         if ((outcome == Outcome::replay || outcome == Outcome::secret_replay) && row->has_status)
             set(rStatus, Int32GetDatum(row->status));
         if (outcome == Outcome::replay) {

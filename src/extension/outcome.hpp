@@ -22,10 +22,12 @@ enum class Outcome { started, replay, mismatch, in_progress, secret_replay };
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 
 /// Under REPEATABLE READ / SERIALIZABLE the transaction snapshot may predate a
-/// winner that committed while we waited (or just before we looked): if the
-/// latest state has a row that blocks a start, raises 40001 instead of
-/// letting a second effect start.
-void require_snapshot_sees_winner(text* principal, text* key);
+/// row that committed while we waited (or just before we looked): when the
+/// latest state holds a row other than `seen` (what the snapshot found), raises
+/// 40001 instead of starting - a second effect after a winner, or a complete()
+/// that would collide with a row it cannot see - and counts it under the
+/// request's action.
+void require_snapshot_sees_winner(const Request& request, const KeyRow& seen);
 
 /// The idempotency.key_outcome row: the outcome and what of `row` it shows
 /// (started: the row about to be written; replay: the stored response;

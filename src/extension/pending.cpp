@@ -3,6 +3,8 @@
 // savepoint forgets the keys begun in it and the completions made in it.
 #include "pending.hpp"
 
+#include "counters.hpp"
+
 extern "C" {
 #include "postgres.h"
 
@@ -40,10 +42,15 @@ void on_transaction_event(XactEvent event, void* arg) {
             // Committing the handler's writes without the key row would open
             // exactly the window this extension exists to close.
             for (int i = 0; i < pending_count; ++i)
-                if (pending[i].completed_subxact == InvalidSubTransactionId)
-                    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                                    errmsg("idempotency key was started but not completed in this transaction"),
-                                    errhint("Call idempotency.complete() before COMMIT, or ROLLBACK.")));
+                if (pending[i].completed_subxact == InvalidSubTransactionId) {
+                    count_event(Counter::commit_refused, pending[i].request.action);
+                    ereport(
+                        ERROR,
+                        (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                         errmsg(
+                             "idempotency key was started but not completed in this transaction"),
+                         errhint("Call idempotency.complete() before COMMIT, or ROLLBACK.")));
+                }
             break;
         default:
             // Commit, abort, prepare: the list lived in TopTransactionContext.
@@ -54,14 +61,16 @@ void on_transaction_event(XactEvent event, void* arg) {
     }
 }
 
-void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent, void* arg) {
+void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent,
+                             void* arg) {
     if (event == SUBXACT_EVENT_ABORT_SUB) {
         // A rolled-back savepoint released the locks of the keys begun in it
         // and removed the rows completed in it.
         int kept = 0;
         for (int i = 0; i < pending_count; ++i) {
             if (pending[i].subxact == subxact) continue;
-            if (pending[i].completed_subxact == subxact) pending[i].completed_subxact = InvalidSubTransactionId;
+            if (pending[i].completed_subxact == subxact)
+                pending[i].completed_subxact = InvalidSubTransactionId;
             pending[kept++] = pending[i];
         }
         pending_count = kept;
@@ -77,7 +86,8 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTr
 
 PendingKey* find_pending(text* principal, text* key) {
     for (int i = 0; i < pending_count; ++i)
-        if (same_text(pending[i].request.key, key) && same_text(pending[i].request.principal, principal))
+        if (same_text(pending[i].request.key, key) &&
+            same_text(pending[i].request.principal, principal))
             return &pending[i];
     return nullptr;
 }
@@ -85,8 +95,8 @@ PendingKey* find_pending(text* principal, text* key) {
 void add_pending(const Request& request, const Interval& ttl, int64 fence, bool replaces) {
     if (pending_count == pending_capacity) {
         int capacity = pending_capacity == 0 ? 4 : pending_capacity * 2;
-        auto* grown =
-            static_cast<PendingKey*>(MemoryContextAlloc(TopTransactionContext, sizeof(PendingKey) * capacity));
+        auto* grown = static_cast<PendingKey*>(
+            MemoryContextAlloc(TopTransactionContext, sizeof(PendingKey) * capacity));
         if (pending_count > 0) memcpy(grown, pending, sizeof(PendingKey) * pending_count);
         pending = grown;
         pending_capacity = capacity;
@@ -108,9 +118,11 @@ void mark_completed(PendingKey* entry) { entry->completed_subxact = GetCurrentSu
 
 void refuse_if_begun(text* principal, text* key, const char* function) {
     if (find_pending(principal, key) != nullptr)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was started with begin() in this transaction"),
-                        errhint("%s cannot be used for it here; finish it with idempotency.complete().", function)));
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("idempotency key was started with begin() in this transaction"),
+                 errhint("%s cannot be used for it here; finish it with idempotency.complete().",
+                         function)));
 }
 
 void pending_init() {

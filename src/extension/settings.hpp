@@ -31,6 +31,10 @@ extern int principal_binding;
 /// idempotency.cleanup_batch_size: rows per batch of idempotency.cleanup().
 extern int cleanup_batch_size;
 
+/// idempotency.max_actions (at server start): actions counted each under its
+/// own name in idempotency.stats; the others are counted under '(other)'.
+extern int max_actions;
+
 /// Values of idempotency.key_format.
 enum KeyFormat { kKeyFormatAny = 0, kKeyFormatUuid = 1, kKeyFormatUuidV7 = 2 };
 /// idempotency.key_format: which Idempotency-Key values are accepted.

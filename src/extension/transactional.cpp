@@ -10,6 +10,7 @@
 // visible (the lookup takes a new snapshot in READ COMMITTED) and the
 // duplicate replays; when it rolls back the duplicate starts.
 #include "arguments.hpp"
+#include "counters.hpp"
 #include "guard.hpp"
 #include "key_lock.hpp"
 #include "key_store.hpp"
@@ -41,17 +42,22 @@ IDEM_SQL_FUNCTION(idempotency_begin) {
                         errhint("Call idempotency.complete() for it first.")));
 
     const KeyLock lock = lock_key(request.principal, request.key, wait_ms);
-    if (lock.holder == LockHolder::none) return outcome_result(fcinfo, Outcome::in_progress, nullptr);
+    if (lock.holder == LockHolder::none) {
+        count_outcome(Caller::begin, request.action, Outcome::in_progress, lock, nullptr);
+        return outcome_result(fcinfo, Outcome::in_progress, nullptr);
+    }
 
     const KeyRow row = lookup_key(request.principal, request.key, InvalidSnapshot);
     const Outcome outcome = outcome_for(row, request.fingerprint);
     if (outcome != Outcome::started) {
+        count_outcome(Caller::begin, request.action, outcome, lock, &row);
         Datum result = outcome_result(fcinfo, outcome, &row);
         unlock_key(lock);  // nothing to do under this key: waiting duplicates may go on
         return result;
     }
 
-    require_snapshot_sees_winner(request.principal, request.key);
+    require_snapshot_sees_winner(request, row);
+    count_outcome(Caller::begin, request.action, Outcome::started, lock, &row);
     // The row complete() will write, with the fence drawn now so that the caller knows it.
     KeyRow started;
     started.found = true;
@@ -64,32 +70,44 @@ IDEM_SQL_FUNCTION(idempotency_begin) {
     return outcome_result(fcinfo, Outcome::started, &started);
 }
 
-/// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret, fence) -> boolean
-/// Without fence: stores the response of a key begun in this transaction. With
-/// fence: the lease protocol's completion, true while fence holds the key.
+/// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret, fence)
+/// -> boolean Without fence: stores the response of a key begun in this transaction. With fence:
+/// the lease protocol's completion, true while fence holds the key.
 IDEM_SQL_FUNCTION(idempotency_complete) {
     require_arguments(fcinfo, 3, "principal, key and status");
     const StoredResponse response = response_arguments(fcinfo, 2, 3, 4, 5, 6);
     if (argument_given(fcinfo, 7)) {
         PreventCommandIfReadOnly("idempotency.complete()");
         check_principal_binding(PG_GETARG_TEXT_PP(0));
-        PG_RETURN_BOOL(complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(7), response));
+        text* action = nullptr;
+        const bool held = complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(7),
+                                         response, &action);
+        PG_RETURN_BOOL(count_fenced(Counter::lease_completed, held, action, PG_GETARG_TEXT_PP(0),
+                                    PG_GETARG_TEXT_PP(1)));
     }
     PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
     if (entry == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was not started in this transaction"),
-                        errhint("Call idempotency.begin() in the same transaction and complete only when it "
-                                "returns started; pass fence => for a key taken with idempotency.acquire().")));
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency key was not started in this transaction"),
+             errhint(
+                 "Call idempotency.begin() in the same transaction and complete only when it "
+                 "returns started; pass fence => for a key taken with idempotency.acquire().")));
     if (entry->completed_subxact != InvalidSubTransactionId)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("idempotency key was already completed in this transaction")));
     if (!is_final_status(response.status))
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("HTTP status %d is not final and cannot be stored", response.status),
-                        errhint("Roll back instead, so that a retry runs again; see idempotency.final_statuses.")));
+                        errhint("Roll back instead, so that a retry runs again; see "
+                                "idempotency.final_statuses.")));
 
-    if (!store_completed(entry->request, response, &entry->ttl, entry->fence, !entry->replaces))
+    const bool stored =
+        store_completed(entry->request, response, &entry->ttl, entry->fence, !entry->replaces);
+    count_event(stored ? Counter::completed : Counter::serialization_failures,
+                entry->request.action);
+    if (!stored)
         ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                         errmsg("idempotency key was taken by another transaction"),
                         errhint("Retry the transaction.")));
@@ -97,7 +115,8 @@ IDEM_SQL_FUNCTION(idempotency_complete) {
     PG_RETURN_BOOL(true);
 }
 
-/// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl, one_time_secret)
+/// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl,
+/// one_time_secret)
 /// -> boolean. False when nothing was stored: not final, a live row of the key,
 /// or the wait for a transaction that holds the key ran out (the response may
 /// or may not be stored by then; the caller answers the same either way).
@@ -108,10 +127,13 @@ IDEM_SQL_FUNCTION(idempotency_save_final) {
     const Interval ttl = ttl_argument(fcinfo, 7);
     PreventCommandIfReadOnly("idempotency.save_final()");
     refuse_if_begun(request.principal, request.key, "idempotency.save_final()");
-    if (!is_final_status(response.status)) PG_RETURN_BOOL(false);
+    if (!is_final_status(response.status)) PG_RETURN_BOOL(count_save_final(request.action, false));
 
-    if (lock_key(request.principal, request.key, wait_timeout_ms).holder == LockHolder::none) PG_RETURN_BOOL(false);
-    PG_RETURN_BOOL(store_completed(request, response, &ttl, next_fence(), false));
+    const KeyLock lock = lock_key(request.principal, request.key, wait_timeout_ms);
+    count_wait(request.action, lock);
+    if (lock.holder == LockHolder::none) PG_RETURN_BOOL(count_save_final(request.action, false));
+    PG_RETURN_BOOL(count_save_final(request.action,
+                                    store_completed(request, response, &ttl, next_fence(), false)));
 }
 
 /// idempotency.is_final(status) -> boolean

@@ -33,20 +33,24 @@ std::string conninfo() {
 std::string unique_principal() {
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    return std::string(info->name()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
-           "-" + std::to_string(counter++);
+    return std::string(info->name()) + "-" +
+           std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "-" +
+           std::to_string(counter++);
 }
 
 // A digest as a bytea parameter.
 auto digest_bytes(const idem::Digest& digest) {
-    return idem::pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
+    return idem::pq::bytes(
+        std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
 }
 
 // The tables and functions the tests write to (idempotent: every suite calls it).
 void create_tables() {
     pqxx::connection connection(conninfo());
     pqxx::work tx(connection);
-    tx.exec("CREATE TABLE IF NOT EXISTS client_effects (id bigserial PRIMARY KEY, principal text, note text)");
+    tx.exec(
+        "CREATE TABLE IF NOT EXISTS client_effects (id bigserial PRIMARY KEY, principal text, note "
+        "text)");
     tx.exec(R"(CREATE OR REPLACE FUNCTION client_fail(code text) RETURNS void LANGUAGE plpgsql AS
                $$ BEGIN RAISE EXCEPTION 'simulated %', code USING ERRCODE = code; END $$)");
     // Rows checked only at COMMIT: a deferred unique constraint, and a deferred
@@ -54,7 +58,8 @@ void create_tables() {
     tx.exec(R"(CREATE TABLE IF NOT EXISTS client_deferred (
                  principal text, slot int, fail_with text,
                  UNIQUE (principal, slot) DEFERRABLE INITIALLY DEFERRED))");
-    tx.exec(R"(CREATE OR REPLACE FUNCTION client_deferred_check() RETURNS trigger LANGUAGE plpgsql AS
+    tx.exec(
+        R"(CREATE OR REPLACE FUNCTION client_deferred_check() RETURNS trigger LANGUAGE plpgsql AS
                $$ BEGIN IF NEW.fail_with IS NOT NULL THEN PERFORM client_fail(NEW.fail_with); END IF;
                   RETURN NULL; END $$)");
     tx.exec("DROP TRIGGER IF EXISTS client_deferred_check ON client_deferred");
@@ -72,10 +77,13 @@ void create_tables() {
 enum class Mode { work, pipelined, work_prepared, pipelined_prepared };
 
 bool is_pipelined(Mode mode) { return mode == Mode::pipelined || mode == Mode::pipelined_prepared; }
-bool is_prepared(Mode mode) { return mode == Mode::work_prepared || mode == Mode::pipelined_prepared; }
+bool is_prepared(Mode mode) {
+    return mode == Mode::work_prepared || mode == Mode::pipelined_prepared;
+}
 
 std::string mode_name(const ::testing::TestParamInfo<Mode>& info) {
-    return std::string(is_pipelined(info.param) ? "Pipelined" : "Work") + (is_prepared(info.param) ? "Prepared" : "");
+    return std::string(is_pipelined(info.param) ? "Pipelined" : "Work") +
+           (is_prepared(info.param) ? "Prepared" : "");
 }
 
 std::vector<Mode> modes() {
@@ -88,8 +96,10 @@ protected:
     static void SetUpTestSuite() { create_tables(); }
 
     void SetUp() override {
-        if (is_pipelined(GetParam())) pipelined_ = std::make_unique<idem::Connection>(conninfo());
-        else plain_ = std::make_unique<pqxx::connection>(conninfo());
+        if (is_pipelined(GetParam()))
+            pipelined_ = std::make_unique<idem::Connection>(conninfo());
+        else
+            plain_ = std::make_unique<pqxx::connection>(conninfo());
         principal_ = unique_principal();
     }
 
@@ -105,12 +115,14 @@ protected:
     }
 
     // Runs `handler` through the entry point of this test's mode.
-    idem::Response run(idem::Client& client, const idem::Request& r, const idem::TransactionHandler& handler) const {
+    idem::Response run(idem::Client& client, const idem::Request& r,
+                       const idem::TransactionHandler& handler) const {
         if (is_pipelined(GetParam())) return client.handle(r, handler);
         return client.handle(r, idem::Handler([&handler](pqxx::work& tx) { return handler(tx); }));
     }
 
-    idem::Request request(const std::string& key, const std::string& body = R"({"item":"book"})") const {
+    idem::Request request(const std::string& key,
+                          const std::string& body = R"({"item":"book"})") const {
         idem::Request r;
         r.principal = principal_;
         r.key = key;
@@ -121,12 +133,15 @@ protected:
     }
 
     // A handler that writes one effect and answers `status`.
-    idem::TransactionHandler writer(int status, std::atomic<int>* calls = nullptr, const std::string& note = "order") const {
+    idem::TransactionHandler writer(int status, std::atomic<int>* calls = nullptr,
+                                    const std::string& note = "order") const {
         return [this, status, calls, note](pqxx::transaction_base& tx) {
             if (calls != nullptr) ++*calls;
-            long id = idem::pq::exec1(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, $2) RETURNING id",
-                                      principal_, note)[0]
-                          .as<long>();
+            long id =
+                idem::pq::exec1(
+                    tx, "INSERT INTO client_effects (principal, note) VALUES ($1, $2) RETURNING id",
+                    principal_, note)[0]
+                    .as<long>();
             idem::Response response;
             response.status = status;
             response.body = nlohmann::json{{"id", id}, {"status", status}}.dump();
@@ -141,14 +156,17 @@ protected:
     long effects() const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        return idem::pq::exec1(tx, "SELECT count(*) FROM client_effects WHERE principal = $1", principal_)[0].as<long>();
+        return idem::pq::exec1(tx, "SELECT count(*) FROM client_effects WHERE principal = $1",
+                               principal_)[0]
+            .as<long>();
     }
 
     long key_rows(const std::string& key) const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        return idem::pq::exec1(tx, "SELECT count(*) FROM idempotency.keys WHERE principal = $1 AND key = $2", principal_,
-                               key)[0]
+        return idem::pq::exec1(
+                   tx, "SELECT count(*) FROM idempotency.keys WHERE principal = $1 AND key = $2",
+                   principal_, key)[0]
             .as<long>();
     }
 
@@ -179,12 +197,41 @@ TEST_P(ClientTest, FirstRequestRunsOnceAndRetriesReplayByteForByte) {
     ASSERT_NE(second.header("Location"), nullptr);
     EXPECT_EQ(*second.header("Location"), *first.header("Location"));
     EXPECT_EQ(*second.header("Content-Type"), "application/json");
-    EXPECT_EQ(second.header("X-Request-Id"), nullptr) << "headers not in kept_headers are not stored";
+    EXPECT_EQ(second.header("X-Request-Id"), nullptr)
+        << "headers not in kept_headers are not stored";
     EXPECT_EQ(second.resource_id, first.resource_id);
     EXPECT_EQ(calls.load(), 1);
     EXPECT_EQ(effects(), 1);
     EXPECT_EQ(client.counters().started, 1u);
     EXPECT_EQ(client.counters().replayed, 1u);
+}
+
+TEST_P(ClientTest, RepeatedHeadersReplayInTheirOrder) {
+    idem::Options options;
+    options.kept_headers = {"Set-Cookie", "Link"};
+    idem::Client client = make_client(options);
+    std::atomic<int> calls{0};
+    idem::TransactionHandler handler = [&](pqxx::transaction_base&) {
+        ++calls;
+        idem::Response response;
+        response.status = 201;
+        response.body = "ok";
+        response.headers = {{"Set-Cookie", "a=1; Path=/"},
+                            {"Link", "</x>; rel=next"},
+                            {"Set-Cookie", "b=2"},
+                            {"X-Not-Kept", "1"}};
+        return response;
+    };
+    run(client, request("k1"), handler);
+    idem::Response replay = run(client, request("k1"), handler);
+    EXPECT_TRUE(replay.replayed);
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (const auto& header : replay.headers)
+        if (header.first != "Idempotent-Replay") kept.push_back(header);
+    const std::vector<std::pair<std::string, std::string>> expected{
+        {"Set-Cookie", "a=1; Path=/"}, {"Link", "</x>; rel=next"}, {"Set-Cookie", "b=2"}};
+    EXPECT_EQ(kept, expected) << "order and repeated names survive (the array form of 0.6.0)";
+    EXPECT_EQ(calls.load(), 1);
 }
 
 TEST_P(ClientTest, AnotherRequestUnderTheSameKeyIs422) {
@@ -206,8 +253,9 @@ TEST_P(ClientTest, KeyHeldElsewhereIs409WithRetryAfter) {
     idem::Digest digest = idem::fingerprint(request("k1"));
     pqxx::connection other(conninfo());
     pqxx::work holder(other);
-    EXPECT_EQ(idem::pq::exec1(holder, "SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)", principal_,
-                              digest_bytes(digest))[0]
+    EXPECT_EQ(idem::pq::exec1(holder,
+                              "SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)",
+                              principal_, digest_bytes(digest))[0]
                   .as<std::string>(),
               "started");
     std::atomic<int> calls{0};
@@ -229,11 +277,14 @@ TEST_P(ClientTest, DuplicateWaitsForTheFirstAndReplays) {
     pqxx::connection other(conninfo());
     std::thread first([&] {
         pqxx::work tx(other);
-        idem::pq::exec1(tx, "SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)", principal_,
-                        digest_bytes(digest));
-        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'first')", principal_);
+        idem::pq::exec1(tx, "SELECT outcome FROM idempotency.begin($1, 'k1', 'POST /orders', $2)",
+                        principal_, digest_bytes(digest));
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'first')",
+                       principal_);
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        idem::pq::exec(tx, "SELECT idempotency.complete($1, 'k1', 201, convert_to('from first', 'UTF8'))", principal_);
+        idem::pq::exec(
+            tx, "SELECT idempotency.complete($1, 'k1', 201, convert_to('from first', 'UTF8'))",
+            principal_);
         tx.commit();
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -273,9 +324,10 @@ TEST_P(ClientTest, OneTimeSecretIsSentOnceAndNeverStored) {
     EXPECT_EQ(retry.body.find("sk_live_123"), std::string::npos);
     pqxx::nontransaction tx(db());
     pqxx::row row = idem::pq::exec1(tx,
-        "SELECT response_body IS NULL, response_headers IS NULL, one_time_secret FROM idempotency.keys "
-        "WHERE principal = $1 AND key = 'k1'",
-        principal_);
+                                    "SELECT response_body IS NULL, response_headers IS NULL, "
+                                    "one_time_secret FROM idempotency.keys "
+                                    "WHERE principal = $1 AND key = 'k1'",
+                                    principal_);
     EXPECT_TRUE(row[0].as<bool>());
     EXPECT_TRUE(row[1].as<bool>());
     EXPECT_TRUE(row[2].as<bool>());
@@ -289,7 +341,8 @@ TEST_P(ClientTest, MissingOrMalformedKeyIs400) {
     idem::Response response = run(client, missing, writer(201, &calls));
     EXPECT_EQ(response.status, 400);
     EXPECT_EQ(problem_type(response), "/problems/idempotency-key-missing");
-    for (const std::string& bad : {std::string(), std::string(256, 'k'), std::string("tab\tkey"), std::string("caf\xC3\xA9")}) {
+    for (const std::string& bad : {std::string(), std::string(256, 'k'), std::string("tab\tkey"),
+                                   std::string("caf\xC3\xA9")}) {
         response = run(client, request(bad), writer(201, &calls));
         EXPECT_EQ(response.status, 400) << bad;
         EXPECT_EQ(problem_type(response), "/problems/idempotency-key-malformed");
@@ -357,7 +410,8 @@ TEST_P(ClientTest, BusinessConflictIsStoredAndReplayedWithoutItsEffect) {
 TEST_P(ClientTest, HandlerThatThrowsLeavesNoRowAndNoEffect) {
     idem::Client client = make_client();
     idem::TransactionHandler failing = [this](pqxx::transaction_base& tx) -> idem::Response {
-        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')", principal_);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')",
+                       principal_);
         throw std::runtime_error("handler failed");
     };
     EXPECT_THROW(run(client, request("k1"), failing), std::runtime_error);
@@ -375,7 +429,9 @@ TEST_P(ClientTest, SerializationFailuresAndDeadlocksAreRetriedWithAFreshResponse
         std::atomic<int> calls{0};
         const std::string key = "k-" + code;
         idem::TransactionHandler flaky = [&, code](pqxx::transaction_base& tx) {
-            idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')", principal_);
+            idem::pq::exec(tx,
+                           "INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')",
+                           principal_);
             if (++calls == 1) idem::pq::exec(tx, "SELECT client_fail($1)", code);
             idem::Response response;
             response.status = 201;
@@ -419,7 +475,9 @@ TEST_P(ClientTest, SixtyFourThreadsWithOneKeyHaveOneEffect) {
                 options.wait = std::chrono::milliseconds(20000);
                 idem::TransactionHandler slow = [&](pqxx::transaction_base& tx) {
                     ++calls;
-                    idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'once')", principal_);
+                    idem::pq::exec(
+                        tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'once')",
+                        principal_);
                     tx.exec("SELECT pg_sleep(0.2)");
                     idem::Response response;
                     response.status = 201;
@@ -437,10 +495,14 @@ TEST_P(ClientTest, SixtyFourThreadsWithOneKeyHaveOneEffect) {
                     idem::Client client(connection, options);
                     response = run(client, request("shared"), slow);
                 }
-                if (response.status == 201 && !response.replayed) ++fresh;
-                else if (response.status == 201 && response.replayed && response.body == "the one") ++replayed;
-                else if (response.status == 409) ++busy;
-                else ++other;
+                if (response.status == 201 && !response.replayed)
+                    ++fresh;
+                else if (response.status == 201 && response.replayed && response.body == "the one")
+                    ++replayed;
+                else if (response.status == 409)
+                    ++busy;
+                else
+                    ++other;
             } catch (const std::exception& e) {
                 std::lock_guard<std::mutex> lock(error_mutex);
                 if (first_error.empty()) first_error = e.what();
@@ -459,13 +521,15 @@ TEST_P(ClientTest, SixtyFourThreadsWithOneKeyHaveOneEffect) {
 
 TEST_P(ClientTest, ClientDigestEqualsServerFingerprint) {
     pqxx::nontransaction tx(db());
-    for (const std::string& body : {std::string(R"({"b":1,"a":[1.0,2e3,"\u00e9"]})"), std::string("a=1&b=2"), std::string(),
-                                   std::string("{\"dup\":1,\"dup\":2}")}) {
+    for (const std::string& body :
+         {std::string(R"({"b":1,"a":[1.0,2e3,"\u00e9"]})"), std::string("a=1&b=2"), std::string(),
+          std::string("{\"dup\":1,\"dup\":2}")}) {
         idem::Request r = request("k", body);
         r.exclude = {"/a/1"};
         idem::Digest digest = idem::fingerprint(r);
         const std::string server = idem::pq::bytes_of(idem::pq::exec1(
-            tx, "SELECT idempotency.fingerprint('POST', '/orders', $1, ARRAY['/a/1'])", idem::pq::bytes(body))[0]);
+            tx, "SELECT idempotency.fingerprint('POST', '/orders', $1, ARRAY['/a/1'])",
+            idem::pq::bytes(body))[0]);
         ASSERT_EQ(server.size(), digest.size());
         EXPECT_EQ(std::memcmp(server.data(), digest.data(), digest.size()), 0) << body;
     }
@@ -476,8 +540,10 @@ TEST_P(ClientTest, FailedCommitLeavesNoRowNoEffectAndAUsableConnection) {
     std::atomic<int> calls{0};
     idem::TransactionHandler duplicate = [&](pqxx::transaction_base& tx) {
         ++calls;
-        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')", principal_);
-        idem::pq::exec(tx, "INSERT INTO client_deferred (principal, slot) VALUES ($1, 1), ($1, 1)", principal_);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'doomed')",
+                       principal_);
+        idem::pq::exec(tx, "INSERT INTO client_deferred (principal, slot) VALUES ($1, 1), ($1, 1)",
+                       principal_);
         idem::Response response;
         response.status = 201;
         return response;
@@ -503,9 +569,11 @@ TEST_P(ClientTest, SerializationFailureAtCommitIsRetried) {
     std::atomic<int> calls{0};
     idem::TransactionHandler flaky = [&](pqxx::transaction_base& tx) {
         const bool first = ++calls == 1;
-        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')", principal_);
-        idem::pq::exec(tx, "INSERT INTO client_deferred (principal, slot, fail_with) VALUES ($1, $2, $3)", principal_,
-                       calls.load(), first ? "40001" : nullptr);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'attempt')",
+                       principal_);
+        idem::pq::exec(
+            tx, "INSERT INTO client_deferred (principal, slot, fail_with) VALUES ($1, $2, $3)",
+            principal_, calls.load(), first ? "40001" : nullptr);
         idem::Response response;
         response.status = 201;
         response.body = "attempt " + std::to_string(calls.load());
@@ -516,7 +584,8 @@ TEST_P(ClientTest, SerializationFailureAtCommitIsRetried) {
     EXPECT_EQ(response.body, "attempt 2");
     EXPECT_EQ(client.counters().retries, 1u);
     EXPECT_EQ(effects(), 1);
-    EXPECT_EQ(run(client, request("k1"), flaky).body, "attempt 2") << "the second attempt's response was stored";
+    EXPECT_EQ(run(client, request("k1"), flaky).body, "attempt 2")
+        << "the second attempt's response was stored";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ClientTest, ::testing::ValuesIn(modes()), mode_name);
@@ -549,7 +618,8 @@ protected:
             if (text.rfind("F\t", 0) != 0) continue;
             const std::size_t name = text.find('\t', 2);
             if (name == std::string::npos) continue;
-            const std::string message = text.substr(name + 1, text.find_first_of("\t\n", name + 1) - name - 1);
+            const std::string message =
+                text.substr(name + 1, text.find_first_of("\t\n", name + 1) - name - 1);
             if (message == "Sync" || message == "Query") ++count;
         }
         std::fclose(trace);
@@ -557,7 +627,8 @@ protected:
     }
 
     static idem::Response created(pqxx::transaction_base& tx, const std::string& principal) {
-        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'traced')", principal);
+        idem::pq::exec(tx, "INSERT INTO client_effects (principal, note) VALUES ($1, 'traced')",
+                       principal);
         idem::Response response;
         response.status = 201;
         response.body = "{}";
@@ -568,7 +639,8 @@ protected:
 TEST_F(RoundTripTest, PipelinedKeyedRequestCostsWhatAPlainTransactionCosts) {
     idem::Connection connection(conninfo());
     idem::Options options;
-    options.final_statuses = "2xx,4xx";  // known up front: no query for the server's list in the count
+    options.final_statuses =
+        "2xx,4xx";  // known up front: no query for the server's list in the count
     idem::Client client(connection, options);
     const std::string principal = unique_principal();
     idem::Request r;
@@ -587,18 +659,24 @@ TEST_F(RoundTripTest, PipelinedKeyedRequestCostsWhatAPlainTransactionCosts) {
     int count = 0;
     r.key = "pipelined";
     count = round_trips(connection, [&] {
-        EXPECT_EQ(client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); }).status, 201);
+        EXPECT_EQ(
+            client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); })
+                .status,
+            201);
     });
     EXPECT_EQ(count, plain) << "BEGIN + begin(), INSERT, complete() + COMMIT";
 
     count = round_trips(connection, [&] {
-        EXPECT_TRUE(client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); }).replayed);
+        EXPECT_TRUE(
+            client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); })
+                .replayed);
     });
     EXPECT_EQ(count, 2) << "BEGIN + begin(), COMMIT";
 
     r.key = "classic";
     count = round_trips(connection, [&] {
-        EXPECT_EQ(client.handle(r, [&](pqxx::work& tx) { return created(tx, principal); }).status, 201);
+        EXPECT_EQ(client.handle(r, [&](pqxx::work& tx) { return created(tx, principal); }).status,
+                  201);
     });
     EXPECT_EQ(count, 5) << "a pqxx::work handler: BEGIN, begin(), INSERT, complete(), COMMIT";
 
@@ -609,19 +687,26 @@ TEST_F(RoundTripTest, PipelinedKeyedRequestCostsWhatAPlainTransactionCosts) {
         idem::Client prepared(connection, options);
         r.key = "prepared-1";
         count = round_trips(connection, [&] {
-            EXPECT_EQ(prepared.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); }).status,
-                      201);
+            EXPECT_EQ(
+                prepared
+                    .handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); })
+                    .status,
+                201);
         });
         EXPECT_EQ(count, plain + 2) << "PREPARE begin, PREPARE complete, then as before";
         r.key = "prepared-2";
         count = round_trips(connection, [&] {
-            EXPECT_EQ(prepared.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); }).status,
-                      201);
+            EXPECT_EQ(
+                prepared
+                    .handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); })
+                    .status,
+                201);
         });
         EXPECT_EQ(count, plain);
         pqxx::nontransaction query(connection);
-        EXPECT_EQ(idem::pq::exec1(query, "SELECT count(*) FROM pg_prepared_statements WHERE name IN "
-                              "('idempotency_begin_p1', 'idempotency_complete_p1')")[0]
+        EXPECT_EQ(idem::pq::exec1(query,
+                                  "SELECT count(*) FROM pg_prepared_statements WHERE name IN "
+                                  "('idempotency_begin_p1', 'idempotency_complete_p1')")[0]
                       .as<int>(),
                   2);
     }
@@ -630,9 +715,14 @@ TEST_F(RoundTripTest, PipelinedKeyedRequestCostsWhatAPlainTransactionCosts) {
     pqxx::connection plain_connection(conninfo());
     idem::Client plain_client(plain_connection);
     r.key = "adapted";
-    EXPECT_EQ(plain_client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); }).status, 201);
+    EXPECT_EQ(
+        plain_client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); })
+            .status,
+        201);
     r.key = "pipelined";
-    EXPECT_TRUE(plain_client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); }).replayed);
+    EXPECT_TRUE(
+        plain_client.handle(r, [&](pqxx::transaction_base& tx) { return created(tx, principal); })
+            .replayed);
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ protected:
     std::int64_t stored_fence(const std::string& key) const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        return idem::pq::exec1(tx, "SELECT fence FROM idempotency.keys WHERE principal = $1 AND key = $2", principal_, key)[0]
+        return idem::pq::exec1(
+                   tx, "SELECT fence FROM idempotency.keys WHERE principal = $1 AND key = $2",
+                   principal_, key)[0]
             .as<std::int64_t>();
     }
 
@@ -71,7 +73,8 @@ TEST_F(LeaseTest, RenewalHoldsTheKeyWhileALongBodyRuns) {
     options.lease = 300ms;
     std::atomic<int> calls{0};
     idem::LeaseRunner first(conninfo(), options);
-    auto running = std::async(std::launch::async, [&] { return first.run(request("k1"), slow_body(1000ms, &calls)); });
+    auto running = std::async(std::launch::async,
+                              [&] { return first.run(request("k1"), slow_body(1000ms, &calls)); });
     std::this_thread::sleep_for(500ms);  // past the first 300 ms lease: only renewal keeps it
     idem::LeaseRunner duplicate(conninfo(), options);
     idem::LeaseResult during = duplicate.run(request("k1"), slow_body(0ms, &calls));
@@ -97,16 +100,19 @@ TEST_F(LeaseTest, WithoutRenewalTheKeyIsTakenOverAndTheFirstHolderIsUnfenced) {
     options.renew = false;
     std::atomic<int> calls{0};
     idem::LeaseRunner first(conninfo(), options);
-    auto running = std::async(std::launch::async,
-                              [&] { return first.run(request("k1"), slow_body(1000ms, &calls, 200, "first")); });
+    auto running = std::async(std::launch::async, [&] {
+        return first.run(request("k1"), slow_body(1000ms, &calls, 200, "first"));
+    });
     std::this_thread::sleep_for(500ms);
     idem::LeaseRunner second(conninfo(), options);
     idem::LeaseResult takeover = second.run(request("k1"), slow_body(0ms, &calls, 200, "second"));
     EXPECT_EQ(takeover.outcome, idem::LeaseOutcome::fresh);
     idem::LeaseResult stale = running.get();
-    EXPECT_GT(takeover.fence, stale.fence) << "fences come from one sequence: higher at every takeover";
+    EXPECT_GT(takeover.fence, stale.fence)
+        << "fences come from one sequence: higher at every takeover";
     EXPECT_EQ(stale.outcome, idem::LeaseOutcome::fresh_unfenced);
-    EXPECT_EQ(stale.response.body, "first") << "the body is never cancelled; its response is still returned";
+    EXPECT_EQ(stale.response.body, "first")
+        << "the body is never cancelled; its response is still returned";
     EXPECT_EQ(calls.load(), 2);
     EXPECT_EQ(stored_fence("k1"), takeover.fence);
     idem::LeaseResult replay = second.run(request("k1"), slow_body(0ms, &calls));
@@ -129,7 +135,8 @@ TEST_F(LeaseTest, OnceAfterAFailingBodyIsADuplicate) {
     EXPECT_EQ(calls.load(), 1);
     // A successful once is a duplicate afterwards too.
     EXPECT_EQ(runner.run(request("k2"), slow_body(0ms, &calls)).outcome, idem::LeaseOutcome::fresh);
-    EXPECT_EQ(runner.run(request("k2"), slow_body(0ms, &calls)).outcome, idem::LeaseOutcome::duplicate);
+    EXPECT_EQ(runner.run(request("k2"), slow_body(0ms, &calls)).outcome,
+              idem::LeaseOutcome::duplicate);
     EXPECT_EQ(calls.load(), 2);
 }
 
@@ -147,17 +154,22 @@ TEST_F(LeaseTest, CommitOnSuccessAfterAFailingBodyLetsTheRetryRun) {
     idem::LeaseResult retry = runner.run(request("k1"), slow_body(0ms, &calls));
     EXPECT_EQ(retry.outcome, idem::LeaseOutcome::fresh);
     EXPECT_GT(retry.fence, released_fence) << "the released key is taken again with a higher fence";
-    EXPECT_EQ(runner.run(request("k1"), slow_body(0ms, &calls)).outcome, idem::LeaseOutcome::duplicate);
+    EXPECT_EQ(runner.run(request("k1"), slow_body(0ms, &calls)).outcome,
+              idem::LeaseOutcome::duplicate);
     // An error status is a failure too.
-    EXPECT_EQ(runner.run(request("k3"), slow_body(0ms, &calls, 503)).outcome, idem::LeaseOutcome::fresh);
-    EXPECT_EQ(runner.run(request("k3"), slow_body(0ms, &calls, 200)).outcome, idem::LeaseOutcome::fresh);
+    EXPECT_EQ(runner.run(request("k3"), slow_body(0ms, &calls, 503)).outcome,
+              idem::LeaseOutcome::fresh);
+    EXPECT_EQ(runner.run(request("k3"), slow_body(0ms, &calls, 200)).outcome,
+              idem::LeaseOutcome::fresh);
     EXPECT_EQ(calls.load(), 4);
 }
 
 TEST_F(LeaseTest, RememberReleasesNonFinalResponsesAndReplaysFinalOnes) {
     idem::LeaseRunner runner(conninfo());
     std::atomic<int> calls{0};
-    EXPECT_EQ(runner.run(request("k1"), slow_body(0ms, &calls, 503, "upstream down")).response.status, 503);
+    EXPECT_EQ(
+        runner.run(request("k1"), slow_body(0ms, &calls, 503, "upstream down")).response.status,
+        503);
     idem::LeaseResult again = runner.run(request("k1"), slow_body(0ms, &calls, 201, "made"));
     EXPECT_EQ(again.outcome, idem::LeaseOutcome::fresh);
     idem::LeaseResult replay = runner.run(request("k1"), slow_body(0ms, &calls));
@@ -202,7 +214,8 @@ TEST_F(LeaseTest, HolderKilledWithSigkillIsTakenOverAfterTheLease) {
     std::this_thread::sleep_for(1500ms);  // the holder renews past its first lease
     idem::LeaseRunner runner(conninfo());
     std::atomic<int> calls{0};
-    EXPECT_EQ(runner.run(request(key), slow_body(0ms, &calls)).outcome, idem::LeaseOutcome::in_progress)
+    EXPECT_EQ(runner.run(request(key), slow_body(0ms, &calls)).outcome,
+              idem::LeaseOutcome::in_progress)
         << "a live, renewed lease";
     ASSERT_EQ(kill(child, SIGKILL), 0);
     int status = 0;
@@ -216,7 +229,8 @@ TEST_F(LeaseTest, HolderKilledWithSigkillIsTakenOverAfterTheLease) {
     do {
         std::this_thread::sleep_for(200ms);
         result = runner.run(request(key), slow_body(0ms, &calls));
-    } while (result.outcome == idem::LeaseOutcome::in_progress && std::chrono::steady_clock::now() < deadline);
+    } while (result.outcome == idem::LeaseOutcome::in_progress &&
+             std::chrono::steady_clock::now() < deadline);
     EXPECT_EQ(result.outcome, idem::LeaseOutcome::fresh);
     EXPECT_GT(result.fence, killed_fence);
     EXPECT_EQ(calls.load(), 1);

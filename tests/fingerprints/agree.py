@@ -11,6 +11,9 @@ fingerprint is computed three ways and must be identical:
 - C++: src/core through `jcs_tool fingerprints`;
 - Python: pg_idempotency.fingerprint, which sends the parameters exactly as the
   client's begin() does (body as binary bytea);
+- Node: the Node client's fingerprint(), which writes the values into the SQL
+  text exactly as its begin() does (escaped literals; node_fingerprints.js,
+  needs clients/node built; --node "" leaves it out);
 - SQL: idempotency.fingerprint over the bodies stored in a table (decoded from
   hex on the server, no client parameter at all).
 
@@ -184,17 +187,26 @@ def cpp_fingerprints(tool: str, items: List[Request]) -> List[str]:
     return out.decode().splitlines()
 
 
+def node_fingerprints(script: str, dsn: str, items: List[Request]) -> List[str]:
+    lines = "".join(json.dumps([m, p, None if b is None else b.hex()]) + "\n" for m, p, b in items)
+    out = subprocess.run(["node", script, "--dsn", dsn], input=lines.encode(), capture_output=True, check=True).stdout
+    return out.decode().splitlines()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jcs-tool", required=True)
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--node", default=str(ROOT / "tests" / "fingerprints" / "node_fingerprints.js"),
+                        help='the Node fingerprint script ("" to leave Node out)')
     args = parser.parse_args()
     if not os.access(args.jcs_tool, os.X_OK):
         print(f"not ok - jcs_tool not found at {args.jcs_tool}\n0 passed, 1 failed")
         return 1
     items, expected = requests(args.count)
     cpp = cpp_fingerprints(args.jcs_tool, items)
+    node = node_fingerprints(args.node, args.dsn, items) if args.node else None
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         python = [pg_idempotency.fingerprint(conn, m, p, b).hex() for m, p, b in items]
         conn.execute("CREATE TEMP TABLE requests (n int, method text, path text, body_hex text)")
@@ -206,14 +218,16 @@ def main() -> int:
             " FROM requests ORDER BY n")]
     passed = failed = 0
     for n, (method, path, body) in enumerate(items):
-        if len(cpp) > n and cpp[n] == python[n] == sql[n]:
+        if len(cpp) > n and cpp[n] == python[n] == sql[n] and (node is None or (len(node) > n and node[n] == sql[n])):
             passed += 1
         else:
             failed += 1
             if failed <= 10:
                 print(f"not ok - {method} {path} {body[:120] if body else body!r}\n"
-                      f"#   C++ {cpp[n] if len(cpp) > n else None}\n#   Python {python[n]}\n#   SQL {sql[n]}")
-    print(f"ok - {passed} of {len(items)} requests: C++, Python and SQL fingerprints agree")
+                      f"#   C++ {cpp[n] if len(cpp) > n else None}\n#   Python {python[n]}\n#   SQL {sql[n]}"
+                  + (f"\n#   Node {node[n] if len(node) > n else None}" if node is not None else ""))
+    print(f"ok - {passed} of {len(items)} requests: C++, Python, {'Node and ' if node is not None else ''}SQL"
+          " fingerprints agree")
     self_passed = 0
     for n, canonical in expected:
         method, path, _ = items[n]

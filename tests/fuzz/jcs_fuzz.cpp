@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (ok) {
         std::string second;
         idem::core::JsonError again;
-        if (!idem::core::canonicalize(first, second, again, options) || second != first) std::abort();
+        if (!idem::core::canonicalize(first, second, again, options) || second != first)
+            std::abort();
     } else if (error.offset > size) {
         std::abort();  // the offset must point into the input
     }

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     };
     idem::Response first = client.handle(request, handler);
     idem::Response again = client.handle(request, handler);
-    std::printf("first %d replayed=%d, again %d replayed=%d\n", first.status, first.replayed, again.status,
-                again.replayed);
-    return (first.status == 201 && !first.replayed && again.status == 201 && again.replayed) ? 0 : 1;
+    std::printf("first %d replayed=%d, again %d replayed=%d\n", first.status, first.replayed,
+                again.status, again.replayed);
+    return (first.status == 201 && !first.replayed && again.status == 201 && again.replayed) ? 0
+                                                                                             : 1;
 }

@@ -1,6 +1,6 @@
 -- Structure of the key store and the protocol functions.
 BEGIN;
-SELECT plan(82);
+SELECT plan(86);
 
 -- The table, column by column.
 SELECT has_table('idempotency', 'keys', 'table idempotency.keys exists');
@@ -122,6 +122,10 @@ SELECT has_function('idempotency', 'schedule_cleanup', ARRAY['text'], 'schedule_
 SELECT has_function('idempotency', 'unschedule_cleanup', ARRAY[]::text[], 'unschedule_cleanup()');
 SELECT has_function('idempotency', 'lookup', ARRAY['text', 'text'], 'lookup(text, text)');
 SELECT has_view('idempotency', 'status', 'view idempotency.status exists');
+SELECT has_view('idempotency', 'stats', 'view idempotency.stats exists');
+SELECT has_view('idempotency', 'abandoned', 'view idempotency.abandoned exists');
+SELECT has_function('idempotency', 'stats_reset', ARRAY[]::text[], 'stats_reset()');
+SELECT ok(NOT has_function_privilege('public', 'idempotency.stats_reset()', 'EXECUTE'), 'PUBLIC cannot reset the counters');
 SELECT is(array_agg(p.oid::regprocedure::text ORDER BY 1), NULL, 'every function has a comment')
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'

@@ -23,7 +23,7 @@ CREATE ROLE idem_doc_support NOLOGIN;
 \set grants `tests/pgtap/doc_grants.sh`
 :grants
 
-SELECT plan(53);
+SELECT plan(62);
 SELECT ok(:'grants' LIKE '%GRANT%TO idem_doc_app;%' AND :'grants' LIKE '%TO idem_doc_ops;%'
           AND :'grants' LIKE '%TO idem_doc_monitoring;%' AND :'grants' LIKE '%TO idem_doc_support;%',
           'the docs hold a GRANT block for each of app, ops, monitoring and support');
@@ -52,13 +52,16 @@ SELECT is(pg_temp.executes('public'), '{bound_principal,fingerprint,is_final,jcs
           'PUBLIC executes jcs, fingerprint, is_final and bound_principal only');
 SELECT is(pg_temp.executes('idem_doc_app'), '{acquire,begin,claim,complete,release,renew,save_final}',
           'app executes both protocols and claim, nothing else');
-SELECT is(pg_temp.executes('idem_doc_ops'), '{cleanup,cleanup_batch}', 'ops executes cleanup, nothing else');
-SELECT is(pg_temp.executes('idem_doc_monitoring'), '{lookup}', 'monitoring executes lookup, nothing else');
+SELECT is(pg_temp.executes('idem_doc_ops'), '{cleanup,cleanup_batch,stats_reset}',
+          'ops executes cleanup and stats_reset, nothing else');
+SELECT is(pg_temp.executes('idem_doc_monitoring'), '{lookup,stats_counters}',
+          'monitoring executes lookup and the counters behind the stats view, nothing else');
 SELECT is(pg_temp.executes('idem_doc_support'), '{forget,lookup}', 'support executes lookup and forget, nothing else');
 SELECT is(pg_temp.holds('public'), '{}', 'PUBLIC holds no privilege on the extension''s relations');
 SELECT is(pg_temp.holds('idem_doc_app'), '{}', 'app holds no privilege on the extension''s relations');
-SELECT is(pg_temp.holds('idem_doc_ops'), '{}', 'ops holds no privilege on the extension''s relations');
-SELECT is(pg_temp.holds('idem_doc_monitoring'), '{status:SELECT}', 'monitoring may only SELECT the status view');
+SELECT is(pg_temp.holds('idem_doc_ops'), '{abandoned:SELECT}', 'ops may only SELECT the abandoned view');
+SELECT is(pg_temp.holds('idem_doc_monitoring'), '{status:SELECT,stats:SELECT}',
+          'monitoring may only SELECT the status and stats views');
 SELECT is(pg_temp.holds('idem_doc_support'), '{}', 'support holds no privilege on the extension''s relations');
 
 -- Rows for the roles to work on: two expired keys and a live one.
@@ -87,6 +90,10 @@ SELECT fence AS lease_fence FROM idempotency.acquire('tenant', 'k-release', 'act
                                                      lease => '1 min') \gset
 SELECT ok(idempotency.release('tenant', 'k-release', :lease_fence), 'app can release');
 SELECT ok(idempotency.claim('tenant', 'k-claim'), 'app can claim');
+-- (a lease left to lapse, for ops to find in idempotency.abandoned)
+SELECT outcome FROM idempotency.acquire('tenant', 'k-abandoned', 'act', idempotency.fingerprint('POST', '/l'),
+                                        lease => '100 ms') \gset
+SELECT pg_sleep(0.2);
 SELECT ok(idempotency.is_final(201) AND length(idempotency.jcs('{}')) = 2, 'app can use what PUBLIC may');
 -- ... and nothing else.
 SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'app cannot read the table');
@@ -98,6 +105,8 @@ SELECT throws_ok($$SELECT idempotency.forget('tenant', 'k-tx')$$, '42501', NULL,
 SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501', NULL, 'app cannot delete a batch');
 SELECT throws_ok($$CALL idempotency.cleanup()$$, '42501', NULL, 'app cannot run cleanup');
 SELECT throws_ok($$SELECT idempotency.schedule_cleanup()$$, '42501', NULL, 'app cannot schedule cleanup');
+SELECT throws_ok($$SELECT * FROM idempotency.stats$$, '42501', NULL, 'app cannot read the stats view');
+SELECT throws_ok($$SELECT * FROM idempotency.abandoned$$, '42501', NULL, 'app cannot read the abandoned view');
 RESET ROLE;
 
 -- ops: CALL idempotency.cleanup() at top level deletes the expired keys and
@@ -110,10 +119,14 @@ SELECT is((SELECT array_agg(key ORDER BY key) FROM idempotency.keys WHERE princi
           'ops ran cleanup: the expired keys are gone, the live one kept');
 SET ROLE idem_doc_ops;
 SELECT is((SELECT deleted FROM idempotency.cleanup_batch(10, NULL)), 0, 'ops can run a batch');
+SELECT is((SELECT array_agg(key || ':' || released ORDER BY key) FROM idempotency.abandoned WHERE principal = 'tenant'),
+          '{k-abandoned:false,k-release:true}', 'ops sees the lapsed lease and the released one');
+SELECT ok(idempotency.stats_reset() <= clock_timestamp(), 'ops can reset the counters');
 -- ... and nothing else.
 SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'ops cannot read the table');
 SELECT throws_ok($$DELETE FROM idempotency.keys$$, '42501', NULL, 'ops cannot delete from it directly');
 SELECT throws_ok($$SELECT * FROM idempotency.status$$, '42501', NULL, 'ops cannot read the status view');
+SELECT throws_ok($$SELECT * FROM idempotency.stats$$, '42501', NULL, 'ops cannot read the stats view');
 SELECT throws_ok($$SELECT * FROM idempotency.lookup('tenant', 'k-tx')$$, '42501', NULL, 'ops cannot lookup');
 SELECT throws_ok($$SELECT idempotency.forget('tenant', 'k-tx')$$, '42501', NULL, 'ops cannot forget');
 SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-ops', 'a', idempotency.fingerprint('POST', '/x'))$$,
@@ -126,6 +139,8 @@ SET ROLE idem_doc_monitoring;
 SELECT ok((SELECT keys FROM idempotency.status WHERE action = 'refund' AND live) = 1, 'monitoring reads the status view');
 SELECT is((SELECT state || ' ' || response_status FROM idempotency.lookup('tenant', 'k-tx')), 'completed 201',
           'monitoring can lookup');
+SELECT ok((SELECT count(*) FROM idempotency.stats WHERE database IS NULL AND action = '(other)') = 1,
+          'monitoring reads the stats view');
 -- ... and nothing else.
 SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'monitoring cannot read the table');
 SELECT throws_ok($$SELECT idempotency.forget('tenant', 'k-tx')$$, '42501', NULL, 'monitoring cannot forget');
@@ -133,6 +148,8 @@ SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-mon', 'a', idempotency.
                  '42501', NULL, 'monitoring cannot begin');
 SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501', NULL, 'monitoring cannot delete a batch');
 SELECT throws_ok($$CALL idempotency.cleanup()$$, '42501', NULL, 'monitoring cannot run cleanup');
+SELECT throws_ok($$SELECT idempotency.stats_reset()$$, '42501', NULL, 'monitoring cannot reset the counters');
+SELECT throws_ok($$SELECT * FROM idempotency.abandoned$$, '42501', NULL, 'monitoring cannot see keys in the abandoned view');
 RESET ROLE;
 
 -- support: lookup and forget ...
@@ -147,6 +164,7 @@ SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-sup', 'a', idempotency.
 SELECT throws_ok($$SELECT idempotency.save_final('tenant', 'k-sup', 'a', idempotency.fingerprint('POST', '/x'), 422)$$,
                  '42501', NULL, 'support cannot save_final');
 SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501', NULL, 'support cannot delete a batch');
+SELECT throws_ok($$SELECT * FROM idempotency.stats$$, '42501', NULL, 'support cannot read the stats view');
 RESET ROLE;
 
 SELECT * FROM finish();

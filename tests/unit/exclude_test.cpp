@@ -7,6 +7,7 @@
 //    that never fires changes nothing.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -33,10 +34,10 @@ using idem::core::PointerList;
 
 struct Value {
     enum Kind { scalar, array, object } kind = scalar;
-    std::string text;                                 // scalar: its JSON text
+    std::string text;                                    // scalar: its JSON text
     std::vector<std::pair<std::string, Value>> members;  // object: unescaped name, value
-    std::vector<Value> elements;                      // array
-    bool removed = false;                             // excluded by the reference
+    std::vector<Value> elements;                         // array
+    bool removed = false;                                // excluded by the reference
 };
 
 std::string quote(const std::string& s) {
@@ -87,14 +88,16 @@ std::string write(const Value& v, bool prune) {
 }
 
 // Names chosen to collide with pointer syntax and array indexes.
-const std::vector<std::string> kNames = {"a", "b", "", "~", "/", "~0", "~1", "a/b", "0", "1", "01", "10", "-",
-                                         "caf\xC3\xA9", "a\nb", "\"q\"", "zz", "a~b"};
+const std::vector<std::string> kNames = {"a",  "b",           "",     "~",     "/",  "~0",
+                                         "~1", "a/b",         "0",    "1",     "01", "10",
+                                         "-",  "caf\xC3\xA9", "a\nb", "\"q\"", "zz", "a~b"};
 
 Value random_value(std::mt19937& rng, int depth) {
     Value v;
     const int kind = depth >= 4 ? 0 : static_cast<int>(rng() % 3);
     if (kind == 0) {
-        static const char* scalars[] = {"1", "2.50", "-0", "1e2", "true", "null", "\"s\"", "\"\\u00e9\""};
+        static const char* scalars[] = {"1",    "2.50", "-0",    "1e2",
+                                        "true", "null", "\"s\"", "\"\\u00e9\""};
         v.text = scalars[rng() % 8];
         return v;
     }
@@ -108,7 +111,8 @@ Value random_value(std::mt19937& rng, int depth) {
     std::vector<std::string> names = kNames;
     std::shuffle(names.begin(), names.end(), rng);
     const std::size_t n = rng() % 7;
-    for (std::size_t i = 0; i < n; ++i) v.members.emplace_back(names[i], random_value(rng, depth + 1));
+    for (std::size_t i = 0; i < n; ++i)
+        v.members.emplace_back(names[i], random_value(rng, depth + 1));
     return v;
 }
 
@@ -174,7 +178,8 @@ std::string canonical(const std::string& json, const std::vector<JsonPointer>* e
                       const CanonicalizeOptions& options = {}) {
     std::string out;
     JsonError error;
-    EXPECT_TRUE(canonicalize(json, out, error, options, exclude)) << error.message() << " in " << json;
+    EXPECT_TRUE(canonicalize(json, out, error, options, exclude))
+        << error.message() << " in " << json;
     return out;
 }
 
@@ -240,7 +245,8 @@ TEST(ExcludeReference, PointerListParsesLikeJsonPointer) {
         const JsonPointer pointer = JsonPointer::parse(text);
         const std::size_t i = list.size() - 1;
         ASSERT_EQ(list.token_count(i), pointer.tokens().size()) << text;
-        for (std::size_t j = 0; j < pointer.tokens().size(); ++j) EXPECT_EQ(list.token(i, j), pointer.tokens()[j]);
+        for (std::size_t j = 0; j < pointer.tokens().size(); ++j)
+            EXPECT_EQ(list.token(i, j), pointer.tokens()[j]);
     }
     for (const char* bad : {"", "a", "/a~2", "/a~", "/~"}) {
         EXPECT_THROW(list.add(bad), std::invalid_argument) << bad;
@@ -251,7 +257,8 @@ TEST(ExcludeReference, PointerListParsesLikeJsonPointer) {
     list.add(JsonPointer());  // no token: excludes nothing
     std::string out;
     JsonError error;
-    ASSERT_TRUE(canonicalize(R"({"a/b":{"~":{"":1,"x":2}},"~1":[3,4],"a":{"":{"b":5}},"":6})", out, error, {}, list));
+    ASSERT_TRUE(canonicalize(R"({"a/b":{"~":{"":1,"x":2}},"~1":[3,4],"a":{"":{"b":5}},"":6})", out,
+                             error, {}, list));
     EXPECT_EQ(out, R"({"a":{"":{}},"a/b":{"~":{"x":2}},"~1":[4]})");  // "/" is the member ""
 }
 
@@ -265,11 +272,12 @@ TEST(ExcludeReference, DuplicatesAndOverlaps) {
     EXPECT_EQ(without({"/a/b", "/a/b", "/a/b"}), R"({"a":{"e":[10,11,{"f":12}]},"g":3})");
     EXPECT_EQ(without({"/a/b/c", "/a/b", "/a/b/c/x"}), R"({"a":{"e":[10,11,{"f":12}]},"g":3})");
     EXPECT_EQ(without({"/a", "/a/b/c", "/a/e/2/f"}), R"({"g":3})");
-    EXPECT_EQ(without({"/a/e/2/f", "/a/e/0", "/a/e/2/f", "/a/e/1"}), R"({"a":{"b":{"c":1,"d":2},"e":[{}]},"g":3})");
+    EXPECT_EQ(without({"/a/e/2/f", "/a/e/0", "/a/e/2/f", "/a/e/1"}),
+              R"({"a":{"b":{"c":1,"d":2},"e":[{}]},"g":3})");
     EXPECT_EQ(without({"/a/e/02", "/a/e/-", "/a/e/3", "/a/e/2/f/0"}), canonical(doc));
 }
 
-TEST(ExcludeScale, HundredThousandPointersFinishFast) {
+TEST(ExcludeScale, HundredThousandPointersFlatAndDeep) {
     std::string doc = "[";
     std::vector<JsonPointer> exclude;
     for (int i = 0; i < 100000; ++i) {
@@ -289,13 +297,17 @@ TEST(ExcludeScale, HundredThousandPointersFinishFast) {
     deep += doc;
     for (int i = 0; i < 100; ++i) deep += "}";
     std::vector<JsonPointer> deep_exclude;
-    for (int i = 0; i < 100000; i += 2) deep_exclude.push_back(JsonPointer::parse(prefix + "/" + std::to_string(i)));
+    for (int i = 0; i < 100000; i += 2)
+        deep_exclude.push_back(JsonPointer::parse(prefix + "/" + std::to_string(i)));
     const std::string out = canonical(deep, &deep_exclude);
     EXPECT_EQ(out.substr(0, 5 * 100 + 5), deep.substr(0, 5 * 100) + "[1,3,");
     EXPECT_EQ(out.substr(out.size() - 113, 13), ",99997,99999]");
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // Quadratic exclusion took about a minute for the first half alone.
-    EXPECT_LT(seconds, 10.0);
+    // No timing is asserted (tests never do): quadratic exclusion took about a
+    // minute for the first half alone, which the suite's run time would show;
+    // the speed itself is measured by tests/integration/cancel_long_calls.sh's
+    // uncanceled run and recorded in docs/benchmarks.md.
+    std::printf("100,000 exclusions, flat and 100 levels deep: %.2f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 // ---------------------------------------------------------------------------
@@ -343,7 +355,8 @@ std::vector<LongInput> long_inputs() {
     }
     {
         std::string s = "{";
-        for (int i = 400000; i > 0; --i) s += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+        for (int i = 400000; i > 0; --i)
+            s += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
         s += "\"z\":0}";
         inputs.push_back({"one object with 400,000 members", s, {}});
     }
@@ -405,7 +418,8 @@ TEST(InterruptProbe, SmallDocumentsAreNeverAsked) {
 
 TEST(InterruptProbe, ManyPointersOnASmallDocument) {
     std::vector<JsonPointer> exclude;
-    for (int i = 0; i < 50000; ++i) exclude.push_back(JsonPointer::parse("/a/" + std::to_string(i)));
+    for (int i = 0; i < 50000; ++i)
+        exclude.push_back(JsonPointer::parse("/a/" + std::to_string(i)));
     EXPECT_EQ(canonical("{\"a\":[1,2],\"b\":3}", &exclude, probed(0)), "{\"a\":[],\"b\":3}");
     EXPECT_GE(probe_calls, 50000u / idem::core::kPollItems);
     std::string out;
@@ -420,7 +434,8 @@ TEST(InterruptProbe, FingerprintHashesLargeBodiesInChunks) {
     EXPECT_EQ(digest, idem::core::sha256("POST\n/p\n" + body));
     EXPECT_GE(probe_calls, 63u);  // once per MiB
     options = probed(10);
-    EXPECT_THROW(idem::core::fingerprint("POST", "/p", std::string_view(body), {}, options), Interrupted);
+    EXPECT_THROW(idem::core::fingerprint("POST", "/p", std::string_view(body), {}, options),
+                 Interrupted);
     EXPECT_EQ(probe_calls, 10u);
 
     probe_calls = 0;

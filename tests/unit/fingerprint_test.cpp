@@ -12,8 +12,10 @@ using idem::core::sha256;
 using idem::core::to_hex;
 
 TEST(Sha256, KnownAnswer) {
-    EXPECT_EQ(to_hex(sha256("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    EXPECT_EQ(to_hex(sha256("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(to_hex(sha256("")),
+              "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(to_hex(sha256("abc")),
+              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(Fingerprint, LayoutIsMethodPathBody) {
@@ -24,17 +26,25 @@ TEST(Fingerprint, LayoutIsMethodPathBody) {
 }
 
 TEST(Fingerprint, JsonBodiesCompareByMeaningOfText) {
-    auto a = fingerprint("POST", "/p", std::string_view(R"({"amount":1000,"currency":"eur","note":"caf\u00e9"})"));
-    auto b = fingerprint("POST", "/p", std::string_view("{ \"note\" : \"caf\xC3\xA9\", \"currency\":\"eur\",\n\"amount\":1e3 }"));
+    auto a = fingerprint(
+        "POST", "/p", std::string_view(R"({"amount":1000,"currency":"eur","note":"caf\u00e9"})"));
+    auto b = fingerprint(
+        "POST", "/p",
+        std::string_view("{ \"note\" : \"caf\xC3\xA9\", \"currency\":\"eur\",\n\"amount\":1e3 }"));
     EXPECT_EQ(a, b);
-    EXPECT_NE(a, fingerprint("POST", "/p", std::string_view(R"({"amount":1001,"currency":"eur","note":"café"})")));
-    EXPECT_NE(a, fingerprint("PUT", "/p", std::string_view(R"({"amount":1000,"currency":"eur","note":"café"})")));
+    EXPECT_NE(a,
+              fingerprint("POST", "/p",
+                          std::string_view(R"({"amount":1001,"currency":"eur","note":"café"})")));
+    EXPECT_NE(a,
+              fingerprint("PUT", "/p",
+                          std::string_view(R"({"amount":1000,"currency":"eur","note":"café"})")));
 }
 
 TEST(Fingerprint, NonJsonBodiesUseRawBytes) {
-    for (std::string body : {std::string("a=1&b=2"), std::string("{\"a\":1,\"a\":2}"), std::string("\xFF\xFE"),
-                             std::string("[1e400]"), std::string("  ")}) {
-        EXPECT_EQ(fingerprint("POST", "/p", std::string_view(body)), sha256("POST\n/p\n" + body)) << body;
+    for (std::string body : {std::string("a=1&b=2"), std::string("{\"a\":1,\"a\":2}"),
+                             std::string("\xFF\xFE"), std::string("[1e400]"), std::string("  ")}) {
+        EXPECT_EQ(fingerprint("POST", "/p", std::string_view(body)), sha256("POST\n/p\n" + body))
+            << body;
     }
 }
 
@@ -55,7 +65,8 @@ TEST(Fingerprint, RejectsAmbiguousMethodAndPath) {
 TEST(Fingerprint, TooDeepJsonIsAnErrorNotRawBytes) {
     idem::core::CanonicalizeOptions options;
     options.max_depth = 2;
-    EXPECT_THROW(fingerprint("POST", "/p", std::string_view("[[[1]]]"), {}, options), idem::core::JsonException);
+    EXPECT_THROW(fingerprint("POST", "/p", std::string_view("[[[1]]]"), {}, options),
+                 idem::core::JsonException);
 }
 
 }  // namespace

@@ -52,9 +52,7 @@ TEST(Canonicalize, EscapesLikeJsonStringify) {
     EXPECT_EQ(canon(R"("\ud83d\ude00")"), "\"\xF0\x9F\x98\x80\"");
 }
 
-TEST(Canonicalize, DoesNotNormalizeUnicode) {
-    EXPECT_EQ(canon("\"A\\u030a\""), "\"A\xCC\x8A\"");
-}
+TEST(Canonicalize, DoesNotNormalizeUnicode) { EXPECT_EQ(canon("\"A\\u030a\""), "\"A\xCC\x8A\""); }
 
 TEST(Canonicalize, NumbersFollowEcmaScript) {
     EXPECT_EQ(canon("[-0, 0.0, 1.0, 1e0, 10e-1, 1E+2, 0.1e1]"), "[0,0,1,1,1,100,1]");
@@ -181,9 +179,9 @@ TEST(Rejects, InvalidJsonWithOffset) {
 }
 
 TEST(Rejects, InvalidUtf8) {
-    for (const char* bad : {"\"\xFF\"", "\"\xC0\xAF\"", "\"\xE0\x80\xAF\"", "\"\xED\xA0\x80\"",
-                            "\"\xF4\x90\x80\x80\"", "\"\xC3\"", "\"\x80\"", "\"\xF0\x9F\x98\"",
-                            "\"ok\\n\xFE\""}) {
+    for (const char* bad :
+         {"\"\xFF\"", "\"\xC0\xAF\"", "\"\xE0\x80\xAF\"", "\"\xED\xA0\x80\"",
+          "\"\xF4\x90\x80\x80\"", "\"\xC3\"", "\"\x80\"", "\"\xF0\x9F\x98\"", "\"ok\\n\xFE\""}) {
         JsonError e = rejection(bad);
         EXPECT_EQ(e.code, JsonErrc::invalid_utf8) << bad;
     }
@@ -229,13 +227,14 @@ TEST(Rejects, NestingBeyondTheLimit) {
 }
 
 TEST(Exclude, RemovesMembersNamedByPointers) {
-    std::vector<JsonPointer> exclude{JsonPointer::parse("/meta/ts"), JsonPointer::parse("/a~1b"),
-                                     JsonPointer::parse("/m~0n"), JsonPointer::parse("/list/1"),
-                                     JsonPointer::parse("/nothing/here"), JsonPointer::parse("/list/9")};
+    std::vector<JsonPointer> exclude{
+        JsonPointer::parse("/meta/ts"),      JsonPointer::parse("/a~1b"),
+        JsonPointer::parse("/m~0n"),         JsonPointer::parse("/list/1"),
+        JsonPointer::parse("/nothing/here"), JsonPointer::parse("/list/9")};
     std::string out;
     JsonError error;
-    ASSERT_TRUE(canonicalize(R"({"meta":{"ts":1,"id":2},"a/b":3,"m~n":4,"list":[0,1,2],"keep":5})", out, error,
-                             {}, &exclude));
+    ASSERT_TRUE(canonicalize(R"({"meta":{"ts":1,"id":2},"a/b":3,"m~n":4,"list":[0,1,2],"keep":5})",
+                             out, error, {}, &exclude));
     EXPECT_EQ(out, R"({"keep":5,"list":[0,2],"meta":{"id":2}})");
 }
 
@@ -257,13 +256,18 @@ TEST(SinglePass, StringsAroundBlockBoundaries) {
         const std::string run(n, 'x');
         EXPECT_EQ(canon("\"" + run + "\""), "\"" + run + "\"") << n;
         EXPECT_EQ(canon("[\"" + run + "\" ]"), "[\"" + run + "\"]") << n;
-        EXPECT_EQ(canon("[\"" + run + "\",\"" + run + "\"]"), "[\"" + run + "\",\"" + run + "\"]") << n;
+        EXPECT_EQ(canon("[\"" + run + "\",\"" + run + "\"]"), "[\"" + run + "\",\"" + run + "\"]")
+            << n;
         EXPECT_EQ(canon("\"" + run + "\\n" + run + "\""), "\"" + run + "\\n" + run + "\"") << n;
         EXPECT_EQ(canon("\"" + run + "\\u0041\""), "\"" + run + "A\"") << n;
         EXPECT_EQ(canon("\"" + run + "\\/y\""), "\"" + run + "/y\"") << n;
-        EXPECT_EQ(canon("\"" + run + "\xc3\xa9" + run + "\""), "\"" + run + "\xc3\xa9" + run + "\"") << n;
-        EXPECT_EQ(canon("\"" + run + "\xf0\x9f\x98\x80\"  "), "\"" + run + "\xf0\x9f\x98\x80\"") << n;
-        EXPECT_EQ(canon("{\"" + run + "\":1,\"" + run + "a\":2}"), "{\"" + run + "\":1,\"" + run + "a\":2}") << n;
+        EXPECT_EQ(canon("\"" + run + "\xc3\xa9" + run + "\""), "\"" + run + "\xc3\xa9" + run + "\"")
+            << n;
+        EXPECT_EQ(canon("\"" + run + "\xf0\x9f\x98\x80\"  "), "\"" + run + "\xf0\x9f\x98\x80\"")
+            << n;
+        EXPECT_EQ(canon("{\"" + run + "\":1,\"" + run + "a\":2}"),
+                  "{\"" + run + "\":1,\"" + run + "a\":2}")
+            << n;
         EXPECT_EQ(rejection("\"" + run + "\xc3\x28\"").code, JsonErrc::invalid_utf8) << n;
         EXPECT_EQ(rejection("\"" + run + "\xc3\x28\"").offset, n + 1) << n;
         EXPECT_EQ(rejection("[\"" + run + "\xe2\x82\"]").offset, n + 2) << n;
@@ -279,7 +283,8 @@ TEST(SinglePass, EscapedValuesAndNamesAgree) {
     const std::string raw =
         R"("a\u0022b\u005c\u0008\u000c\n\u001f\u007f\u00e9\u2028\ud83d\ude00\uDBFF\uDFFF\/\"\\\b\f\r\t\u0000x")";
     const std::string expected =
-        "\"a\\\"b\\\\\\b\\f\\n\\u001f\x7f\xc3\xa9\xe2\x80\xa8\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf/\\\"\\\\\\b\\f\\r\\t\\u0000x\"";
+        "\"a\\\"b\\\\\\b\\f\\n\\u001f\x7f\xc3\xa9\xe2\x80\xa8\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf/"
+        "\\\"\\\\\\b\\f\\r\\t\\u0000x\"";
     EXPECT_EQ(canon(raw), expected);
     EXPECT_EQ(canon("[" + raw + "]"), "[" + expected + "]");
     EXPECT_EQ(canon("{" + raw + ":" + raw + "}"), "{" + expected + ":" + expected + "}");
@@ -302,7 +307,8 @@ TEST(SinglePass, EveryByteAtEveryBlockOffset) {
     for (int b = 1; b < 256; ++b) {
         if (b == '"' || b == '\\') continue;
         for (std::size_t n = 0; n < 20; ++n) {
-            const std::string text = std::string(n, 'x') + static_cast<char>(b) + std::string(20, 'y');
+            const std::string text =
+                std::string(n, 'x') + static_cast<char>(b) + std::string(20, 'y');
             const std::string value = "[\"" + text + "\"]", member = "{\"" + text + "\":0}";
             if (b >= 0x20 && b < 0x80) {
                 EXPECT_EQ(canon(value), value) << b << " at " << n;
@@ -322,9 +328,11 @@ TEST(SinglePass, EveryByteAtEveryBlockOffset) {
 // already in order.
 TEST(SinglePass, ReordersMembersOfAnyLength) {
     const std::string a(37, 'a'), b(16, 'b');
-    EXPECT_EQ(canon("{\"z\":\"" + a + "\",\"y\":{\"d\":\"" + b + "\",\"c\":[\"" + a + "\"]},\"x\":1}"),
-              "{\"x\":1,\"y\":{\"c\":[\"" + a + "\"],\"d\":\"" + b + "\"},\"z\":\"" + a + "\"}");
-    EXPECT_EQ(canon("{\"a\":1,\"b\":{\"c\":2,\"d\":3},\"e\":[]}"), "{\"a\":1,\"b\":{\"c\":2,\"d\":3},\"e\":[]}");
+    EXPECT_EQ(
+        canon("{\"z\":\"" + a + "\",\"y\":{\"d\":\"" + b + "\",\"c\":[\"" + a + "\"]},\"x\":1}"),
+        "{\"x\":1,\"y\":{\"c\":[\"" + a + "\"],\"d\":\"" + b + "\"},\"z\":\"" + a + "\"}");
+    EXPECT_EQ(canon("{\"a\":1,\"b\":{\"c\":2,\"d\":3},\"e\":[]}"),
+              "{\"a\":1,\"b\":{\"c\":2,\"d\":3},\"e\":[]}");
     EXPECT_EQ(canon("[{},{\"b\":{},\"a\":[]},[]]"), "[{},{\"a\":[],\"b\":{}},[]]");
 }
 
@@ -332,12 +340,41 @@ TEST(SinglePass, ReordersMembersOfAnyLength) {
 // copied in one block; the rest go the long way. With 16 bytes or fewer left in
 // the input only the long way applies: both must give the same text.
 TEST(SinglePass, NumbersAroundBlockBoundaries) {
-    const std::vector<std::string> literals = {
-        "0", "-0", "7", "-7", "10", "0.5", "-0.5", "0.50", "1.0", "0.000001", "0.0000001", "-0.000001234",
-        "123456789012345", "1234567890123456", "-123456789012345", "12345678901234.5", "1234567890123.45",
-        "0.123456789012345", "0.1234567890123456", "0.00000123456789", "99999999999999.9", "5e3", "5E-3",
-        "1.5e2", "123456789012345678", "1.25", "-9007199254740993", "100000000000000.0", "01", "1.", "-", "-a",
-        "1.5.2", "0.1e", "2.50e1"};
+    const std::vector<std::string> literals = {"0",
+                                               "-0",
+                                               "7",
+                                               "-7",
+                                               "10",
+                                               "0.5",
+                                               "-0.5",
+                                               "0.50",
+                                               "1.0",
+                                               "0.000001",
+                                               "0.0000001",
+                                               "-0.000001234",
+                                               "123456789012345",
+                                               "1234567890123456",
+                                               "-123456789012345",
+                                               "12345678901234.5",
+                                               "1234567890123.45",
+                                               "0.123456789012345",
+                                               "0.1234567890123456",
+                                               "0.00000123456789",
+                                               "99999999999999.9",
+                                               "5e3",
+                                               "5E-3",
+                                               "1.5e2",
+                                               "123456789012345678",
+                                               "1.25",
+                                               "-9007199254740993",
+                                               "100000000000000.0",
+                                               "01",
+                                               "1.",
+                                               "-",
+                                               "-a",
+                                               "1.5.2",
+                                               "0.1e",
+                                               "2.50e1"};
     EXPECT_EQ(canon("0.000001"), "0.000001");
     EXPECT_EQ(canon("0.0000001"), "1e-7");
     EXPECT_EQ(canon("-0"), "0");
@@ -352,7 +389,8 @@ TEST(SinglePass, NumbersAroundBlockBoundaries) {
             const std::string padded = literal + std::string(pad, ' ');
             std::string padded_out;
             JsonError padded_error;
-            ASSERT_EQ(canonicalize(padded, padded_out, padded_error), ok) << literal << " + " << pad;
+            ASSERT_EQ(canonicalize(padded, padded_out, padded_error), ok)
+                << literal << " + " << pad;
             if (ok) {
                 EXPECT_EQ(padded_out, out) << literal << " + " << pad;
                 EXPECT_EQ(canon("[" + literal + "," + literal + "]" + std::string(pad, ' ')),
@@ -393,7 +431,8 @@ TEST(Exclude, ElementsAndMembersAnywhere) {
     EXPECT_EQ(excluding("[1,2,3]", {"/2"}), "[1,2]");
     EXPECT_EQ(excluding("[1,2,3]", {"/0", "/1", "/2"}), "[]");
     EXPECT_EQ(excluding("[[1,{\"a\":2}],{\"b\":[3]},4]", {"/0"}), "[{\"b\":[3]},4]");
-    EXPECT_EQ(excluding("[[1,{\"a\":2}],{\"b\":[3]},4]", {"/0/1/a", "/1/b/0"}), "[[1,{}],{\"b\":[]},4]");
+    EXPECT_EQ(excluding("[[1,{\"a\":2}],{\"b\":[3]},4]", {"/0/1/a", "/1/b/0"}),
+              "[[1,{}],{\"b\":[]},4]");
     EXPECT_EQ(excluding("{\"a\":1}", {"/a"}), "{}");
     EXPECT_EQ(excluding("{\"b\":{\"x\":[1]},\"a\":1}", {"/b/x", "/a"}), "{\"b\":{}}");
     EXPECT_EQ(excluding("{\"b\":1,\"a\":1}", {"/b", "/b/c", "/01", "/"}), "{\"a\":1}");

@@ -42,8 +42,8 @@ TEST_P(Documents, CanonicalFormMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rfc8785, Documents,
-                         ::testing::Values("arrays.json", "french.json", "structures.json", "unicode.json",
-                                           "values.json", "weird.json"));
+                         ::testing::Values("arrays.json", "french.json", "structures.json",
+                                           "unicode.json", "values.json", "weird.json"));
 
 class Primitives : public ::testing::TestWithParam<const char*> {};
 
@@ -54,7 +54,8 @@ TEST_P(Primitives, CanonicalFormMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rfc8785, Primitives,
-                         ::testing::Values("true.json", "false.json", "null.json", "simpleString.json"));
+                         ::testing::Values("true.json", "false.json", "null.json",
+                                           "simpleString.json"));
 
 // Runs every "HEX,EXPECTED" line of a file through format_number and through the
 // parser (the expected text must come back unchanged as a canonical document).

@@ -107,8 +107,9 @@ struct Options : KeyOptions {
 
 /// Counts of outcomes since the client was created (for metrics).
 struct Counters {
-    unsigned long long started = 0, replayed = 0, mismatched = 0, in_progress = 0, secret_replayed = 0,
-                       stored_errors = 0, not_stored = 0, retries = 0, rejected_keys = 0;
+    unsigned long long started = 0, replayed = 0, mismatched = 0, in_progress = 0,
+                       secret_replayed = 0, stored_errors = 0, not_stored = 0, retries = 0,
+                       rejected_keys = 0;
 };
 
 /// Runs handlers through begin / handler / complete on one connection.
@@ -145,7 +146,8 @@ public:
     /// handle() for a handler that takes pqxx::transaction_base& (see
     /// TransactionHandler): the same outcomes, fewer round trips on an
     /// idem::Connection.
-    template <class F, std::enable_if_t<std::is_invocable_r_v<Response, F&, pqxx::transaction_base&>, int> = 0>
+    template <class F, std::enable_if_t<
+                           std::is_invocable_r_v<Response, F&, pqxx::transaction_base&>, int> = 0>
     Response handle(const Request& request, F&& handler) {
         const TransactionHandler any(std::forward<F>(handler));
         return handle_request(request, nullptr, &any);
@@ -161,7 +163,8 @@ private:
     struct Call;
     enum class Disposition { discard, store_error, keep };
 
-    Response handle_request(const Request& request, const Handler* handler, const TransactionHandler* any);
+    Response handle_request(const Request& request, const Handler* handler,
+                            const TransactionHandler* any);
     Response run_attempt(const Call& call, const Handler& handler);
     Response run_pipelined_attempt(const Call& call, const TransactionHandler& handler);
     std::optional<Response> answer(const std::string& outcome, std::optional<int> lease_seconds,

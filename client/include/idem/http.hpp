@@ -26,7 +26,8 @@ struct Response {
     std::string body;
     /// True when this response is a stored one played back for a retry.
     bool replayed = false;
-    /// Id of the resource the request created, stored with the key (for support and mismatch reports).
+    /// Id of the resource the request created, stored with the key (for support and mismatch
+    /// reports).
     std::optional<std::string> resource_id;
     /// The response carries a secret (a new API key, say): it is sent once and never stored.
     bool one_time_secret = false;
@@ -39,13 +40,14 @@ struct Response {
 
 /// The problem types of RFC 9457 bodies that the client library produces.
 enum class Problem {
-    key_missing,        ///< 400: the method needs an Idempotency-Key and none was sent
-    key_malformed,      ///< 400: the key is empty, too long or has bad characters
-    body_invalid,       ///< 400: the body cannot be fingerprinted (JSON nested too deep)
-    key_reuse,          ///< 422: the key was used for another request
-    request_in_progress,///< 409: the first request with this key is still running
-    one_time_secret,    ///< 409: the response held a secret and was not kept
-    already_processed,  ///< 409: lease policies once / commit_on_success: done before, result not kept
+    key_missing,          ///< 400: the method needs an Idempotency-Key and none was sent
+    key_malformed,        ///< 400: the key is empty, too long or has bad characters
+    body_invalid,         ///< 400: the body cannot be fingerprinted (JSON nested too deep)
+    key_reuse,            ///< 422: the key was used for another request
+    request_in_progress,  ///< 409: the first request with this key is still running
+    one_time_secret,      ///< 409: the response held a secret and was not kept
+    already_processed,    ///< 409: lease policies once / commit_on_success: done before, result not
+                          ///< kept
 };
 
 /// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.

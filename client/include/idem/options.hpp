@@ -12,7 +12,8 @@ namespace idem {
 /// What both runners need to know about keys, stored responses and problems.
 struct KeyOptions {
     /// Response headers stored with the key and replayed (names, case-insensitive).
-    std::vector<std::string> kept_headers{"Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"};
+    std::vector<std::string> kept_headers{"Content-Type", "Location", "ETag", "Content-Location",
+                                          "Last-Modified"};
     /// How long begin()/acquire() wait for a transaction holding the same key;
     /// empty: the server's idempotency.wait_timeout.
     std::optional<std::chrono::milliseconds> wait;
@@ -20,7 +21,8 @@ struct KeyOptions {
     std::optional<std::chrono::seconds> ttl;
     /// Prefix of the problem `type` URIs (RFC 9457 allows relative references).
     std::string problem_type_base = "/problems/";
-    /// Longest key accepted before asking the server (keep in line with idempotency.max_key_length).
+    /// Longest key accepted before asking the server (keep in line with
+    /// idempotency.max_key_length).
     std::size_t max_key_length = 255;
 };
 

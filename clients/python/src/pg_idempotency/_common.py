@@ -66,12 +66,12 @@ def text_array(values: Sequence[str]) -> Optional[str]:
 
 
 def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
-    """The kept headers of a response as a JSON object (the last of a repeated name wins)."""
-    chosen: Dict[str, str] = {}
-    for name, value in response.headers:
-        if any(header_name_equal(name, wanted) for wanted in kept):
-            chosen[name] = value
-    return json.dumps(chosen, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    """The kept headers of a response as a JSON array of [name, value] pairs, in
+    their order, repeated names (Set-Cookie, Link) included."""
+    chosen: List[List[str]] = [
+        [name, value] for name, value in response.headers if any(header_name_equal(name, wanted) for wanted in kept)
+    ]
+    return json.dumps(chosen, ensure_ascii=False, separators=(",", ":"))
 
 
 def stored_response(
@@ -80,9 +80,13 @@ def stored_response(
     """A stored response as it is replayed: kept headers, Idempotent-Replay: true."""
     response = Response(status=status, body=body or b"", resource_id=resource_id, replayed=True)
     if headers_json:
-        for name, value in json.loads(headers_json).items():
-            if isinstance(value, str):
-                response.headers.append((name, value))
+        stored = json.loads(headers_json)
+        # An array of [name, value] pairs (order and repeated names kept), or
+        # the object form of name -> value.
+        pairs = stored if isinstance(stored, list) else list(stored.items())
+        for pair in pairs:
+            if len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str):
+                response.headers.append((pair[0], pair[1]))
     response.set_header("Idempotent-Replay", "true")
     return response
 

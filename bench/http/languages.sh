@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Requests per second of the Python and Node example services, keyed route
+# (POST /orders, through the middleware) against the same framework's plain
+# route (POST /plain/orders, same handler in a plain transaction), with
+# synchronous_commit on, fresh key per request, wrk with 8 connections on
+# loopback, order rotated each round, medians. Same method as bench/http/run.sh.
+#
+#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node" by default
+#
+# Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
+# /usr/bin/python3 with psycopg, and clients/node built (npm install there).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${ROUNDS:-5}
+duration=${SECONDS_PER_RUN:-10}
+[[ -f clients/node/dist/index.js ]] || (cd clients/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+
+work=$(mktemp -d /tmp/idem-langbench.XXXXXX)
+service=""
+trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
+PGCLUSTER_CONF="fsync = on" scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55470}" >/dev/null
+# shellcheck disable=SC1091
+source "$work/pg/env"
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE shop"
+psql -X -q -v ON_ERROR_STOP=1 -d shop -c "CREATE EXTENSION idempotency" -c "ALTER DATABASE shop SET synchronous_commit = on"
+http_port=$((PGPORT + 1))
+
+start_service() {  # start_service COMMAND...
+  [[ -n $service ]] && kill "$service" 2>/dev/null && wait "$service" 2>/dev/null || true
+  "$@" --port "$http_port" --threads 8 --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" \
+    2>>"$work/service.log" &
+  service=$!
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && return 0; sleep 0.1; done
+  echo "service did not come up" >&2
+  cat "$work/service.log" >&2
+  return 1
+}
+
+rps() {  # rps PATH RUN-ID -> requests/s
+  WRK_PATH=$1 WRK_RUN=$2 wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua "http://127.0.0.1:$http_port" \
+    2>"$work/wrk.err" | awk '/^Requests\/sec/ { print $2 }'
+  if [[ -s $work/wrk.err ]]; then echo "wrk reported: $(sort "$work/wrk.err" | uniq -c | head -3)" >&2; fi
+}
+
+# shellcheck source=../lib.sh
+source bench/lib.sh  # median
+
+printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
+for lang in ${LANGS:-python node}; do
+  case $lang in
+    python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
+    node) start_service node examples/node-orders/app.js ;;
+  esac
+  rps /orders "warm-keyed-$lang" >/dev/null
+  rps /plain/orders "warm-plain-$lang" >/dev/null
+  : >"$work/keyed.$lang"
+  : >"$work/plain.$lang"
+  for ((r = 1; r <= rounds; r++)); do
+    if ((r % 2)); then order=(keyed plain); else order=(plain keyed); fi
+    declare -A got=()
+    for name in "${order[@]}"; do
+      path=/orders
+      [[ $name == plain ]] && path=/plain/orders
+      got[$name]=$(rps "$path" "$name-$lang-$r-$RANDOM")
+      echo "${got[$name]}" >>"$work/$name.$lang"
+    done
+    printf '%-8s %-7s %10s %10s %9.3f\n' "$lang" "$r" "${got[keyed]}" "${got[plain]}" \
+      "$(echo "${got[keyed]} / ${got[plain]}" | bc -l)"
+  done
+  mk=$(median <"$work/keyed.$lang")
+  mp=$(median <"$work/plain.$lang")
+  printf '%-8s %-7s %10.0f %10.0f %9.3f   (goal: keyed >= 0.90 x plain)\n' "$lang" median "$mk" "$mp" \
+    "$(echo "$mk / $mp" | bc -l)"
+done
+grep -v "listening on" "$work/service.log" | sort | uniq -c | head -20 || true

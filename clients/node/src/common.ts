@@ -1,0 +1,206 @@
+/** What the transactional and the lease protocol share: requests, options, SQL pieces. */
+
+import type { ClientBase } from "pg";
+
+import { Response, headerNameEqual } from "./http";
+
+/** The response headers kept with a key and replayed, unless Options say otherwise. */
+export const DEFAULT_KEPT_HEADERS: readonly string[] = ["Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"];
+
+/** SQLSTATEs with which the server refuses a key (empty, too long, bad characters, not a UUID). */
+export const KEY_REFUSED: readonly string[] = ["22P02"];
+/** SQLSTATEs for a body that cannot be fingerprinted (JSON nested too deep). */
+export const BODY_INVALID: readonly string[] = ["54000", "54001"];
+/** SQLSTATEs after which handle() runs the attempt again: serialization failure, deadlock. */
+export const RETRYABLE: readonly string[] = ["40001", "40P01"];
+
+/** A node-pg connection: pg.Client or a pool's PoolClient. */
+export type Db = ClientBase;
+
+/** One HTTP request as the protocol sees it. */
+export interface Request {
+  /** Whoever the key belongs to (user, API key, tenant), from authentication. */
+  principal: string;
+  /** The Idempotency-Key header, or null/undefined when the request had none. */
+  key?: string | null;
+  /** HTTP method; compared in upper case. */
+  method: string;
+  /** Request path (without the query string, unless the API wants it fingerprinted). */
+  path: string;
+  /** Request body; fingerprinted as RFC 8785 JSON when it is JSON, as raw bytes otherwise. */
+  body?: Buffer | string | null;
+  /** RFC 6901 pointers of members left out of the fingerprint (timestamps, nonces). */
+  exclude?: readonly string[];
+  /** Operation name stored with the key; defaults to "METHOD path". */
+  action?: string;
+}
+
+/** The action stored with the key: request.action or "METHOD path". */
+export function actionName(request: Request): string {
+  return request.action || `${request.method.toUpperCase()} ${request.path}`;
+}
+
+/** 1 to maxLength visible ASCII characters (space included), as the C++ and Python clients check. */
+export function validKey(key: string, maxLength: number): boolean {
+  if (key.length === 0 || key.length > maxLength) return false;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+/** An error of this package that carries an SQLSTATE-like code. */
+export class IdempotencyError extends Error {
+  /** SQLSTATE of the condition (as node-pg's DatabaseError.code). */
+  code: string;
+  /** An error with a message and an SQLSTATE. */
+  constructor(message: string, code: string) {
+    super(message);
+    this.name = "IdempotencyError";
+    this.code = code;
+  }
+}
+
+/** The SQLSTATE of an error thrown by node-pg (or this package), if any. */
+export function sqlstate(error: unknown): string | undefined {
+  if (error && typeof error === "object" && "code" in error) {
+    const code = (error as { code: unknown }).code;
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return code;
+  }
+  return undefined;
+}
+
+/**
+ * A SQL string literal for a value (NULL for null/undefined). Backslashes make it
+ * an E'' literal, so it is right whatever standard_conforming_strings says. NUL,
+ * which no PostgreSQL text can hold, is refused with 22021.
+ */
+export function literal(value: string | null | undefined): string {
+  if (value === null || value === undefined) return "NULL";
+  if (value.includes("\0")) throw new IdempotencyError("text values cannot contain NUL (0x00)", "22021");
+  const quoted = "'" + value.replace(/'/g, "''") + "'";
+  return value.includes("\\") ? "E" + quoted.replace(/\\/g, "\\\\") : quoted;
+}
+
+/** A bytea expression for bytes (a string is taken as UTF-8), NULL for null/undefined. */
+export function byteaLiteral(value: Buffer | string | null | undefined): string {
+  if (value === null || value === undefined) return "NULL";
+  const bytes = typeof value === "string" ? Buffer.from(value, "utf8") : value;
+  return "E'\\\\x" + bytes.toString("hex") + "'::bytea";
+}
+
+/** A text[] literal for the exclude pointers (NULL when there are none). */
+export function textArrayLiteral(values: readonly string[] | undefined): string {
+  if (!values || values.length === 0) return "NULL::text[]";
+  const items = values.map((v) => '"' + v.replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"');
+  return literal("{" + items.join(",") + "}") + "::text[]";
+}
+
+/** An interval literal from milliseconds ("1500 milliseconds"), NULL for null/undefined. */
+export function intervalLiteral(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) return "NULL::interval";
+  return literal(intervalText(ms)) + "::interval";
+}
+
+/** Milliseconds as interval text ("1500 milliseconds"), as the C++ client writes them. */
+export function intervalText(ms: number): string {
+  if (!Number.isFinite(ms)) throw new RangeError(`not a duration: ${ms}`);
+  return `${Math.trunc(ms)} milliseconds`;
+}
+
+/** Query types that leave every column as the server's text (no Date, no number). */
+export const RAW_TYPES = { getTypeParser: () => (value: string) => value };
+
+/** Decodes a bytea column received as text (hex format). */
+export function decodeBytea(value: string | null | undefined): Buffer | null {
+  if (value === null || value === undefined) return null;
+  if (!value.startsWith("\\x")) throw new IdempotencyError("bytea_output must be 'hex'", "22000");
+  return Buffer.from(value.slice(2), "hex");
+}
+
+/**
+ * The kept headers of a response as a JSON array of [name, value] pairs, in
+ * their order, repeated names (Set-Cookie, Link) included: the form the server
+ * stores since 0.6.0 (the Python and C++ clients write the same).
+ */
+export function keptHeadersJson(response: Response, kept: readonly string[]): string {
+  const chosen = response.headers.filter(([name]) => kept.some((wanted) => headerNameEqual(name, wanted)));
+  return JSON.stringify(chosen.map(([name, value]) => [name, value]));
+}
+
+/** A stored response as it is replayed: kept headers, Idempotent-Replay: true. */
+export function storedResponse(
+  status: number,
+  headersJson: string | null,
+  body: Buffer | null,
+  resourceId: string | null,
+): Response {
+  const response = new Response(status, [], body ?? Buffer.alloc(0), { resourceId, replayed: true });
+  if (headersJson) {
+    // An array of [name, value] pairs (order and repeated names kept), or the
+    // object form of name -> value (rows written by 0.5.0 clients).
+    const parsed: unknown = JSON.parse(headersJson);
+    const pairs: unknown[] = Array.isArray(parsed)
+      ? parsed
+      : parsed && typeof parsed === "object"
+        ? Object.entries(parsed as Record<string, unknown>)
+        : [];
+    for (const pair of pairs) {
+      if (Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string" && typeof pair[1] === "string") {
+        response.headers.push([pair[0], pair[1]]);
+      }
+    }
+  }
+  response.setHeader("Idempotent-Replay", "true");
+  return response;
+}
+
+/** Reads which statuses are final (stored) from the server once. */
+export const FINAL_STATUSES_SQL =
+  "SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)";
+
+/** Which statuses are stored: idempotency.is_final, read once, or a fixed list. */
+export class FinalStatuses {
+  private table: boolean[] | null = null;
+  private loading: Promise<void> | null = null;
+
+  /** A fixed list of statuses, or undefined to ask the server once. */
+  constructor(statuses?: readonly number[]) {
+    if (statuses !== undefined) {
+      const table = new Array<boolean>(500).fill(false);
+      for (const status of statuses) {
+        if (!Number.isInteger(status) || status < 100 || status > 599) throw new RangeError(`not an HTTP status: ${status}`);
+        table[status - 100] = true;
+      }
+      this.table = table;
+    }
+  }
+
+  /** True once the table has been read (or was given). */
+  get known(): boolean {
+    return this.table !== null;
+  }
+
+  /** Reads idempotency.final_statuses through idempotency.is_final (one round trip, once); db must be idle. */
+  async load(db: Db): Promise<void> {
+    if (this.table !== null) return;
+    if (this.loading === null) {
+      this.loading = (async () => {
+        const result = await db.query({ text: FINAL_STATUSES_SQL, types: RAW_TYPES });
+        const table = new Array<boolean>(500).fill(false);
+        for (const row of result.rows as Array<{ s: string }>) table[Number(row.s) - 100] = true;
+        this.table = table;
+      })().finally(() => {
+        this.loading = null;
+      });
+    }
+    return this.loading;
+  }
+
+  /** Whether a response with this status is stored; load() must have run. */
+  isFinal(status: number): boolean {
+    if (this.table === null) throw new Error("final statuses not loaded");
+    return status >= 100 && status <= 599 && this.table[status - 100];
+  }
+}

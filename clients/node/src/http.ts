@@ -1,0 +1,138 @@
+/**
+ * The HTTP side of the client: responses, header lists and RFC 9457 problem bodies.
+ *
+ * No database here. Problem bodies are byte-identical to the C++ client's
+ * (client/src/http.cpp) and the Python client's: the members detail, status,
+ * title, type in that (sorted) order, no whitespace, non-ASCII characters as raw UTF-8.
+ */
+
+/** HTTP header fields in order; names compare case-insensitively. */
+export type Headers = Array<[string, string]>;
+
+/** The media type of problem bodies. */
+export const PROBLEM_CONTENT_TYPE = "application/problem+json";
+
+/** True when two header names are equal ignoring ASCII case. */
+export function headerNameEqual(a: string, b: string): boolean {
+  return a.length === b.length && a.toLowerCase() === b.toLowerCase();
+}
+
+/** Optional parts of a Response. */
+export interface ResponseExtras {
+  /** Id of what the request created, stored with the key. */
+  resourceId?: string | null;
+  /** The response carries a secret (a new API key, say): sent once, never stored. */
+  oneTimeSecret?: boolean;
+  /** True when this is a stored response played back for a retry. */
+  replayed?: boolean;
+}
+
+/** An HTTP response produced by a handler or by the client. */
+export class Response {
+  /** HTTP status code (100..599). */
+  status: number;
+  /** Header fields to send, in order. */
+  headers: Headers;
+  /** Body bytes, sent and stored as they are. */
+  body: Buffer;
+  /** True when this is a stored response played back for a retry. */
+  replayed: boolean;
+  /** Id of what the request created, stored with the key. */
+  resourceId: string | null;
+  /** The response carries a secret: sent once, never stored (only the status and a marker are). */
+  oneTimeSecret: boolean;
+
+  /** A response; a string body is encoded as UTF-8. */
+  constructor(status = 200, headers: Headers = [], body: Buffer | string = Buffer.alloc(0), extras: ResponseExtras = {}) {
+    this.status = status;
+    this.headers = headers.map(([n, v]) => [n, v] as [string, string]);
+    this.body = typeof body === "string" ? Buffer.from(body, "utf8") : body;
+    this.replayed = extras.replayed ?? false;
+    this.resourceId = extras.resourceId ?? null;
+    this.oneTimeSecret = extras.oneTimeSecret ?? false;
+  }
+
+  /** The value of the first header with this name, or undefined. */
+  header(name: string): string | undefined {
+    for (const [n, v] of this.headers) if (headerNameEqual(n, name)) return v;
+    return undefined;
+  }
+
+  /** Replaces every header with this name by one with `value` (appended last). */
+  setHeader(name: string, value: string): void {
+    this.headers = this.headers.filter(([n]) => !headerNameEqual(n, name));
+    this.headers.push([name, value]);
+  }
+}
+
+/**
+ * The handler's answer as a Response: a Response of this package, or an object
+ * of the same shape (another copy of the package, a plain object).
+ */
+export function asResponse(value: unknown): Response {
+  if (value instanceof Response) return value;
+  const v = value as Partial<Response> | null;
+  if (!v || typeof v !== "object" || typeof v.status !== "number") {
+    throw new TypeError("the handler must return a Response");
+  }
+  const body = v.body ?? Buffer.alloc(0);
+  if (!Buffer.isBuffer(body) && typeof body !== "string") throw new TypeError("Response.body must be a Buffer or a string");
+  return new Response(v.status, Array.isArray(v.headers) ? v.headers : [], body, {
+    resourceId: v.resourceId ?? null,
+    oneTimeSecret: v.oneTimeSecret ?? false,
+  });
+}
+
+/** A problem type of the RFC 9457 bodies the client produces. */
+export interface ProblemType {
+  /** Appended to the type base URI ("idempotency-key-reuse"). */
+  readonly slug: string;
+  /** The HTTP status of this problem type. */
+  readonly status: number;
+  /** The fixed, human-readable title. */
+  readonly title: string;
+}
+
+/** The problem types, with the C++ client's slugs, statuses and titles. */
+export const Problem = {
+  KEY_MISSING: { slug: "idempotency-key-missing", status: 400, title: "Idempotency-Key header is missing" },
+  KEY_MALFORMED: { slug: "idempotency-key-malformed", status: 400, title: "Idempotency-Key header is malformed" },
+  BODY_INVALID: { slug: "request-body-invalid", status: 400, title: "Request body cannot be fingerprinted" },
+  KEY_REUSE: { slug: "idempotency-key-reuse", status: 422, title: "Idempotency-Key was used for another request" },
+  REQUEST_IN_PROGRESS: {
+    slug: "request-in-progress",
+    status: 409,
+    title: "A request with this Idempotency-Key is in progress",
+  },
+  ONE_TIME_SECRET: {
+    slug: "one-time-secret",
+    status: 409,
+    title: "The response to this request was sent once and not kept",
+  },
+  ALREADY_PROCESSED: { slug: "request-already-processed", status: 409, title: "This request was already processed" },
+} as const satisfies Record<string, ProblemType>;
+
+/**
+ * Serializes an RFC 9457 problem object the way the C++ client (nlohmann_json)
+ * does: sorted members, no whitespace, raw UTF-8. JSON.stringify escapes exactly
+ * the characters nlohmann_json escapes (", \, control characters) for valid strings.
+ */
+export function problemBody(status: number, typeUri: string, title: string, detail: string): Buffer {
+  return Buffer.from(JSON.stringify({ detail, status, title, type: typeUri }), "utf8");
+}
+
+/** An application/problem+json response with type = typeBase + slug. */
+export function problemResponse(problem: ProblemType, detail: string, typeBase = "/problems/"): Response {
+  const body = problemBody(problem.status, typeBase + problem.slug, problem.title, detail);
+  return new Response(problem.status, [["Content-Type", PROBLEM_CONTENT_TYPE]], body);
+}
+
+/** The problem details the clients (C++, Python, Node) write, word for word. */
+export const DETAILS = {
+  keyReuse: "This Idempotency-Key was used for a different request; use a new key for a new request.",
+  oneTimeSecret:
+    "The first response to this request carried a secret and was not kept; create a new one with a new key.",
+  inProgress: "A request with this Idempotency-Key is still being processed; retry later.",
+  alreadyProcessed: "A request with this Idempotency-Key was already processed; its result is not kept.",
+  keyRefused: "The Idempotency-Key was refused by the server.",
+} as const;

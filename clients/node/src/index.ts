@@ -1,0 +1,42 @@
+/**
+ * pg-idempotency: Idempotency-Key semantics for HTTP APIs, kept in PostgreSQL by
+ * the idempotency extension, for node-pg.
+ *
+ * - Client: the transactional protocol around the caller's own connection;
+ * - LeaseRunner: the lease protocol for effects outside the database;
+ * - Response, Problem, problemResponse: the HTTP mapping (RFC 9457 bodies
+ *   byte-identical to the C++ and Python clients');
+ * - idempotency(): an Express-style middleware.
+ */
+
+export {
+  Response,
+  Problem,
+  asResponse,
+  DETAILS,
+  PROBLEM_CONTENT_TYPE,
+  headerNameEqual,
+  problemBody,
+  problemResponse,
+  type Headers,
+  type ProblemType,
+  type ResponseExtras,
+} from "./http";
+export {
+  DEFAULT_KEPT_HEADERS,
+  IdempotencyError,
+  actionName,
+  sqlstate,
+  validKey,
+  type Db,
+  type Request,
+} from "./common";
+export { Client, fingerprint, type Counters, type Handler, type Options } from "./transactional";
+export { LeaseRunner, type Body, type LeaseOptions, type LeaseOutcome, type LeaseResult, type Policy } from "./lease";
+export {
+  idempotency,
+  type MiddlewareOptions,
+  type MiddlewareRequest,
+  type Next,
+  type RequestContext,
+} from "./express";

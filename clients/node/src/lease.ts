@@ -1,0 +1,382 @@
+/**
+ * The lease protocol: an effect outside the database (an upstream HTTP call, a
+ * payment provider, a broker) at most once per key.
+ *
+ *     const runner = new LeaseRunner({ connectionString: "postgres:///shop" }, { policy: "remember" });
+ *     const result = await runner.run(request, async () => callPaymentProvider(...));
+ *     send(result.response);
+ *     await runner.close();
+ *
+ * The key is held by a lease that a timer (setInterval, on a connection of its
+ * own) renews every third of its length while the body runs; every statement
+ * that settles the key is fenced. Same semantics and problem bodies as
+ * idem::LeaseRunner (C++) and the Python LeaseRunner.
+ */
+
+import { randomBytes } from "crypto";
+
+import { Client as PgClient, type ClientConfig } from "pg";
+
+import {
+  DEFAULT_KEPT_HEADERS,
+  FinalStatuses,
+  KEY_REFUSED,
+  RAW_TYPES,
+  actionName,
+  decodeBytea,
+  intervalText,
+  keptHeadersJson,
+  sqlstate,
+  storedResponse,
+  validKey,
+  type Request,
+} from "./common";
+import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
+
+// Statement names, unique per copy of the module: node-pg prepares a named
+// statement once per connection, and the runner's connections are its own.
+const PREFIX = "pg_idempotency_lease_" + randomBytes(4).toString("hex");
+
+const ACQUIRE_SQL =
+  "SELECT outcome, fence::text AS fence, response_status, response_headers::text AS response_headers," +
+  " response_body, resource_id, to_json(lease_until) #>> '{}' AS lease_until," +
+  " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
+  " FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6::bytea, $7::text[])," +
+  " $8::interval, $9::interval, $10::interval)";
+const RENEW_SQL = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval) AS ok";
+const MARK_DONE_SQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer) AS ok";
+const REMEMBER_SQL =
+  "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer," +
+  " body => $5::bytea, headers => $6::jsonb, resource_id => $7::text, one_time_secret => $8::boolean) AS ok";
+const RELEASE_SQL = "SELECT idempotency.release($1, $2, $3::bigint) AS ok";
+
+/**
+ * What happens to the key after the effect ran:
+ * - "once": at most once; the key is marked done whether the body succeeded, failed or threw;
+ * - "commit_on_success": done on success (status below 400); a failure or a throw releases the key;
+ * - "remember": the final response is stored and replayed; a non-final one or a throw releases.
+ */
+export type Policy = "once" | "commit_on_success" | "remember";
+
+/**
+ * How a run ended: "fresh" (the body ran and the key was settled with its fence),
+ * "replayed" (remember: the stored response), "in_progress" (409), "duplicate"
+ * (once / commit_on_success: already done, 409), "mismatch" (422),
+ * "fresh_unfenced" (the body ran but the lease was lost meanwhile: nothing was
+ * stored), "rejected" (missing or malformed key: 400).
+ */
+export type LeaseOutcome =
+  | "fresh"
+  | "replayed"
+  | "in_progress"
+  | "duplicate"
+  | "mismatch"
+  | "fresh_unfenced"
+  | "rejected";
+
+/** Settings of a LeaseRunner; every member is optional. */
+export interface LeaseOptions {
+  /** Default "remember". */
+  policy?: Policy;
+  /** Lease length in ms (default 30 000; the server accepts 100 ms .. 24 h); renewed every third of it. */
+  leaseMs?: number;
+  /** Renew from a timer on a connection of its own while the body runs (default true). */
+  renew?: boolean;
+  /** Consecutive renewal errors after which renewing stops (default 3; an error is not a lost lease). */
+  maxRenewFailures?: number;
+  /** Key lifetime in ms; default idempotency.key_ttl. */
+  ttlMs?: number | null;
+  /** How long acquire waits for a transaction holding the key, in ms; default idempotency.wait_timeout. */
+  waitMs?: number | null;
+  /** Response headers stored (policy remember) and replayed. */
+  keptHeaders?: readonly string[];
+  /** Statuses that are stored; default: ask the server once. */
+  finalStatuses?: readonly number[];
+  /** Prefix of problem type URIs (default "/problems/"). */
+  problemTypeBase?: string;
+  /** Longest key accepted before asking the server (default 255). */
+  maxKeyLength?: number;
+}
+
+/** The result of one run. */
+export interface LeaseResult {
+  outcome: LeaseOutcome;
+  /** What to send: the body's, the stored one, or a problem response. */
+  response: Response;
+  /** The fence this call held (0n when it held none). */
+  fence: bigint;
+  /** When the lease acquired by this call ran out at first, as the server's ISO 8601 text with microseconds (null when none). */
+  leaseUntil: string | null;
+  /** Successful renewals while the body ran. */
+  renewals: number;
+}
+
+/** The effect: runs outside any database transaction and is never cancelled. */
+export type Body = () => Promise<Response> | Response;
+
+/** Renews a lease from a timer on its own connection until stopped. */
+class Renewer {
+  lost = false;
+  renewals = 0;
+  private failures = 0;
+  private timer: NodeJS.Timeout;
+  private inFlight: Promise<void> | null = null;
+  private conn: PgClient | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly config: ClientConfig | string,
+    private readonly args: [string, string, string, string],
+    periodMs: number,
+    private readonly maxFailures: number,
+  ) {
+    this.timer = setInterval(() => {
+      if (this.inFlight === null && !this.stopped) this.inFlight = this.tick().finally(() => (this.inFlight = null));
+    }, periodMs);
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      if (this.conn === null) {
+        const conn = new PgClient(this.config as ClientConfig);
+        conn.on("error", () => undefined); // a dropped connection is seen at the next query
+        await conn.connect();
+        this.conn = conn;
+      }
+      const result = await this.conn.query({ name: PREFIX + "_renew", text: RENEW_SQL, values: this.args, types: RAW_TYPES });
+      this.failures = 0;
+      if ((result.rows[0] as { ok: string | null }).ok === "t") {
+        this.renewals++;
+      } else {
+        this.lost = true;
+        clearInterval(this.timer);
+      }
+    } catch {
+      const conn = this.conn;
+      this.conn = null;
+      if (conn) conn.end().catch(() => undefined);
+      if (++this.failures >= this.maxFailures) clearInterval(this.timer);
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    if (this.inFlight) await this.inFlight;
+    if (this.conn) await this.conn.end().catch(() => undefined);
+    this.conn = null;
+  }
+}
+
+/** Runs external effects under leases. Runs may overlap; each uses the runner's connection in turn. */
+export class LeaseRunner {
+  /** The settings, defaults filled in. */
+  readonly options: Required<Omit<LeaseOptions, "finalStatuses">> & { finalStatuses?: readonly number[] };
+  private conn: PgClient | null = null;
+  private connecting: Promise<PgClient> | null = null;
+  private readonly final: FinalStatuses;
+
+  /**
+   * `config` (node-pg's ClientConfig or a connection string) opens the runner's
+   * own connection (acquire, complete, release; autocommit) and one per run for
+   * the renewal timer.
+   */
+  constructor(readonly config: ClientConfig | string, options: LeaseOptions = {}) {
+    this.options = {
+      policy: options.policy ?? "remember",
+      leaseMs: options.leaseMs ?? 30_000,
+      renew: options.renew ?? true,
+      maxRenewFailures: options.maxRenewFailures ?? 3,
+      ttlMs: options.ttlMs ?? null,
+      waitMs: options.waitMs ?? null,
+      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
+      finalStatuses: options.finalStatuses,
+      problemTypeBase: options.problemTypeBase ?? "/problems/",
+      maxKeyLength: options.maxKeyLength ?? 255,
+    };
+    if (!(this.options.leaseMs > 0)) throw new RangeError("leaseMs must be positive");
+    if (!["once", "commit_on_success", "remember"].includes(this.options.policy)) {
+      throw new RangeError(`unknown policy: ${this.options.policy}`);
+    }
+    this.final = new FinalStatuses(options.finalStatuses);
+  }
+
+  /** The runner's own autocommit connection, reopened when it was lost. */
+  async connection(): Promise<PgClient> {
+    if (this.conn !== null) return this.conn;
+    if (this.connecting === null) {
+      this.connecting = (async () => {
+        const conn = new PgClient(this.config as ClientConfig);
+        conn.on("error", () => {
+          if (this.conn === conn) this.conn = null;
+        });
+        conn.on("end", () => {
+          if (this.conn === conn) this.conn = null;
+        });
+        await conn.connect();
+        this.conn = conn;
+        return conn;
+      })().finally(() => (this.connecting = null));
+    }
+    return this.connecting;
+  }
+
+  /** Closes the runner's connection. */
+  async close(): Promise<void> {
+    const conn = this.conn;
+    this.conn = null;
+    if (conn) await conn.end();
+  }
+
+  private problem(problem: ProblemType, detail: string): Response {
+    return problemResponse(problem, detail, this.options.problemTypeBase);
+  }
+
+  private result(outcome: LeaseOutcome, response: Response): LeaseResult {
+    return { outcome, response, fence: 0n, leaseUntil: null, renewals: 0 };
+  }
+
+  /**
+   * Acquires the key, runs `body` while renewing the lease, and settles the key
+   * by the policy. The body's error propagates after the key was settled (once:
+   * marked done with 500; the other policies: released).
+   */
+  async run(request: Request, body: Body): Promise<LeaseResult> {
+    const options = this.options;
+    if (request.key === null || request.key === undefined || !validKey(request.key, options.maxKeyLength)) {
+      const problem = request.key === null || request.key === undefined ? Problem.KEY_MISSING : Problem.KEY_MALFORMED;
+      return this.result(
+        "rejected",
+        this.problem(problem, `An Idempotency-Key of 1 to ${options.maxKeyLength} visible ASCII characters is required.`),
+      );
+    }
+    const principal = request.principal;
+    const key = request.key;
+    let conn = await this.connection();
+    if (options.policy === "remember") await this.final.load(conn); // known before holding anything
+    let row: Record<string, string | null>;
+    try {
+      const body = request.body ?? null;
+      const result = await conn.query({
+        name: PREFIX + "_acquire",
+        text: ACQUIRE_SQL,
+        values: [
+          principal,
+          key,
+          actionName(request),
+          request.method,
+          request.path,
+          typeof body === "string" ? Buffer.from(body, "utf8") : body,
+          request.exclude && request.exclude.length > 0 ? request.exclude : null,
+          intervalText(options.leaseMs),
+          options.ttlMs === null ? null : intervalText(options.ttlMs),
+          options.waitMs === null ? null : intervalText(options.waitMs),
+        ],
+        types: RAW_TYPES,
+      });
+      row = result.rows[0] as Record<string, string | null>;
+    } catch (error) {
+      const state = sqlstate(error);
+      if (state !== undefined && KEY_REFUSED.includes(state)) {
+        return this.result("rejected", this.problem(Problem.KEY_MALFORMED, DETAILS.keyRefused));
+      }
+      throw error;
+    }
+    const outcome = row.outcome;
+    if (outcome === "mismatch") return this.result("mismatch", this.problem(Problem.KEY_REUSE, DETAILS.keyReuse));
+    if (outcome === "in_progress") {
+      const response = this.problem(Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress);
+      const seconds = row.lease_seconds === null ? 1 : Math.max(1, Number(row.lease_seconds));
+      response.setHeader("Retry-After", String(seconds));
+      return this.result("in_progress", response);
+    }
+    if (outcome === "replay" || outcome === "secret_replay") {
+      if (options.policy !== "remember") {
+        return this.result("duplicate", this.problem(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed));
+      }
+      let response: Response;
+      if (outcome === "replay") {
+        response = storedResponse(
+          Number(row.response_status),
+          row.response_headers,
+          decodeBytea(row.response_body),
+          row.resource_id,
+        );
+      } else {
+        response = this.problem(Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret);
+        response.replayed = true;
+        response.setHeader("Idempotent-Replay", "true");
+      }
+      return this.result("replayed", response);
+    }
+    if (outcome !== "started") throw new Error(`idempotency.acquire returned an unknown outcome: ${outcome}`);
+    const fenceText = row.fence as string;
+    const fence = BigInt(fenceText);
+
+    // Run the body, never cancelled, while a timer renews the lease.
+    const renewer = options.renew
+      ? new Renewer(
+          this.config,
+          [principal, key, fenceText, intervalText(options.leaseMs)],
+          Math.max(50, options.leaseMs / 3),
+          options.maxRenewFailures,
+        )
+      : null;
+    let failure: unknown = undefined;
+    let failed = false;
+    let response = new Response();
+    try {
+      response = asResponse(await body());
+    } catch (error) {
+      failed = true; // settled by the policy, then thrown again
+      failure = error;
+    }
+    let lost = false;
+    let renewals = 0;
+    if (renewer !== null) {
+      await renewer.stop();
+      lost = renewer.lost;
+      renewals = renewer.renewals;
+    }
+
+    // Settle the key by the policy; every statement is fenced.
+    conn = await this.connection();
+    const ask = async (name: string, text: string, values: unknown[]): Promise<boolean> => {
+      const result = await conn.query({ name: `${PREFIX}_${name}`, text, values, types: RAW_TYPES });
+      return (result.rows[0] as { ok: string | null }).ok === "t";
+    };
+    const markDone = (status: number) => ask("done", MARK_DONE_SQL, [principal, key, fenceText, String(status)]);
+    const release = () => ask("release", RELEASE_SQL, [principal, key, fenceText]);
+    if (failed) {
+      if (options.policy === "once") await markDone(500);
+      else await release();
+      throw failure;
+    }
+    let settled: boolean;
+    if (options.policy === "once") {
+      settled = await markDone(response.status);
+    } else if (options.policy === "commit_on_success") {
+      settled = response.status < 400 ? await markDone(response.status) : await release();
+    } else if (this.final.isFinal(response.status)) {
+      settled = await ask("remember", REMEMBER_SQL, [
+        principal,
+        key,
+        fenceText,
+        String(response.status),
+        response.body,
+        keptHeadersJson(response, options.keptHeaders),
+        response.resourceId,
+        response.oneTimeSecret ? "true" : "false",
+      ]);
+    } else {
+      settled = await release();
+    }
+    return {
+      outcome: settled && !lost ? "fresh" : "fresh_unfenced",
+      response,
+      fence,
+      leaseUntil: row.lease_until,
+      renewals,
+    };
+  }
+}

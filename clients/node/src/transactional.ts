@@ -1,0 +1,460 @@
+/**
+ * The transactional protocol: the key row and the application's writes commit together.
+ *
+ *     const client = new Client();
+ *     const response = await client.handle(db, request, async (db) => {
+ *       const { rows } = await db.query("INSERT ... RETURNING id", [...]);
+ *       return new Response(201, [["Content-Type", "application/json"]], body);
+ *     });
+ *
+ * node-pg has no pipeline mode, so the client sends `BEGIN` with
+ * `idempotency.begin(...)` (the fingerprint computed by `idempotency.fingerprint`
+ * in the same statement) and `idempotency.complete(...)` with `COMMIT` as one
+ * simple-query string each, with the values as escaped literals: a keyed request
+ * takes as many round trips as the same handler between `BEGIN` and `COMMIT`.
+ * The statements are prepared once per session (PREPARE in the first string,
+ * EXECUTE afterwards), so the server does not parse and plan them per request.
+ */
+
+import { randomBytes } from "crypto";
+
+import {
+  BODY_INVALID,
+  DEFAULT_KEPT_HEADERS,
+  FinalStatuses,
+  KEY_REFUSED,
+  RAW_TYPES,
+  RETRYABLE,
+  byteaLiteral,
+  decodeBytea,
+  intervalLiteral,
+  keptHeadersJson,
+  literal,
+  sqlstate,
+  storedResponse,
+  textArrayLiteral,
+  validKey,
+  actionName,
+  type Db,
+  type Request,
+} from "./common";
+import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
+
+/** Settings of a Client; every member is optional. */
+export interface Options {
+  /** Methods answered 400 when they come without an Idempotency-Key (default POST, PATCH). */
+  methodsRequiringKey?: readonly string[];
+  /** Response headers stored with the key and replayed. */
+  keptHeaders?: readonly string[];
+  /** How long begin waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
+  waitMs?: number | null;
+  /** Key lifetime in ms; default idempotency.key_ttl. */
+  ttlMs?: number | null;
+  /** Attempts of handle() on serialization failures and deadlocks (default 3). */
+  maxAttempts?: number;
+  /** Retry-After (seconds) of a 409 for a key held by a transaction (default 1). */
+  retryAfter?: number;
+  /** Statuses that are stored; default: ask the server once (idempotency.is_final). */
+  finalStatuses?: readonly number[];
+  /** Prefix of problem type URIs (default "/problems/"). */
+  problemTypeBase?: string;
+  /** Longest key accepted before asking the server (default 255). */
+  maxKeyLength?: number;
+  /** The statement that opens the transaction (default "BEGIN"; e.g. "BEGIN ISOLATION LEVEL SERIALIZABLE"). */
+  beginStatement?: string;
+  /**
+   * Prepare the client's three statements once per session (PREPARE in the first
+   * string, EXECUTE afterwards; default true). false: send the statements in
+   * full every time, for poolers that do not keep a session per client
+   * (pgbouncer in transaction mode).
+   */
+  prepare?: boolean;
+}
+
+/** What a Client did, for metrics. */
+export interface Counters {
+  started: number;
+  replayed: number;
+  mismatched: number;
+  inProgress: number;
+  secretReplayed: number;
+  rejectedKeys: number;
+  notStored: number;
+  storedErrors: number;
+  retries: number;
+}
+
+/** The application's work: runs inside the transaction that holds the key, on `db`. */
+export type Handler = (db: Db) => Promise<Response> | Response;
+
+/** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
+export type AttemptOutcome = "started" | "replay" | "mismatch" | "in_progress" | "secret_replay" | "rejected" | "unkeyed";
+
+/** A statement the client sends: $n parameters, their types, a per-process unique name. */
+interface Template {
+  name: string;
+  types: string;
+  sql: string;
+}
+
+// Unique per copy of the module, so two copies never meet on one session.
+const PREFIX = "pg_idempotency_" + randomBytes(4).toString("hex");
+
+const BEGIN_T: Template = {
+  name: PREFIX + "_begin",
+  types: "text, text, text, text, text, bytea, text[], interval, interval",
+  sql:
+    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body, resource_id," +
+    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
+    " FROM idempotency.begin($1::text, $2::text, $3::text," +
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval)",
+};
+// Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+const COMPLETE_T: Template = {
+  name: PREFIX + "_complete",
+  types: "text, text, integer, bytea, jsonb, text, boolean",
+  sql:
+    "SELECT idempotency.complete($1::text, $2::text, status => $3::integer, body => $4::bytea," +
+    " headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)",
+};
+const SAVE_FINAL_T: Template = {
+  name: PREFIX + "_save_final",
+  types: "text, text, text, text, text, bytea, text[], integer, bytea, jsonb, interval, boolean",
+  sql:
+    "SELECT idempotency.save_final($1::text, $2::text, $3::text," +
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), status => $8::integer," +
+    " body => $9::bytea, headers => $10::jsonb, ttl => $11::interval, one_time_secret => $12::boolean)",
+};
+const TEMPLATES = [BEGIN_T, COMPLETE_T, SAVE_FINAL_T];
+
+/** The sessions (node-pg clients) on which this module's statements are prepared. */
+const preparedOn = new WeakSet<object>();
+
+/** The PREPARE statements of every template, for the first string sent on a session. */
+function prepareAll(): string {
+  return TEMPLATES.map((t) => `PREPARE ${t.name}(${t.types}) AS ${t.sql}`).join("; ");
+}
+
+/**
+ * A template with its values as SQL literals: `EXECUTE name(...)` when the
+ * statements are prepared on the session, else the statement itself with the
+ * literals in place of $n (one pass over the template: a value that contains
+ * "$2" is not touched).
+ */
+function render(template: Template, args: string[], prepared: boolean): string {
+  if (prepared) return `EXECUTE ${template.name}(${args.join(", ")})`;
+  return template.sql.replace(/\$(\d+)/g, (_, n: string) => args[Number(n) - 1]);
+}
+
+function beginArgs(request: Request, options: { ttlMs: number | null; waitMs: number | null }): string[] {
+  return [
+    literal(request.principal),
+    literal(request.key),
+    literal(actionName(request)),
+    literal(request.method),
+    literal(request.path),
+    byteaLiteral(request.body),
+    textArrayLiteral(request.exclude),
+    intervalLiteral(options.ttlMs),
+    intervalLiteral(options.waitMs),
+  ];
+}
+
+function fingerprintArgs(
+  method: string,
+  path: string,
+  body: Buffer | string | null | undefined,
+  exclude: readonly string[] | undefined,
+): string {
+  return `${literal(method)}, ${literal(path)}, ${byteaLiteral(body)}, ${textArrayLiteral(exclude)}`;
+}
+
+async function rollbackQuietly(db: Db): Promise<void> {
+  try {
+    await db.query("ROLLBACK"); // outside a transaction only a warning
+  } catch {
+    // the connection is gone; the server rolls back
+  }
+}
+
+/**
+ * Runs handlers through the transactional protocol and maps outcomes to HTTP.
+ * One Client serves many connections and concurrent requests; a connection
+ * serves one request at a time.
+ */
+export class Client {
+  /** The settings, defaults filled in. */
+  readonly options: Required<Omit<Options, "finalStatuses">> & { finalStatuses?: readonly number[] };
+  /** What this client did. */
+  readonly counters: Counters = {
+    started: 0,
+    replayed: 0,
+    mismatched: 0,
+    inProgress: 0,
+    secretReplayed: 0,
+    rejectedKeys: 0,
+    notStored: 0,
+    storedErrors: 0,
+    retries: 0,
+  };
+  private readonly final: FinalStatuses;
+
+  /** A client with these options (see Options for the defaults). */
+  constructor(options: Options = {}) {
+    this.options = {
+      methodsRequiringKey: options.methodsRequiringKey ?? ["POST", "PATCH"],
+      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
+      waitMs: options.waitMs ?? null,
+      ttlMs: options.ttlMs ?? null,
+      maxAttempts: options.maxAttempts ?? 3,
+      retryAfter: options.retryAfter ?? 1,
+      finalStatuses: options.finalStatuses,
+      problemTypeBase: options.problemTypeBase ?? "/problems/",
+      maxKeyLength: options.maxKeyLength ?? 255,
+      beginStatement: options.beginStatement ?? "BEGIN",
+      prepare: options.prepare ?? true,
+    };
+    if (!Number.isInteger(this.options.maxAttempts) || this.options.maxAttempts < 1) {
+      throw new RangeError("maxAttempts must be at least 1");
+    }
+    this.final = new FinalStatuses(options.finalStatuses);
+  }
+
+  /** Whether a response with this status is stored (idempotency.final_statuses). */
+  async isFinal(db: Db, status: number): Promise<boolean> {
+    await this.final.load(db);
+    return this.final.isFinal(status);
+  }
+
+  /**
+   * Runs `handler` through the protocol on `db` and returns the response to send.
+   *
+   * `db` must be idle (not in a transaction): the attempt opens the transaction
+   * and ends it (commit with the stored key, or rollback). A handler that throws
+   * rolls back, stores nothing, and the error propagates. Serialization failures
+   * (40001) and deadlocks (40P01) rerun the whole attempt, handler included, up
+   * to maxAttempts; then the error propagates (map it to 503 with Retry-After).
+   */
+  async handle(db: Db, request: Request, handler: Handler): Promise<Response> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.attempt(db, request, handler);
+      } catch (error) {
+        const state = sqlstate(error);
+        if (state === undefined || !RETRYABLE.includes(state) || attempt >= this.options.maxAttempts) throw error;
+        this.counters.retries++;
+      }
+    }
+  }
+
+  /** Wraps `handler` so that it takes (db, request) and runs through handle(). */
+  idempotent(handler: Handler): (db: Db, request: Request) => Promise<Response> {
+    return (db, request) => this.handle(db, request, handler);
+  }
+
+  private problem(problem: ProblemType, detail: string): Response {
+    return problemResponse(problem, detail, this.options.problemTypeBase);
+  }
+
+  /** One attempt, without retries. */
+  private async attempt(db: Db, request: Request, handler: Handler): Promise<Response> {
+    const options = this.options;
+    const method = request.method.toUpperCase();
+    if (request.key === null || request.key === undefined) {
+      if (options.methodsRequiringKey.some((m) => m.toUpperCase() === method)) {
+        this.counters.rejectedKeys++;
+        return this.problem(Problem.KEY_MISSING, `${method} requests need an Idempotency-Key header.`);
+      }
+      // Not idempotent by key: just a transaction around the handler.
+      await db.query(options.beginStatement);
+      let response: Response;
+      try {
+        response = await handler(db);
+      } catch (error) {
+        await rollbackQuietly(db);
+        throw error;
+      }
+      await db.query("COMMIT");
+      return response;
+    }
+    if (!validKey(request.key, options.maxKeyLength)) {
+      this.counters.rejectedKeys++;
+      return this.problem(
+        Problem.KEY_MALFORMED,
+        `The Idempotency-Key must be 1 to ${options.maxKeyLength} visible ASCII characters.`,
+      );
+    }
+    await this.final.load(db); // known before any transaction starts
+
+    let row: Record<string, string | null>;
+    try {
+      row = await this.begin(db, request);
+    } catch (error) {
+      await rollbackQuietly(db);
+      const state = sqlstate(error);
+      if (state !== undefined && KEY_REFUSED.includes(state)) {
+        this.counters.rejectedKeys++;
+        return this.problem(Problem.KEY_MALFORMED, DETAILS.keyRefused);
+      }
+      if (state !== undefined && BODY_INVALID.includes(state)) {
+        return this.problem(Problem.BODY_INVALID, (error as Error).message);
+      }
+      throw error;
+    }
+    const outcome = row.outcome ?? "";
+    if (outcome !== "started") {
+      let response: Response;
+      try {
+        response = this.answer(outcome, row);
+      } finally {
+        await db.query("COMMIT");
+      }
+      return response;
+    }
+    this.counters.started++;
+
+    let answer: Response;
+    try {
+      answer = asResponse(await handler(db));
+      if (!Number.isInteger(answer.status) || answer.status < 100 || answer.status > 599) {
+        throw new RangeError(`handler returned HTTP status ${answer.status}`);
+      }
+    } catch (error) {
+      await rollbackQuietly(db); // nothing is stored; the error propagates
+      throw error;
+    }
+    if (!this.final.isFinal(answer.status)) {
+      // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
+      // retry after a token refresh, throttling or a crash takes effect once.
+      this.counters.notStored++;
+      await rollbackQuietly(db);
+      return answer;
+    }
+    const headers = keptHeadersJson(answer, options.keptHeaders);
+    const secret = answer.oneTimeSecret;
+    if (answer.status >= 400) {
+      // A final error has no effect to keep: roll back, then store it alone
+      // (save_final runs in an implicit transaction of its own, same string).
+      const args = [
+        ...beginArgs(request, options).slice(0, 7),
+        String(answer.status),
+        byteaLiteral(secret ? Buffer.alloc(0) : answer.body),
+        secret ? "NULL" : literal(headers),
+        intervalLiteral(options.ttlMs),
+        secret ? "true" : "false",
+      ];
+      await db.query(`ROLLBACK; ${render(SAVE_FINAL_T, args, options.prepare && preparedOn.has(db))}`);
+      this.counters.storedErrors++;
+      return answer;
+    }
+    try {
+      const args = [
+        literal(request.principal),
+        literal(request.key),
+        String(answer.status),
+        byteaLiteral(answer.body),
+        literal(headers),
+        literal(answer.resourceId),
+        secret ? "true" : "false",
+      ];
+      await db.query(`${render(COMPLETE_T, args, options.prepare && preparedOn.has(db))}; COMMIT`);
+    } catch (error) {
+      await rollbackQuietly(db);
+      throw error;
+    }
+    return answer;
+  }
+
+  /**
+   * Opens the transaction and runs begin() in one simple-query string: on the
+   * first use of a session the string also prepares the client's statements
+   * (PREPARE is not transactional: they stay for the session), later strings
+   * EXECUTE them, so the server parses and plans them once per session.
+   */
+  private async begin(db: Db, request: Request): Promise<Record<string, string | null>> {
+    const options = this.options;
+    const args = beginArgs(request, options);
+    const send = async (prepare: boolean, prepared: boolean) => {
+      const text = `${prepare ? prepareAll() + "; " : ""}${options.beginStatement}; ${render(BEGIN_T, args, prepared)}`;
+      const results = (await db.query({ text, types: RAW_TYPES })) as unknown as Array<{
+        rows: Array<Record<string, string | null>>;
+      }>;
+      return results[results.length - 1].rows[0];
+    };
+    if (!options.prepare) return send(false, false);
+    const known = preparedOn.has(db);
+    try {
+      const row = await send(!known, true);
+      preparedOn.add(db);
+      return row;
+    } catch (error) {
+      const state = sqlstate(error);
+      if (state === "26000" || state === "42P05") {
+        // The session lost our statements (DISCARD ALL, a pooler that switched
+        // sessions) or has some of them already: this attempt goes inline, the
+        // next one prepares afresh.
+        preparedOn.delete(db);
+        await rollbackQuietly(db);
+        if (state === "42P05") {
+          for (const t of TEMPLATES) await db.query(`DEALLOCATE ${t.name}`).catch(() => undefined);
+        }
+        return send(false, false);
+      }
+      if (!known && state !== undefined && !state.startsWith("42")) preparedOn.add(db); // the PREPAREs ran
+      throw error;
+    }
+  }
+
+  private answer(outcome: string, row: Record<string, string | null>): Response {
+    if (outcome === "replay") {
+      this.counters.replayed++;
+      return storedResponse(
+        Number(row.response_status),
+        row.response_headers,
+        decodeBytea(row.response_body),
+        row.resource_id,
+      );
+    }
+    if (outcome === "mismatch") {
+      this.counters.mismatched++;
+      return this.problem(Problem.KEY_REUSE, DETAILS.keyReuse);
+    }
+    if (outcome === "secret_replay") {
+      this.counters.secretReplayed++;
+      const response = this.problem(Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret);
+      response.replayed = true;
+      response.setHeader("Idempotent-Replay", "true");
+      return response;
+    }
+    if (outcome === "in_progress") {
+      this.counters.inProgress++;
+      let retry = this.options.retryAfter;
+      if (row.lease_seconds !== null && row.lease_seconds !== undefined) retry = Math.max(1, Number(row.lease_seconds));
+      const response = this.problem(Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress);
+      response.setHeader("Retry-After", String(Math.max(1, retry)));
+      return response;
+    }
+    throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
+  }
+}
+
+/**
+ * The 32-byte request fingerprint, computed by the server's idempotency.fingerprint
+ * with the values exactly as handle() sends them to begin (one round trip; the
+ * protocol itself never needs this call).
+ */
+export async function fingerprint(
+  db: Db,
+  method: string,
+  path: string,
+  body?: Buffer | string | null,
+  exclude?: readonly string[],
+): Promise<Buffer> {
+  const result = await db.query({
+    text: `SELECT idempotency.fingerprint(${fingerprintArgs(method, path, body, exclude)}) AS fingerprint`,
+    types: RAW_TYPES,
+  });
+  const digest = decodeBytea((result.rows[0] as { fingerprint: string | null }).fingerprint);
+  if (digest === null) throw new Error("idempotency.fingerprint returned NULL");
+  return digest;
+}

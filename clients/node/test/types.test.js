@@ -1,0 +1,25 @@
+"use strict";
+// The shipped declarations (dist/*.d.ts) type-check an application's use of
+// the package, Express's request augmentation included.
+const assert = require("node:assert/strict");
+const { spawnSync } = require("node:child_process");
+const path = require("node:path");
+const { test } = require("node:test");
+
+test("dist/*.d.ts type-check a TypeScript consumer (tsc --noEmit --strict)", () => {
+  const tsc = require.resolve("typescript/bin/tsc", { paths: [path.join(__dirname, "..")] });
+  const file = path.join(__dirname, "types", "consumer.ts");
+  const run = spawnSync(process.execPath, [tsc, "--noEmit", "--strict", "--esModuleInterop", "--skipLibCheck",
+    "--target", "ES2020", "--module", "commonjs", "--types", "node", file], { encoding: "utf8" });
+  assert.equal(run.status, 0, run.stdout + run.stderr);
+});
+
+test("the package's entry point and types are where package.json says", () => {
+  const pkg = require("../package.json");
+  assert.ok(require("node:fs").existsSync(path.join(__dirname, "..", pkg.types)));
+  const main = require(path.join(__dirname, "..", pkg.main));
+  for (const name of ["Client", "LeaseRunner", "Response", "Problem", "idempotency", "fingerprint", "problemResponse"]) {
+    assert.ok(name in main, name);
+  }
+  assert.deepEqual(Object.keys(pkg.dependencies), ["pg"]);
+});

@@ -1,0 +1,44 @@
+// Compiled (not run) by test/types.test.js against the shipped declarations in
+// dist/: what an application in TypeScript writes must type-check.
+import express from "express";
+import pg from "pg";
+import {
+  Client,
+  LeaseRunner,
+  Response,
+  idempotency,
+  type LeaseResult,
+  type Request,
+} from "../../dist/index";
+
+const pool = new pg.Pool();
+const client = new Client({ waitMs: 2000, keptHeaders: ["Content-Type", "Location"] });
+const app = express();
+app.use(idempotency({ pool, client, principal: (req) => req.headers.authorization ?? null }));
+app.post("/orders", async (req, res) => {
+  const ctx = req.idempotency;
+  if (!ctx) return void res.sendStatus(401);
+  const { rows } = await ctx.db.query<{ id: string }>("INSERT INTO orders DEFAULT VALUES RETURNING id::text");
+  ctx.resourceId = rows[0].id;
+  const raw: Buffer | undefined = req.rawBody;
+  res.status(201).end(raw);
+});
+
+async function direct(db: pg.PoolClient, request: Request): Promise<Response> {
+  return client.handle(db, request, async (conn) => {
+    await conn.query("SELECT 1");
+    return new Response(201, [["Content-Type", "application/json"]], "{}", { resourceId: "1" });
+  });
+}
+
+async function lease(request: Request): Promise<bigint> {
+  const runner = new LeaseRunner("postgres:///shop", { policy: "commit_on_success", leaseMs: 5000 });
+  const result: LeaseResult = await runner.run(request, async () => new Response(200));
+  const until: string | null = result.leaseUntil;
+  void until;
+  await runner.close();
+  return result.fence;
+}
+
+void direct;
+void lease;

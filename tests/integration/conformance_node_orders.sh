@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The HTTP conformance suite (tests/conformance) against the Node example,
+# examples/node-orders (Express middleware of clients/node), on a fresh database
+# of the throwaway cluster. Needs clients/node built (npm install + tsc, which
+# scripts/test.sh does in the Node suite before the integration tests).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [[ ! -f clients/node/dist/index.js || ! -d clients/node/node_modules/express ]]; then
+  echo "not ok - clients/node is not built (cd clients/node && npm install --no-package-lock && npx tsc)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+# shellcheck source=lib/service.bash
+source tests/integration/lib/service.bash
+fresh_database idem_conformance_node
+port=$((PGPORT + 7))
+start_service "$port" examples/node-orders/app.js
+/usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$port" \
+  --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}"

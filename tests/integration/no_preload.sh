@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The extension in a server that does NOT preload it (shared_preload_libraries
+# = 'pg_cron' only): a second, small throwaway cluster, where
+# `make installcheck-nopreload` runs tests/no_preload (settings set before the
+# library loads; idempotency.stats saying the counters are off, with a HINT,
+# and every function working without them). Port: PGPORT + 30 of the cluster
+# of scripts/test.sh (IDEM_NOPRELOAD_PORT overrides).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=$(mktemp -d /tmp/idem-nopreload.XXXXXX)
+trap 'scripts/pgcluster.sh stop "$dir/pg" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+PGCLUSTER_PRELOAD=pg_cron scripts/pgcluster.sh start "$dir/pg" "${IDEM_NOPRELOAD_PORT:-$((${PGPORT:-54329} + 30))}"
+# shellcheck disable=SC1091
+source "$dir/pg/env"
+[[ $(psql -X -At -c "SHOW shared_preload_libraries") == pg_cron ]] || { echo "FAIL: library preloaded"; exit 1; }
+make -s installcheck-nopreload || { cat output_nopreload/regression.diffs 2>/dev/null | head -200; exit 1; }

@@ -1,0 +1,472 @@
+#!/usr/bin/python3
+"""Model-based checker of pg_idempotency (issue 11, section 2).
+
+N concurrent clients run random operations over a small key space against a
+real cluster while faults are injected; every answer is checked against a
+model of what each (principal, key) may be (invariants I1-I7, see
+docs/testing.md). On a violation it prints the seed, the invariant and the
+history of the key, replays the seed with fewer clients and steps to find a
+smaller failing run, prints that, and exits 1. The last line of every run is
+`N steps, K faults, V violations`.
+
+    /usr/bin/python3 tests/model/checker.py --seconds 60            # own cluster, random seed
+    /usr/bin/python3 tests/model/checker.py --seed 7 --steps 3000
+    /usr/bin/python3 tests/model/checker.py --cluster-dir /tmp/x/pg  # a scripts/pgcluster.sh cluster
+"""
+
+import argparse
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
+
+import psycopg  # noqa: E402
+
+from cluster import Cluster  # noqa: E402
+from model import INVARIANTS, Model, Op  # noqa: E402
+from workload import Client, Faults, Settings, fingerprint  # noqa: E402
+
+DEFAULT_OPS = "txn=30,lease=18,save_final=10,claim=4,forget=3,cleanup=6,inspect=8,wait=4"
+ALL_FAULTS = "kill,restart,timeout,disconnect"
+
+
+def parse_weights(text):
+    """'txn=30,lease=18' -> [('txn', 30.0), ('lease', 18.0)]."""
+    weights = []
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        name = name.strip()
+        if name not in ("txn", "lease", "save_final", "claim", "forget", "cleanup", "inspect", "wait"):
+            raise argparse.ArgumentTypeError("unknown operation %r" % name)
+        weights.append((name, float(weight or 1)))
+    return weights
+
+
+def parse_args(argv):
+    """The command line, checked; draws the seed when none is given."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, help="random seed (default: drawn and printed)")
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
+    p.add_argument("--seconds", type=float, help="run this long (default 30 unless --steps)")
+    p.add_argument("--steps", type=int, help="run this many operations in all (split among clients)")
+    p.add_argument("--dsn", help="use this server (a superuser DSN); no restarts")
+    p.add_argument("--cluster-dir", help="use this scripts/pgcluster.sh cluster folder")
+    p.add_argument("--port", type=int, help="port of the cluster the checker starts (default random)")
+    p.add_argument("--principals", type=int, default=2, help="principals in the key space (default 2)")
+    p.add_argument("--keys", type=int, default=3, help="keys per principal (default 3)")
+    p.add_argument("--fingerprints", type=int, default=3, help="request variants per key (default 3)")
+    p.add_argument("--ttl-min", type=int, default=60, help="shortest ttl, ms (default 60)")
+    p.add_argument("--ttl-max", type=int, default=700, help="longest ttl, ms (default 700)")
+    p.add_argument("--lease-min", type=int, default=100, help="shortest lease, ms (default 100, the 0.6.0 floor)")
+    p.add_argument("--lease-max", type=int, default=400, help="longest lease, ms (default 400)")
+    p.add_argument("--lease-within-ttl", action="store_true",
+                   help="draw every ttl above 6 leases + 100 ms, so that no renewed lease outlives its key (what 0.5.0 needs)")
+    p.add_argument("--ops", type=parse_weights, default=parse_weights(DEFAULT_OPS),
+                   help="operation weights (default %s)" % DEFAULT_OPS)
+    p.add_argument("--faults", default=ALL_FAULTS,
+                   help="faults to inject, comma-separated from %s, or 'none' (default all)" % ALL_FAULTS)
+    p.add_argument("--no-kill", action="store_true", help="no SIGKILL of backends")
+    p.add_argument("--no-restart", action="store_true", help="no immediate restarts")
+    p.add_argument("--no-timeout", action="store_true", help="no statement_timeout cancels")
+    p.add_argument("--no-disconnect", action="store_true", help="no client disconnects mid-transaction")
+    p.add_argument("--fault-interval", type=float, default=6.0,
+                   help="mean seconds between server faults (default 6)")
+    p.add_argument("--fault-rate", type=float, default=0.05,
+                   help="chance of a client fault where one can happen (default 0.05)")
+    p.add_argument("--keep-going", action="store_true", help="do not stop the run at the first violation")
+    p.add_argument("--reduce-seconds", type=float, default=150,
+                   help="time budget for reducing a failure (default 150; 0: no reduction)")
+    p.add_argument("--quiet", action="store_true", help="print less while running")
+    p.add_argument("--show", type=int, default=3, help="violations printed with their history (default 3)")
+    p.add_argument("--show-only", default="", help="print only violations whose invariant or kind contains this")
+    args = p.parse_args(argv)
+    faults = set() if args.faults == "none" else {f.strip() for f in args.faults.split(",") if f.strip()}
+    for name in ("kill", "restart", "timeout", "disconnect"):
+        if getattr(args, "no_" + name):
+            faults.discard(name)
+    unknown = faults - set(ALL_FAULTS.split(","))
+    if unknown:
+        p.error("unknown faults: %s" % ", ".join(sorted(unknown)))
+    args.faults = sorted(faults)
+    if args.seconds is None and args.steps is None:
+        args.seconds = 30.0
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 10 ** 6)
+    if args.lease_min < 1 or args.lease_max < args.lease_min or args.ttl_min < 1 or args.ttl_max < args.ttl_min:
+        p.error("bad ttl or lease range")
+    return args
+
+
+class Run:
+    """One run: a fresh database, clients, faults, the end phase."""
+
+    counter = 0
+
+    def __init__(self, args, cluster, seed, clients, steps, duration, log, target=None):
+        self.args = args
+        self.cluster = cluster
+        self.seed = seed
+        self.clients = clients
+        self.steps = steps
+        self.duration = duration
+        self.log = log
+        self.model = Model()
+        self.stats = {"lock": threading.Lock(), "steps": 0, "faults": 0}
+        self.stop = threading.Event()
+        self.first_violation_steps = None
+        self.target = target  # (invariant, kind): stop only on this one (reduction), None: on any
+        self.stopped_early = False
+        Run.counter += 1
+        self.dbname = "model_%d_%d_%d" % (os.getpid(), seed, Run.counter)
+
+    def execute(self):
+        """Runs the clients and the end phase; returns self (model, stats)."""
+        version = self.cluster.fresh_database(self.dbname)
+        self.version = version
+        settings = Settings(self.args)
+        settings.header_arrays = tuple(int(p) for p in version.split(".")[:2]) >= (0, 6)
+        faults = set(self.args.faults)
+        if not self.cluster.can_restart():
+            faults.discard("restart")
+        settings.faults = faults
+        deadline = time.time() + self.duration if self.duration is not None else None
+        per_client = None if self.steps is None else max(1, self.steps // self.clients)
+        conninfo = self.cluster.conninfo(self.dbname)
+        clients = [Client(n, self.seed, settings, self.model, conninfo, self.stop, per_client, deadline, self.stats)
+                   for n in range(self.clients)]
+        watch = threading.Thread(target=self.watch_violations, args=(clients,), daemon=True)
+        fault_stop = threading.Event()
+        fault_thread = Faults(self.seed, self.cluster, self.cluster.admin_conninfo(), self.dbname, faults,
+                              self.args.fault_interval, fault_stop, self.stats, self.log, self.model)
+        for c in clients:
+            c.start()
+        watch.start()
+        fault_thread.start()
+        for c in clients:
+            c.join()
+        fault_stop.set()
+        fault_thread.join(timeout=120)
+        self.stop.set()
+        self.model.settle_lock_checks(final=True)
+        self.cluster.ensure_running()
+        if not self.stopped_early:
+            self.end_phase(settings)
+        self.cluster.drop_database(self.dbname)
+        return self
+
+    def watch_violations(self, clients):
+        """Stops the run at the first violation (unless --keep-going) and notes how
+        far each client had got, for the reduction."""
+        while not self.stop.is_set():
+            self.model.settle_lock_checks()
+            found = [v for v in self.model.violations
+                     if self.target is None or (v.invariant, v.signature) == self.target]
+            if found and self.first_violation_steps is None:
+                self.first_violation_steps = max(c.steps for c in clients)
+                if not self.args.keep_going:
+                    self.stopped_early = True
+                    self.stop.set()
+            time.sleep(0.05)
+
+    # -- end of run -----------------------------------------------------------
+
+    def admin(self):
+        """A superuser connection to the run's database (waiting for recovery)."""
+        give_up = time.time() + 90
+        while True:
+            try:
+                return psycopg.connect(self.cluster.conninfo(self.dbname), autocommit=True, connect_timeout=5,
+                                       application_name="model-end")
+            except psycopg.Error:
+                if time.time() > give_up:
+                    raise
+                time.sleep(0.3)
+
+    def end_op(self, kind, key, conn, fp=None):
+        """Records a call of the end phase (client `end`) with the server's now() and clock."""
+        op = Op("end.%d" % (len(self.model.ops) + 1), "end", kind, key[0], key[1], fp)
+        op.sent = time.time()
+        self.model.add(op)
+        now, clock = conn.execute("SELECT now(), clock_timestamp()").fetchone()
+        op.now, op.clock = now.timestamp(), clock.timestamp()
+        return op
+
+    def end_phase(self, settings):
+        """I4 (effects and key rows against the model), then I6 and I3 once every
+        ttl and lease has passed."""
+        model = self.model
+        keys = [(p, k) for p in settings.principals for k in settings.keys]
+        with self.admin() as conn:
+            conn.execute("SET statement_timeout = '10s'")
+            effects = conn.execute("SELECT op_id, kind, principal, key, fence FROM model_effects").fetchall()
+            present = {}
+            for op_id, kind, principal, key, fence in effects:
+                present.setdefault(op_id, []).append((kind, principal, key, fence))
+            with model.lock:
+                for op in list(model.ops.values()):
+                    if op.kind == "txn" and op.commit == "unknown":
+                        op.commit = "yes" if op.id in present else "no"
+                        op.commit_acked = time.time()
+                        op.note = (op.note + " in-doubt commit resolved").strip()
+                self.check_effects(present)
+            for key in keys:
+                op = self.end_op("inspect", key, conn)
+                row = conn.execute("SELECT action, fence, state, response_status, response_headers, response_body"
+                                   "  FROM idempotency.keys WHERE principal = %s AND key = %s", key).fetchone()
+                op.acked = time.time()
+                if row is None:
+                    op.outcome = "absent"
+                    model.check_row(op, None)
+                else:
+                    action, fence, state, status, headers, body = row
+                    op.outcome = "%s/%s/fence %s" % (action, state, fence)
+                    model.check_row(op, {"action": action, "fence": fence, "state": state, "status": status,
+                                         "headers": headers, "body": body and bytes(body)})
+            # I6: past every ttl and lease, one cleanup leaves nothing; every key starts.
+            time.sleep(self.latest_deadline(settings) + 0.3)
+            conn.execute("CALL idempotency.cleanup()")
+            for principal, key, state, expired, lease_live in conn.execute(
+                    "SELECT principal, key, state, expires_at <= now(),"
+                    "       state = 'in_progress' AND lease_until > clock_timestamp()"
+                    "  FROM idempotency.keys ORDER BY 1, 2").fetchall():
+                model.violation("I6", (principal, key),
+                                "after every ttl and lease had passed, CALL idempotency.cleanup() left a %s row "
+                                "(expired: %s, lease live: %s)" % (state, expired, lease_live))
+            fresh = settings.fingerprints + 1
+            for key in keys:
+                self.end_start(conn, key, fresh)
+
+    def latest_deadline(self, settings):
+        """Seconds until every ttl and lease handed out in the run has passed."""
+        latest = time.time()
+        with self.model.lock:
+            for op in self.model.ops.values():
+                if op.expires is not None:
+                    latest = max(latest, op.expires)
+                if op.kind == "acquire" and op.lease_min is not None:
+                    latest = max(latest, op.lease_min)
+                if op.kind == "renew" and op.now is not None and op.clock is not None:
+                    latest = max(latest, op.clock + op.params["lease_s"])
+                if op.kind == "complete" and op.outcome is True and op.acked is not None:
+                    # A completion may keep the key for one more ttl of the key from then (0.6.0).
+                    latest = max(latest, op.acked + settings.max_ttl_ms / 1000.0)
+        return max(0.0, latest - time.time())
+
+    def check_effects(self, present):
+        """I4 and I1 on the effect table, with every in-doubt commit resolved."""
+        model = self.model
+        for op in model.ops.values():
+            if op.kind == "txn" and op.fence is not None:
+                if op.commit == "yes" and op.id not in present:
+                    model.violation("I4", op.key_id(), "the effect of %s committed but is not in the table "
+                                    "(lost in a crash?)" % op.id, [op])
+                elif op.commit == "no" and op.id in present:
+                    model.violation("I4", op.key_id(), "the effect of %s is in the table although its "
+                                    "transaction did not commit" % op.id, [op])
+            if op.kind == "effect":
+                if op.commit == "yes" and op.holder.id not in present:
+                    model.violation("I4", op.key_id(), "the lease effect %s committed but is not in the table"
+                                    % op.id, [op])
+        generations = {}
+        for op_id, rows in present.items():
+            writer = model.ops.get(op_id)
+            if writer is None:
+                model.violation("I4", None, "an effect row names op %s, which this run never ran" % op_id)
+                continue
+            for kind, principal, key, fence in rows:
+                generations.setdefault((principal, key, fence), []).append(writer)
+        for (principal, key, fence), writers in generations.items():
+            if len(writers) > 1:
+                model.violation("I1", (principal, key), "%d committed effects for generation fence %s: %s"
+                                % (len(writers), fence, ", ".join(w.id for w in writers)), writers)
+
+    def end_start(self, conn, key, fresh):
+        """Every key must answer started to a fresh begin and a fresh acquire, and
+        the acquire's fence must be above every fence handed out before."""
+        model = self.model
+        op = self.end_op("txn", key, conn, fresh)
+        try:
+            conn.execute("BEGIN")
+            outcome, fence = conn.execute(
+                "SELECT outcome, fence FROM idempotency.begin(%s, %s, 'end', %s, wait => '2s')",
+                (key[0], key[1], fingerprint(fresh))).fetchone()
+            conn.execute("ROLLBACK")
+            op.outcome, op.commit = outcome, "no"
+        except psycopg.Error as error:
+            conn.rollback()
+            op.outcome = "error %s" % getattr(error, "sqlstate", error)
+        op.acked = time.time()
+        if op.outcome != "started":
+            model.violation("I6", key, "once every ttl and lease had passed, begin answered %s" % op.outcome, [op])
+        op = self.end_op("acquire", key, conn, fresh)
+        try:
+            outcome, fence = conn.execute(
+                "SELECT outcome, fence FROM idempotency.acquire(%s, %s, 'end', %s, lease => '1s', wait => '2s')",
+                (key[0], key[1], fingerprint(fresh))).fetchone()
+            op.outcome, op.fence, op.commit = outcome, fence, "yes"
+        except psycopg.Error as error:
+            op.outcome = "error %s" % getattr(error, "sqlstate", error)
+        op.acked = time.time()
+        if op.outcome != "started":
+            model.violation("I6", key, "once every ttl and lease had passed, acquire answered %s" % op.outcome, [op])
+            return
+        with model.lock:
+            handed = [o for o in model.by_key.get(key, []) if o is not op and o.fence is not None
+                      and o.kind in ("txn", "acquire") and o.commit == "yes"]
+            if handed:
+                top = max(handed, key=lambda o: o.fence)
+                if op.fence <= top.fence:
+                    model.violation("I3", key, "the final acquire got fence %s, but %s had committed fence %s "
+                                    "earlier: fences repeat" % (op.fence, top.id, top.fence), [top, op],
+                                    "fence handed out again")
+        try:
+            conn.execute("SELECT idempotency.release(%s, %s, %s)", (key[0], key[1], op.fence))
+        except psycopg.Error:
+            pass
+
+
+def print_violations(model, seed, out, limit=3, only="", match=None):
+    """The first `limit` violations (containing `only`, or of kind `match`), each
+    with its key's history."""
+    shown = 0
+    for v in model.violations:
+        if only and only not in v.invariant + " " + v.signature:
+            continue
+        if match is not None and (v.invariant, v.signature) != match:
+            continue
+        if shown == limit:
+            out("... and %d more violations" % (len(model.violations) - limit))
+            break
+        shown += 1
+        out("")
+        out("VIOLATION %s (%s), seed %d, %.1f s into the run" % (v.invariant, INVARIANTS.get(v.invariant, "?"),
+                                                                   seed, v.at))
+        out("  key: %s" % (v.key,))
+        out("  %s" % v.message)
+        if v.key is not None:
+            out("  history of %s (seconds from the start; sent, answered, client, kind, op, ...):" % (v.key,))
+            moments = [t for o in v.ops for t in (o.sent, o.acked, o.commit_acked) if t is not None]
+            until = max(moments) if moments else None
+            for line in model.history(v.key, until=until):
+                out("    " + line)
+
+
+def summarize(model, out):
+    """One line per kind of violation found, with how many and the first key."""
+    if not model.violations:
+        return
+    kinds = {}
+    for v in model.violations:
+        kinds.setdefault((v.invariant, v.signature), []).append(v)
+    out("")
+    out("violations by kind:")
+    for (invariant, signature), found in sorted(kinds.items()):
+        out("  %-4s %-50s %4d  (first after %.1f s, on %s)" % (invariant, signature, len(found), found[0].at,
+                                                                   found[0].key))
+        out("       e.g. %s" % found[0].message)
+
+
+def reduce_failure(args, cluster, first, log, out):
+    """Replays the seed with fewer clients and steps; returns the smallest run
+    that fails the same way (same invariant and kind) as the first violation."""
+    if args.reduce_seconds <= 0:
+        return None
+    target = (first.model.violations[0].invariant, first.model.violations[0].signature)
+
+    def same_failure(run):
+        return any((v.invariant, v.signature) == target for v in run.model.violations)
+
+    budget_end = time.time() + args.reduce_seconds
+    per_client = first.first_violation_steps or max(1, first.stats["steps"] // first.clients)
+    best = None
+    candidates = sorted({c for c in (1, 2, 3, 4, first.clients // 2) if 0 < c < first.clients})
+    out("")
+    out("reducing: replaying seed %d with fewer clients (%d steps in all), then fewer steps, "
+        "while it fails with %s (%s)" % (first.seed, per_client * first.clients, target[0], target[1]))
+    for clients in candidates + [first.clients]:
+        if time.time() > budget_end:
+            break
+        steps = per_client * first.clients  # the same work, done by fewer clients
+        run = Run(args, cluster, first.seed, clients, steps, min(args.reduce_seconds, 120), log, target).execute()
+        failed = same_failure(run)
+        out("  %d clients, %d steps: %s" % (clients, run.stats["steps"], "fails the same way" if failed else
+                                             "does not fail that way"))
+        if failed:
+            best = run
+            break
+    while best is not None and time.time() < budget_end:
+        steps = min(best.first_violation_steps or per_client, best.steps // best.clients) * best.clients // 2
+        if steps < best.clients or steps >= best.steps:
+            break
+        run = Run(args, cluster, best.seed, best.clients, steps, 60, log, target).execute()
+        failed = same_failure(run)
+        out("  %d clients, %d steps: %s" % (run.clients, run.stats["steps"], "fails the same way" if failed else
+                                             "does not fail that way"))
+        if not failed:
+            break
+        best = run
+    return best
+
+
+def main(argv):
+    """Runs the checker; returns the exit status (0 clean, 1 violations, 2 could not start)."""
+    args = parse_args(argv)
+    # SIGTERM (CI timeouts, kill) ends the run through the finally below, which stops the cluster.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    out = lambda line: print(line, flush=True)  # noqa: E731
+    log = (lambda line: None) if args.quiet else (lambda line: print("  " + line, flush=True))
+    what = ("%d steps" % args.steps) if args.steps is not None else ("%g s" % args.seconds)
+    out("model checker: seed %d, %d clients, %s, faults: %s" % (args.seed, args.clients, what,
+                                                                 ", ".join(args.faults) or "none"))
+    try:
+        if args.dsn:
+            cluster = Cluster(dsn=args.dsn)
+        elif args.cluster_dir:
+            cluster = Cluster.existing(args.cluster_dir)
+        else:
+            cluster = Cluster.start(args.port or random.SystemRandom().randrange(20000, 40000))
+    except Exception as error:
+        out("cannot start: %s" % error)
+        out("0 steps, 0 faults, 0 violations")
+        return 2
+    run = None
+    try:
+        started = time.time()
+        run = Run(args, cluster, args.seed, args.clients, args.steps, args.seconds, log)
+        run.execute()
+        out("extension %s; ran %.1f s" % (run.version, time.time() - started))
+        if run.model.violations:
+            print_violations(run.model, args.seed, out, limit=args.show, only=args.show_only)
+            small = reduce_failure(args, cluster, run, log, out)
+            if small is not None:
+                out("")
+                out("smallest failing run: --seed %d --clients %d --steps %d (%d steps, %d faults)"
+                    % (small.seed, small.clients, small.steps, small.stats["steps"], small.stats["faults"]))
+                target = run.model.violations[0]
+                print_violations(small.model, small.seed, out, limit=1,
+                                 match=(target.invariant, target.signature))
+        summarize(run.model, out)
+        out("")
+        out("%d steps, %d faults, %d violations" % (run.stats["steps"], run.stats["faults"],
+                                                     len(run.model.violations)))
+        return 1 if run.model.violations else 0
+    except Exception:  # the checker itself failed: say so, and still end with the figures
+        traceback.print_exc(file=sys.stdout)
+        stats = run.stats if run is not None else {"steps": 0, "faults": 0}
+        violations = len(run.model.violations) if run is not None else 0
+        out("checker error (not a finding about the extension)")
+        out("%d steps, %d faults, %d violations" % (stats["steps"], stats["faults"], violations))
+        return 2
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
