@@ -114,9 +114,9 @@ void check_headers(FunctionCallInfo fcinfo, int arg) {
             "headers must be a JSON object of name to value or an array of [name, value] pairs");
     const bool pairs = JB_ROOT_IS_ARRAY(headers);
     JsonbIterator* it = JsonbIteratorInit(&headers->root);
-    JsonbValue token;
-    JsonbValue name;
-    JsonbValue pair[2];
+    JsonbValue token = {};
+    JsonbValue name = {};  // set by the WJB_KEY before each WJB_VALUE
+    JsonbValue pair[2] = {};
     int depth = 0;
     int in_pair = 0;
     uint32 seen = 0;
