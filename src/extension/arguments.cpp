@@ -115,8 +115,8 @@ void check_headers(FunctionCallInfo fcinfo, int arg) {
     const bool pairs = JB_ROOT_IS_ARRAY(headers);
     JsonbIterator* it = JsonbIteratorInit(&headers->root);
     JsonbValue token;
-    JsonbValue name;
-    JsonbValue pair[2];
+    JsonbValue name{};  // g++ 14 sees a path that reads it unset (-Wmaybe-uninitialized)
+    JsonbValue pair[2]{};
     int depth = 0;
     int in_pair = 0;
     uint32 seen = 0;
