@@ -23,8 +23,11 @@
 #                       host's apt sources at run time)
 #   IDEM_MATRIX_REBUILD=1  throw the chroots away and make them again
 #   IDEM_MATRIX_LOG     folder for each version's full log (default: the cache folder)
-#   IDEM_MATRIX_PORT    first of the 6 ports a version's cluster, pgbouncer and
-#                       services use (default: random in 28000-28989)
+#   IDEM_MATRIX_PORT    first of the ports a version's cluster, pgbouncer and
+#                       services use (base + 0..25; default 28000 + 100 x (VERSION - 15),
+#                       so that versions never share a port and runs of one
+#                       version, serialized by its lock, reuse theirs; the
+#                       package test uses base + 50, --major-upgrade 28600-28602)
 #   IDEM_MATRIX_SUITE=0     skip the suite (only the package test)
 #   IDEM_MATRIX_PACKAGES=0  skip the package test: scripts/package.sh in the
 #                       suite's chroot, then tests/packages/install_test.sh in a
@@ -125,6 +128,9 @@ unmount_stale() {
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
 }
 
+# port_of VERSION: the first port of that version's runs.
+port_of() { echo "${IDEM_MATRIX_PORT:-$((28000 + 100 * ($1 - 15)))}"; }
+
 # mount_chroot DIR: /proc, /dev (bind), /dev/pts, a fresh /dev/shm.
 mount_chroot() {
   local dir=$1
@@ -205,7 +211,7 @@ if [[ ${versions[0]} == --exec ]]; then
   status=0
   prepare "$suite" "$cache/$suite" &&
     in_chroot "$cache/$suite" env IDEM_PG_VERSION="$version" IDEM_TEST_SCOPE=matrix \
-      IDEM_TEST_PORT="${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}" bash -c 'cd /src && eval "$1"' bash "${versions[*]:2}" || status=$?
+      IDEM_TEST_PORT="$(port_of "$version")" bash -c 'cd /src && eval "$1"' bash "${versions[*]:2}" || status=$?
   unmount_all
   unlock
   exit "$status"
@@ -235,7 +241,7 @@ package_test() {
   cp "$dir"/debs/*.deb "$clean/debs/"
   copy_tree "$clean"
   mount_chroot "$clean" &&
-    in_chroot "$clean" env IDEM_TEST_PORT="${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}" \
+    in_chroot "$clean" env IDEM_TEST_PORT="$(($(port_of "$version") + 50))" \
       bash /src/tests/packages/install_test.sh "$version" /debs /src/tests/install_consumer || status=$?
   unmount_all
   unmount_stale "$clean"
@@ -249,7 +255,7 @@ package_test() {
 # chroots are in use at once (three locks); their clusters listen on three
 # ports of IDEM_MATRIX_PORT's range and see each other over 127.0.0.1.
 if [[ ${versions[0]} == --major-upgrade ]]; then
-  base_port=${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}
+  base_port=${IDEM_MATRIX_PORT:-28600}
   exec 7>"$cache/bookworm.lock" 8>"$cache/trixie.lock" 9>"$cache/forky.lock"
   flock 7 && flock 8 && flock 9
   status=0
@@ -304,7 +310,7 @@ run_version() {
   if prepare "$suite" "$dir" >>"$log" 2>&1; then
     if [[ ${IDEM_MATRIX_SUITE:-1} != 0 ]]; then
       in_chroot "$dir" env IDEM_PG_VERSION="$version" IDEM_TEST_SCOPE=matrix \
-        IDEM_TEST_PORT="${IDEM_MATRIX_PORT:-$((28000 + RANDOM % 990))}" bash -c 'cd /src && bash scripts/test.sh' \
+        IDEM_TEST_PORT="$(port_of "$version")" bash -c 'cd /src && bash scripts/test.sh' \
         >>"$log" 2>&1 || status=$?
       summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     else
