@@ -323,3 +323,54 @@ SELECT k.principal, k.key, k.action, k.fence,
 COMMENT ON VIEW idempotency.abandoned IS
     'Keys in progress whose lease lapsed or was released and that nobody took over: who, which key and action, the last fence, since when, and the request fingerprint to take them over with';
 REVOKE ALL ON idempotency.abandoned FROM PUBLIC;
+
+-- The distributed mode under Citus: the key table distributed by principal,
+-- co-located with the application's tables, and every function that names a
+-- principal delegated to the node that holds the principal's shard, so that a
+-- request's key lock, key row and effects are all on one node. The C functions
+-- see from Citus's metadata that the table is distributed and then read and
+-- write it by SQL statements, which Citus routes to the local shard.
+CREATE FUNCTION idempotency.distribute(colocate_with regclass DEFAULT NULL) RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fn pg_catalog.regprocedure;
+    method text;
+    column_name text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idempotency.distribute() needs the citus extension in this database'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'With PL/Proxy or sharding by hand, install idempotency on every shard instead; see docs/scale-out.md.';
+    END IF;
+    -- Catalogs and functions of Citus, named only once it is there.
+    EXECUTE 'SELECT p.partmethod::pg_catalog.text,'
+            '       CASE WHEN p.partmethod::pg_catalog.text OPERATOR(pg_catalog.=) $2'
+            '            THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END'
+            '  FROM pg_catalog.pg_dist_partition p'
+            ' WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO method, column_name USING 'idempotency.keys'::pg_catalog.regclass, 'h';
+    IF method IS NULL THEN
+        EXECUTE 'SELECT pg_catalog.create_distributed_table($1, $2, colocate_with => $3)'
+            USING 'idempotency.keys', 'principal', COALESCE(colocate_with::text, 'default');
+    ELSIF method IS DISTINCT FROM 'h' OR column_name IS DISTINCT FROM 'principal' THEN
+        RAISE EXCEPTION 'idempotency.keys is already distributed, but not by principal'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Undistribute it first: SELECT undistribute_table(''idempotency.keys'').';
+    END IF;
+    FOR fn IN
+        SELECT p.oid::pg_catalog.regprocedure
+          FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
+           AND p.proname OPERATOR(pg_catalog.=) ANY ('{begin,complete,save_final,acquire,renew,release,claim,forget,lookup}')
+         ORDER BY p.proname
+    LOOP
+        EXECUTE 'SELECT pg_catalog.create_distributed_function($1, $2, colocate_with => $3, force_delegation => true)'
+            USING fn::text, '$1', 'idempotency.keys';
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION idempotency.distribute(regclass) IS
+    'Citus: distributes idempotency.keys by principal (co-located with colocate_with, a table distributed by a text column) and delegates every function that names a principal to the node of its shard';
+REVOKE ALL ON FUNCTION idempotency.distribute(regclass) FROM PUBLIC;

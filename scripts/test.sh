@@ -108,6 +108,10 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   source "$cluster/pg/env"
   regress() { make -s installcheck || { cat regression.diffs 2>/dev/null | head -200; return 1; }; }
   suite "pg_regress and isolation specs" regress
+  # The same suite in the distributed mode: every read and write of the key
+  # table by SQL statements, as under Citus (docs/scale-out.md).
+  regress_distributed() { PGOPTIONS="-c idempotency.distributed=on" regress; }
+  suite "pg_regress and isolation specs, distributed mode (idempotency.distributed = on)" regress_distributed
   suite "Python client (pip install, pytest)" python_client_tests
   # Node and Java are on the host only; the chroots of the matrix have neither.
   [[ $scope == full ]] && suite "Node client (npm install, tsc, node --test)" node_client_tests
@@ -123,6 +127,8 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
     suite "model checker (short run)" env MODEL_SEEDS="11 23" MODEL_SECONDS=15 tests/model/ci.sh
   else
     suite "model checker" tests/model/ci.sh
+    suite "model checker, distributed mode (short run)" \
+      env PGOPTIONS="-c idempotency.distributed=on" MODEL_SEEDS="41" MODEL_SECONDS=20 tests/model/ci.sh
   fi
 else
   failed=$((failed + 1))

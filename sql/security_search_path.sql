@@ -350,8 +350,9 @@ SET client_min_messages = warning;
 SELECT n, what, ran_as FROM trap_log.fired ORDER BY n;
 SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS fires FROM trap_log.fires;
 -- Every function and procedure of the extension ran to completion in the runs
--- above, but schedule_cleanup and unschedule_cleanup: without pg_cron in this
--- database only their error path can run (called above, 55000).
+-- above, but schedule_cleanup, unschedule_cleanup and distribute: without
+-- pg_cron (55000) or Citus (0A000) in this database only their error path can
+-- run (called above).
 SELECT p.oid::regprocedure AS never_called
   FROM pg_depend AS e JOIN pg_proc AS p ON e.classid = 'pg_proc'::regclass AND p.oid = e.objid
  WHERE e.refclassid = 'pg_extension'::regclass AND e.deptype = 'e'

@@ -3,6 +3,7 @@
 // there, so our locks never meet the application's own advisory locks. They
 // show in pg_locks as locktype 'advisory' with objsubid 18756.
 #include "key_lock.hpp"
+#include "key_store.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -75,6 +76,9 @@ bool wait_for_key_lock(const LOCKTAG* tag, int wait_ms) {
 }  // namespace
 
 KeyLock lock_key(text* principal, text* key, int wait_ms) {
+    // Under Citus the lock must be taken where the principal's rows are, the
+    // one node every delegated call for the principal runs on.
+    require_local_shard(principal);
     KeyLock lock;
     key_locktag(&lock.tag, principal, key);
     if (LockAcquire(&lock.tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)

@@ -5,6 +5,7 @@
 // executor, which these paths do not use), so they need no switch to the
 // owner's rights; the functions that reach them are granted per role.
 #include "key_store.hpp"
+#include "settings.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -58,12 +59,15 @@ enum KeysColumn {
 // The most attributes (dropped ones included) a key row is written for directly.
 constexpr int kMaxKeyColumns = 32;
 
-KeyTable cached{InvalidOid, InvalidOid, InvalidOid, InvalidOid};
+const KeyTable kUnknown{InvalidOid, InvalidOid, InvalidOid, InvalidOid, Placement::local};
+KeyTable cached = kUnknown;
 
+// Citus invalidates a table's relation cache entry when it distributes or
+// undistributes it, so the placement is read again then too.
 void forget_key_relations(Datum arg, Oid relid) {
     if (relid == InvalidOid || relid == cached.table || relid == cached.index ||
         relid == cached.fences)
-        cached = KeyTable{InvalidOid, InvalidOid, InvalidOid, InvalidOid};
+        cached = kUnknown;
 }
 
 // Whether the key table has its own columns only (a column someone added and
@@ -76,7 +80,9 @@ bool only_own_columns(TupleDesc desc) {
     return true;
 }
 
-// The key row from a copied heap tuple of the table, by attribute number.
+}  // namespace
+
+// The key row from a copied tuple with the table's own columns, by attribute number.
 KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
     KeyRow row;
     bool isnull;
@@ -108,8 +114,6 @@ KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
     return row;
 }
 
-}  // namespace
-
 bool KeyRow::leased() const {
     return has_lease && lease_until > GetCurrentTimestamp();
 }  // clock_timestamp()
@@ -122,7 +126,7 @@ KeyTable key_table() {
     if (!OidIsValid(cached.table) || !OidIsValid(cached.index) || !OidIsValid(cached.fences)) {
         Oid schema = get_namespace_oid("idempotency", false);
         KeyTable found{get_relname_relid("keys", schema), get_relname_relid("keys_pkey", schema),
-                       get_relname_relid("fences", schema), InvalidOid};
+                       get_relname_relid("fences", schema), InvalidOid, Placement::local};
         if (!OidIsValid(found.table) || !OidIsValid(found.index))
             ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                             errmsg("idempotency.keys or its primary key is missing")));
@@ -135,6 +139,7 @@ KeyTable key_table() {
         Relation table = table_open(found.table, AccessShareLock);
         found.owner = table->rd_rel->relowner;
         table_close(table, AccessShareLock);
+        found.placement = citus_placement(found.table, found.owner);
         cached = found;
     }
     return cached;
@@ -146,7 +151,21 @@ KeyTable key_table() {
 // restore (the sequence is dumped with the extension's data).
 int64 next_fence() { return nextval_internal(key_table().fences, false); }
 
+bool by_statements() {
+    const Placement placement = key_table().placement;
+    if (unlikely(placement == Placement::unsupported))
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("idempotency.keys is distributed by Citus, but not by principal"),
+                 errdetail("A key lock is a lock of one node: all calls for a principal must "
+                           "run on the node that holds its rows."),
+                 errhint("Undistribute the table (undistribute_table) and run "
+                         "idempotency.distribute(), which distributes it by principal.")));
+    return distributed == kDistributedOn || placement == Placement::by_principal;
+}
+
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
+    if (by_statements()) return lookup_key_by_statement(principal, key, snapshot);
     const KeyTable oids = key_table();
     Relation table = table_open(oids.table, AccessShareLock);
     Relation index = index_open(oids.index, AccessShareLock);
@@ -182,6 +201,7 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
 // unique_violation as the INSERT would.
 bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl,
                     int64 fence) {
+    if (by_statements()) return false;
     Relation rel = table_open(key_table().table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
     if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION ||

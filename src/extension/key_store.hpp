@@ -2,6 +2,9 @@
 // begin() and acquire(), the insert of a new key by complete()) goes to the
 // heap and the primary key directly, in key_store.cpp; the other writes are
 // SQL statements, all in key_statements.cpp, run with the owner's rights.
+// In the distributed mode (idempotency.distributed = on, or the table is
+// distributed by Citus) the hot path is a SQL statement too, which the engine
+// routes to the shard that holds the principal.
 #pragma once
 
 #include "key_row.hpp"
@@ -9,6 +12,8 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "utils/snapshot.h"
 }
@@ -56,23 +61,53 @@ bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence);
 /// Deletes one key. False when there was none.
 bool forget_key(text* principal, text* key);
 
+/// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
+/// a no-op for a local table): the key lock is a lock of this node, so two
+/// calls for one key must run on the same node to exclude each other.
+void require_local_shard(text* principal);
+
 /// Registers the relation cache callback that forgets the table's OIDs (from _PG_init).
 void key_store_init();
 
 // Between key_store.cpp and key_statements.cpp:
 
+/// Where the key table's rows live, by Citus's metadata (pg_dist_partition).
+enum class Placement {
+    local,         // a plain table of this database (no Citus, or not distributed)
+    by_principal,  // hash-distributed by principal: the distributed mode
+    unsupported,   // distributed otherwise (reference table, another column)
+};
+
 /// The OIDs of the key table, its primary key, the fence sequence, and the
-/// table's owner, looked up once per session.
+/// table's owner, and where its rows live, looked up once per session (and
+/// again after the table's relation cache entry is invalidated).
 struct KeyTable {
     Oid table;
     Oid index;
     Oid fences;
     Oid owner;
+    Placement placement;
 };
 
 /// The key table's OIDs (a copy: opening a relation accepts invalidation
 /// messages, and the cache may be cleared in between).
 KeyTable key_table();
+
+/// Whether every read and write goes through SQL statements (the distributed
+/// mode): idempotency.distributed = on, or Citus distributes the table.
+/// Raises 0A000 when Citus distributes it in a way the protocol cannot use.
+bool by_statements();
+
+/// Where Citus keeps the rows of `table` (its metadata read as `owner`).
+Placement citus_placement(Oid table, Oid owner);
+
+/// The key row of (principal, key) by a SELECT statement: lookup_key() in the
+/// distributed mode, with the same snapshot rules.
+KeyRow lookup_key_by_statement(text* principal, text* key, Snapshot snapshot);
+
+/// A key row from a tuple whose columns are the table's own, in its order
+/// (a heap tuple of the table, or the row of the lookup statement).
+KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc);
 
 /// Inserts a completed key row without the SQL executor, when the table is
 /// the plain one the extension created. False, having written nothing, otherwise.

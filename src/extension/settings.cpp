@@ -36,6 +36,7 @@ int lease_ms = 30000;
 int cleanup_batch_size = 1000;
 int principal_binding = kBindingOff;
 int max_actions = 1000;
+int distributed = kDistributedAuto;
 
 namespace {
 
@@ -47,6 +48,12 @@ const struct config_enum_entry key_format_options[] = {
     {"any", kKeyFormatAny, false},
     {"uuid", kKeyFormatUuid, false},
     {"uuidv7", kKeyFormatUuidV7, false},
+    {nullptr, 0, false},
+};
+
+const struct config_enum_entry distributed_options[] = {
+    {"auto", kDistributedAuto, false},
+    {"on", kDistributedOn, false},
     {nullptr, 0, false},
 };
 
@@ -71,6 +78,7 @@ enum Setting {
     kKeyFormat,
     kFinalStatuses,
     kPrincipalBinding,
+    kDistributed,
     kSettingCount
 };
 
@@ -128,6 +136,7 @@ const char* const setting_names[kSettingCount] = {
     "idempotency.max_json_depth", "idempotency.key_ttl",        "idempotency.wait_timeout",
     "idempotency.max_key_length", "idempotency.lease",          "idempotency.cleanup_batch_size",
     "idempotency.key_format",     "idempotency.final_statuses", "idempotency.principal_binding",
+    "idempotency.distributed",
 };
 
 bool check_final_statuses(char** newval, void** extra, GucSource source) {
@@ -166,6 +175,7 @@ bool valid_early_value(Setting id, const char* value) {
     }
     if (id == kKeyFormat) return valid_enum(key_format_options, value);
     if (id == kPrincipalBinding) return valid_enum(principal_binding_options, value);
+    if (id == kDistributed) return valid_enum(distributed_options, value);
     idem::core::StatusTable table;
     return idem::core::parse_status_list(value, table);
 }
@@ -206,6 +216,14 @@ void define_settings() {
         "Under current_user every function refuses (42501) any other principal.",
         &principal_binding, kBindingOff, principal_binding_options, PGC_SUSET, 0, nullptr,
         assigned<kPrincipalBinding>, nullptr);
+    DefineCustomEnumVariable(
+        "idempotency.distributed",
+        "How the protocol reads and writes idempotency.keys: auto or on.",
+        "on: by SQL statements only, which Citus routes to the shard of the principal (the "
+        "distributed mode). auto: so where Citus distributes idempotency.keys, and directly "
+        "through the heap and the primary key of a local table otherwise.",
+        &distributed, kDistributedAuto, distributed_options, PGC_USERSET, 0, nullptr,
+        assigned<kDistributed>, nullptr);
     // A server-start setting can only be defined while the library is preloaded.
     if (process_shared_preload_libraries_in_progress)
         DefineCustomIntVariable(

@@ -40,6 +40,14 @@ enum KeyFormat { kKeyFormatAny = 0, kKeyFormatUuid = 1, kKeyFormatUuidV7 = 2 };
 /// idempotency.key_format: which Idempotency-Key values are accepted.
 extern int key_format;
 
+/// Values of idempotency.distributed.
+enum Distributed { kDistributedAuto = 0, kDistributedOn = 1 };
+/// idempotency.distributed: on makes every read and write of the key table a
+/// SQL statement (the distributed mode); auto (the default) does so only where
+/// Citus distributes idempotency.keys, and reads and writes a local table's
+/// heap and primary key directly otherwise.
+extern int distributed;
+
 /// True when responses with this status are stored (idempotency.final_statuses).
 bool is_final_status(int status);
 
