@@ -27,19 +27,27 @@ bool is_tchar(unsigned char c) {
     return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
 }
 
+// One digest context per thread, reused by every Hasher (EVP_DigestInit_ex
+// resets it): a fingerprint then allocates no context of its own.
+EVP_MD_CTX* thread_context() {
+    thread_local std::unique_ptr<EVP_MD_CTX, ContextDeleter> context(EVP_MD_CTX_new());
+    return context.get();
+}
+
 // An EVP digest in progress; update() feeds large inputs in kHashChunk pieces
-// and asks the probe before each.
+// and asks the probe before each. One at a time per thread (they share the
+// thread's context).
 class Hasher {
 public:
-    explicit Hasher(InterruptProbe probe) : context_(EVP_MD_CTX_new()), probe_(probe) {
-        if (!context_ || EVP_DigestInit_ex(context_.get(), sha256_algorithm(), nullptr) != 1)
+    explicit Hasher(InterruptProbe probe) : context_(thread_context()), probe_(probe) {
+        if (context_ == nullptr || EVP_DigestInit_ex(context_, sha256_algorithm(), nullptr) != 1)
             throw std::runtime_error("SHA-256 initialisation failed");
     }
     void update(std::string_view data) {
         do {
             const std::size_t n = data.size() < kHashChunk ? data.size() : kHashChunk;
             if (data.size() > kHashChunk) check_interrupt(probe_);
-            if (EVP_DigestUpdate(context_.get(), data.data(), n) != 1)
+            if (EVP_DigestUpdate(context_, data.data(), n) != 1)
                 throw std::runtime_error("SHA-256 update failed");
             data.remove_prefix(n);
         } while (!data.empty());
@@ -47,14 +55,14 @@ public:
     Digest finish() {
         Digest digest{};
         unsigned int length = 0;
-        if (EVP_DigestFinal_ex(context_.get(), digest.data(), &length) != 1 ||
+        if (EVP_DigestFinal_ex(context_, digest.data(), &length) != 1 ||
             length != digest.size())
             throw std::runtime_error("SHA-256 finalisation failed");
         return digest;
     }
 
 private:
-    std::unique_ptr<EVP_MD_CTX, ContextDeleter> context_;
+    EVP_MD_CTX* context_;
     InterruptProbe probe_;
 };
 
@@ -128,15 +136,18 @@ Digest fingerprint_excluding(std::string_view method, std::string_view path,
     hasher.update(path);
     hasher.update("\n");
     if (body && !body->empty()) {
-        std::string canonical;
+        // Kept per thread: its capacity serves the next body without a new
+        // allocation (up to 1 MiB; a larger one is given back).
+        thread_local std::string canonical;
+        struct Trim {  // also when an interrupt or an error leaves early
+            ~Trim() {
+                if (canonical.capacity() > (std::size_t{1} << 20)) std::string().swap(canonical);
+            }
+        } trim;
         JsonError error;
-        if (canonicalize(*body, canonical, error, options, exclude)) {
-            hasher.update(canonical);
-        } else if (error.code == JsonErrc::too_deep) {
-            throw JsonException(error);
-        } else {
-            hasher.update(*body);
-        }
+        const bool ok = canonicalize(*body, canonical, error, options, exclude);
+        if (!ok && error.code == JsonErrc::too_deep) throw JsonException(error);
+        hasher.update(ok ? std::string_view(canonical) : *body);
     }
     return hasher.finish();
 }
