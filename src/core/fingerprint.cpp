@@ -55,8 +55,7 @@ public:
     Digest finish() {
         Digest digest{};
         unsigned int length = 0;
-        if (EVP_DigestFinal_ex(context_, digest.data(), &length) != 1 ||
-            length != digest.size())
+        if (EVP_DigestFinal_ex(context_, digest.data(), &length) != 1 || length != digest.size())
             throw std::runtime_error("SHA-256 finalisation failed");
         return digest;
     }
