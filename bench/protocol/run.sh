@@ -29,7 +29,7 @@
 # Environment: ROUNDS (10), DURATION (5), WARMUP (2), CLIENTS (4), JOBS (2),
 # STAT_TX (2000), SETTINGS ("off on"), RESULTS (bench/protocol/results),
 # VARIANTS ("base floor ideal extension plpgsql"; the diagnostic variants
-# extension_noset and ideal_upsert can be added, see README.md), OTHER_MAX (10),
+# extension_noset, ideal_upsert and extension_distributed can be added, see README.md), OTHER_MAX (10),
 # RETRIES (2). Needs python3 for the summary.
 set -euo pipefail
 
@@ -132,6 +132,11 @@ kthread_ticks() {
 # Reaped-children ticks of shell process $1: pgbench's CPU.
 child_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $14 + $15}'; }
 
+# The settings a variant's sessions get besides synchronous_commit: the
+# contents of VARIANT.options, if there is one (extension_distributed: the
+# extension's script in the distributed mode).
+variant_options() { if [[ -f $here/$1.options ]]; then cat "$here/$1.options"; fi; }
+
 # run SETTING VARIANT LABEL pgbench-args... : one pgbench run from empty tables,
 # log kept; prints "TPS OTHER_CPU_PERCENT".
 run() {
@@ -141,7 +146,7 @@ run() {
   reset_tables
   local b0 p0 s0 k0 t0 b1 p1 s1 k1 t1 me=$BASHPID
   b0=$(cpu_busy); p0=$(pg_ticks); s0=$(child_ticks "$me"); k0=$(kthread_ticks); t0=$(date +%s.%N)
-  PGOPTIONS="-c synchronous_commit=$sc" pgbench -n -M prepared -c "$clients" -j "$jobs" "$@" \
+  PGOPTIONS="-c synchronous_commit=$sc $(variant_options "$v")" pgbench -n -M prepared -c "$clients" -j "$jobs" "$@" \
     -f "$here/$v.sql" >"$log" 2>&1 || rc=$?
   t1=$(date +%s.%N); b1=$(cpu_busy); p1=$(pg_ticks); s1=$(child_ticks "$me"); k1=$(kthread_ticks)
   local other
@@ -202,7 +207,7 @@ for v in "${variants[@]}"; do
   lsn0=$(psql_ -At -c "SELECT pg_current_wal_lsn()")
   log="$results/logs/stats-$v.log"
   rc=0
-  PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$stat_tx" \
+  PGOPTIONS="-c synchronous_commit=off $(variant_options "$v")" pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$stat_tx" \
     -f "$here/$v.sql" >"$log" 2>&1 || rc=$?
   processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log")
   if [[ $rc -ne 0 || ${processed:-0} -ne $((clients * stat_tx)) ]] || grep -q -i -E 'aborted|error' "$log"; then

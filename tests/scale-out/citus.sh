@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The HTTP conformance suite against a Citus cluster: a coordinator and two
+# workers started here (throwaway clusters, scripts/pgcluster.sh), the
+# extension distributed with idempotency.distribute(), the orders and api_keys
+# tables of examples/python-orders distributed by principal and co-located with
+# the key table, the Python example service pointed at the coordinator, then
+# tests/conformance/conformance.py, and checks that the key rows are on the
+# workers' shards (nothing in the shell tables), that a transaction spanning
+# two nodes is refused, and that cleanup on the coordinator reaches every shard.
+#
+# Citus is not a Debian package, so this is not part of CI: run it by hand
+# with a PostgreSQL that has Citus installed (PGBIN, default
+# /usr/lib/postgresql/15/bin; the extension must be installed there too).
+# Without citus it says so and exits 77 (skipped) - never counted as passed.
+#
+#   PGBIN=/path/to/bin tests/scale-out/citus.sh        CITUS_PORT (default 27200)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+libdir=$("$PGBIN/pg_config" --pkglibdir)
+sharedir=$("$PGBIN/pg_config" --sharedir)
+if [[ ! -e $libdir/citus.so || ! -e $sharedir/extension/citus.control ]]; then
+  echo "SKIPPED: citus is not installed in $libdir (PGBIN=$PGBIN); nothing was checked"
+  exit 77
+fi
+if [[ ! -e $libdir/idempotency.so ]]; then
+  echo "idempotency is not installed in $libdir: make install PG_CONFIG=$PGBIN/pg_config" >&2
+  exit 1
+fi
+
+base=${CITUS_PORT:-27200}
+work=$(mktemp -d /tmp/idem-citus.XXXXXX)
+nodes=(coordinator worker1 worker2)
+service_pid=""
+cleanup() {
+  [[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null || true
+  for n in "${nodes[@]}"; do scripts/pgcluster.sh stop "$work/$n" >/dev/null 2>&1 || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+for i in 0 1 2; do
+  PGCLUSTER_PRELOAD='citus,idempotency' \
+    PGCLUSTER_CONF="max_prepared_transactions = 100
+citus.node_conninfo = 'sslmode=disable'" \
+    scripts/pgcluster.sh start "$work/${nodes[$i]}" $((base + i)) >/dev/null
+done
+port_of() { echo $((base + $1)); }
+sql() {  # NODE_INDEX SQL...: runs in database shop, stops on the first error
+  local node=$1
+  shift
+  "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h 127.0.0.1 -p "$(port_of "$node")" -U postgres -d shop "$@"
+}
+for i in 0 1 2; do
+  "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$(port_of $i)" -U postgres -d postgres -c "CREATE DATABASE shop"
+  sql "$i" -c "CREATE EXTENSION citus"
+done
+sql 0 <<SQL
+SELECT citus_set_coordinator_host('127.0.0.1', $(port_of 0));
+SELECT 1 FROM citus_add_node('127.0.0.1', $(port_of 1));
+SELECT 1 FROM citus_add_node('127.0.0.1', $(port_of 2));
+CREATE EXTENSION idempotency;
+-- The example's tables, with the distribution column in their primary keys.
+CREATE TABLE orders (id bigserial, principal text NOT NULL, item text NOT NULL, quantity int NOT NULL,
+                     created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (principal, id));
+CREATE TABLE api_keys (id bigserial, principal text NOT NULL, name text NOT NULL,
+                       created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (principal, id));
+SELECT create_distributed_table('orders', 'principal');
+SELECT create_distributed_table('api_keys', 'principal', colocate_with => 'orders');
+SELECT idempotency.distribute(colocate_with => 'orders');
+SELECT idempotency.distribute('orders');  -- a second run changes nothing
+SQL
+
+passes=0
+failures=0
+check() {  # DESCRIPTION COMMAND...
+  local what=$1
+  shift
+  if "$@"; then echo "ok - $what"; passes=$((passes + 1)); else echo "not ok - $what"; failures=$((failures + 1)); fi
+}
+equals() { [[ $1 == "$2" ]] || { echo "   expected: $2" >&2; echo "   got:      $1" >&2; return 1; }; }
+
+check "the key table is hash-distributed by principal, co-located with orders" equals \
+  "$(sql 0 -c "SELECT p.partmethod, column_to_column_name(p.logicalrelid, p.partkey),
+                      p.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'orders'::regclass)
+                 FROM pg_dist_partition p WHERE logicalrelid = 'idempotency.keys'::regclass")" "h|principal|t"
+check "begin, complete, save_final, acquire, renew, release, claim, forget and lookup are delegated by principal" equals \
+  "$(sql 0 -c "SELECT string_agg(DISTINCT p.proname, ',' ORDER BY p.proname)
+                 FROM pg_dist_object o JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid
+                WHERE p.pronamespace = 'idempotency'::regnamespace AND o.distribution_argument_index = 0
+                  AND o.force_delegation")" "acquire,begin,claim,complete,forget,lookup,release,renew,save_final"
+
+# The example service against the coordinator, and the conformance suite.
+svc_port=$((base + 10))
+dsn="host=127.0.0.1 port=$(port_of 0) dbname=shop user=postgres"
+/usr/bin/python3 examples/python-orders/app.py --port "$svc_port" --dsn "$dsn" 2>"$work/service.log" &
+service_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$svc_port/health" >/dev/null && break; sleep 0.1; done
+check "HTTP conformance suite through the coordinator" \
+  /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$svc_port" --dsn "$dsn"
+
+# Where the rows are: all on the shards, none in any node's shell table.
+total=$(sql 0 -c "SELECT count(*) FROM idempotency.keys")
+on_shards=$(sql 0 -c "SELECT sum(result::bigint) FROM run_command_on_placements('idempotency.keys', 'SELECT count(*) FROM %s')")
+check "key rows were written ($total), all of them in the shards ($on_shards)" \
+  bash -c "(( $total > 0 && $total == $on_shards ))"
+for i in 0 1 2; do
+  check "no row in the shell table idempotency.keys on ${nodes[$i]}" equals \
+    "$(sql "$i" -c "SELECT pg_relation_size('idempotency.keys')")" "0"
+done
+# A transaction that spans two nodes: the second delegated call goes to another node.
+pa=$(sql 0 -c "SELECT p FROM generate_series(1, 200) i, LATERAL (SELECT 'span-' || i AS p) s
+               ORDER BY (SELECT nodeport FROM citus_shards c
+                          WHERE c.shardid = get_shard_id_for_distribution_column('idempotency.keys', s.p)), i LIMIT 1")
+pb=$(sql 0 -c "SELECT p FROM generate_series(1, 200) i, LATERAL (SELECT 'span-' || i AS p) s
+               ORDER BY (SELECT nodeport FROM citus_shards c
+                          WHERE c.shardid = get_shard_id_for_distribution_column('idempotency.keys', s.p)) DESC, i LIMIT 1")
+span_out=$(sql 0 2>&1 <<SQL || true
+\set VERBOSITY verbose
+BEGIN;
+SELECT outcome FROM idempotency.begin('$pa', 'k', 'span', sha256('a'));
+SELECT outcome FROM idempotency.begin('$pb', 'k', 'span', sha256('b'));
+ROLLBACK;
+SQL
+)
+echo "$span_out" | sed 's/^/   /'
+check "a transaction that spans two nodes is refused with an error (principals $pa, $pb)" \
+  bash -c "grep -q ERROR <<<\"\$0\"" "$span_out"
+check "and nothing of it was stored" equals \
+  "$(sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE action = 'span'")" "0"
+
+# Cleanup from the coordinator reaches every shard.
+sql 0 -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at, fence)
+          SELECT 'old-' || i, 'k', 'old', decode(repeat('00', 32), 'hex'), 'completed', 200,
+                 now() - interval '2 days', now() - interval '1 day', i FROM generate_series(1, 40) i" >/dev/null
+check "CALL idempotency.cleanup() on the coordinator deletes expired rows on every shard" equals \
+  "$(sql 0 -c "CALL idempotency.cleanup()" >/dev/null && sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE action = 'old'")" "0"
+
+echo "$passes passed, $failures failed"
+((failures == 0))
