@@ -30,7 +30,9 @@ COMMENT ON COLUMN idempotency.keys.fence IS
 
 -- Grants that roles hold on functions this script replaces are handed on to
 -- the replacements, so that an application keeps working after the update.
-CREATE TEMPORARY TABLE idempotency_060_grants ON COMMIT DROP AS
+-- A plain table, dropped below: Citus runs this script on its workers inside
+-- a two-phase commit, which a temporary table would make fail.
+CREATE TABLE idempotency.upgrade_060_grants AS
 SELECT p.proname::pg_catalog.text AS function, a.grantee, a.is_grantable
   FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
  WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
@@ -73,7 +75,7 @@ DO $grants$
 DECLARE
     g record;
 BEGIN
-    FOR g IN SELECT * FROM idempotency_060_grants LOOP
+    FOR g IN SELECT * FROM idempotency.upgrade_060_grants LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s',
             CASE g.function
                 WHEN 'complete' THEN 'idempotency.complete(text, text, integer, bytea, jsonb, text, boolean, bigint)'
@@ -85,7 +87,7 @@ BEGIN
     END LOOP;
 END
 $grants$;
-DROP TABLE idempotency_060_grants;
+DROP TABLE idempotency.upgrade_060_grants;
 
 CREATE FUNCTION idempotency.bound_principal(principal text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempotency_bound_principal'
@@ -98,17 +100,23 @@ CREATE OR REPLACE FUNCTION idempotency.lookup(principal text, key text)
     RETURNS TABLE (state text, action text, live boolean, response_status integer, resource_id text,
                    one_time_secret boolean, fence bigint, lease_until timestamptz, created_at timestamptz,
                    expires_at timestamptz)
-    LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    -- Checked first and then compared as a value: Citus routes the query by it.
+    bound text := idempotency.bound_principal(lookup.principal);
+BEGIN
+    RETURN QUERY
     SELECT k.state, k.action,
            k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
                OR COALESCE(k.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false),
            k.response_status::pg_catalog.int4, k.resource_id, k.one_time_secret, k.fence, k.lease_until,
            k.created_at, k.expires_at
       FROM idempotency.keys AS k
-     WHERE k.principal OPERATOR(pg_catalog.=) idempotency.bound_principal(lookup.principal)
-       AND k.key OPERATOR(pg_catalog.=) lookup.key
+     WHERE k.principal OPERATOR(pg_catalog.=) bound
+       AND k.key OPERATOR(pg_catalog.=) lookup.key;
+END
 $$;
 
 CREATE OR REPLACE VIEW idempotency.status AS
@@ -279,7 +287,40 @@ CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after t
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    clock pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    distributed boolean := false;
 BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p'
+                '                WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
+            INTO distributed USING 'idempotency.keys'::pg_catalog.regclass;
+    END IF;
+    IF distributed THEN
+        -- Citus distributes the table: a ctid means nothing across shards, and
+        -- a distributed modification may not call a volatile function, so the
+        -- batch is chosen by (principal, key) and the time is a value.
+        WITH victims AS MATERIALIZED (
+            SELECT k.principal, k.key FROM idempotency.keys AS k
+             WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+               AND k.expires_at OPERATOR(pg_catalog.>=) COALESCE(after, '-infinity'::pg_catalog.timestamptz)
+               AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) clock)
+             ORDER BY k.expires_at
+             LIMIT GREATEST(batch_size, 0)),
+        gone AS (
+            DELETE FROM idempotency.keys AS d USING victims AS v
+             WHERE d.principal OPERATOR(pg_catalog.=) v.principal AND d.key OPERATOR(pg_catalog.=) v.key
+               AND d.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+               AND (d.lease_until IS NULL OR d.lease_until OPERATOR(pg_catalog.<=) clock)
+            RETURNING d.action, d.expires_at),
+        per_action AS (
+            SELECT gone.action, pg_catalog.count(*) AS n, pg_catalog.max(gone.expires_at) AS last
+              FROM gone GROUP BY gone.action)
+        SELECT COALESCE(pg_catalog.sum(p.n), 0)::pg_catalog.int4, pg_catalog.max(p.last) INTO deleted, last_expiry
+          FROM per_action AS p
+         WHERE idempotency.count_cleanup(p.action, p.n);
+        RETURN;
+    END IF;
     -- PL/pgSQL keeps this statement's plan for the session.
     WITH gone AS (
         DELETE FROM idempotency.keys
@@ -367,7 +408,7 @@ BEGIN
          ORDER BY p.proname
     LOOP
         EXECUTE 'SELECT pg_catalog.create_distributed_function($1, $2, colocate_with => $3, force_delegation => true)'
-            USING fn::text, '$1', 'idempotency.keys';
+            USING fn, '$1', 'idempotency.keys';
     END LOOP;
 END
 $$;

@@ -64,7 +64,7 @@ BEGIN
                              'convert_from', 'make_interval', 'to_timestamp', 'age', 'timezone', 'array_length',
                              'cardinality', 'format', 'concat', 'hashtext', 'hashtextextended',
                              'pg_advisory_xact_lock', 'pg_try_advisory_xact_lock', 'pg_backend_pid',
-                             'pg_current_xact_id', 'txid_current', 'int2', 'int4', 'int8', 'text', 'bytea',
+                             'pg_current_xact_id', 'txid_current', 'to_regclass', 'int2', 'int4', 'int8', 'text', 'bytea',
                              'timestamptz', 'interval', 'numeric', 'float8', 'bool', 'jsonb')
            AND NOT EXISTS (SELECT FROM pg_type AS t
                             WHERE t.oid = ANY (p.proargtypes::oid[] || NULLIF(p.prorettype, 'void'::regtype))
@@ -259,7 +259,7 @@ SELECT DISTINCT c.name AS untrapped_function
    AND e.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
    AND coalesce(m[1], 'pg_catalog.') = 'pg_catalog.'
    AND c.name NOT IN ('all', 'and', 'any', 'array', 'as', 'check', 'coalesce', 'exists', 'filter', 'from', 'greatest',
-                      'in', 'into', 'least', 'not', 'nullif', 'on', 'operator', 'or', 'over', 'returning', 'row',
+                      'in', 'into', 'least', 'materialized', 'not', 'nullif', 'on', 'operator', 'or', 'over', 'returning', 'row',
                       'select', 'some', 'table', 'then', 'using', 'values', 'when', 'where', 'with')
    AND NOT EXISTS (SELECT FROM pg_proc AS t WHERE t.pronamespace = 'trap'::regnamespace AND t.proname = c.name)
  ORDER BY 1;

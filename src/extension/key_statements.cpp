@@ -29,12 +29,13 @@ namespace {
 // dead (its key expired and no lease holds it), or it is an in_progress row of
 // the same request whose lease ran out. A live row of another request is never
 // replaced, whichever function asks: that is a mismatch.
-#define REPLACEABLE_ROW                                                                    \
-    " WHERE (k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"                        \
-    "        AND (k.lease_until IS NULL"                                                   \
-    "             OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))" \
-    "    OR (k.state OPERATOR(pg_catalog.=) 'in_progress'"                                 \
-    "        AND k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"       \
+#define REPLACEABLE_ROW(NOW, CLOCK)                                \
+    " WHERE (k.expires_at OPERATOR(pg_catalog.<=) " NOW            \
+    "        AND (k.lease_until IS NULL"                           \
+    "             OR k.lease_until OPERATOR(pg_catalog.<=) " CLOCK \
+    "))"                                                           \
+    "    OR (k.state OPERATOR(pg_catalog.=) 'in_progress'"         \
+    "        AND k.lease_until OPERATOR(pg_catalog.<=) " CLOCK     \
     "        AND k.request_sha256 OPERATOR(pg_catalog.=) excluded.request_sha256)"
 
 // A completed row with its fence ($11), replacing a replaceable row.
@@ -43,8 +44,8 @@ const char* const kStoreSql =
     "response_status,"
     "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, "
     "fence)"
-    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(),"
-    "         pg_catalog.now() OPERATOR(pg_catalog.+) $10, $11)"
+    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, $12,"
+    "         $12 OPERATOR(pg_catalog.+) $10, $11)"
     " ON CONFLICT (principal, key) DO UPDATE"
     "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = "
     "'completed',"
@@ -52,7 +53,8 @@ const char* const kStoreSql =
     "excluded.response_headers,"
     "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
     "       one_time_secret = excluded.one_time_secret, fence = excluded.fence, lease_until = NULL,"
-    "       created_at = excluded.created_at, expires_at = excluded.expires_at" REPLACEABLE_ROW;
+    "       created_at = excluded.created_at, expires_at = excluded.expires_at" REPLACEABLE_ROW(
+        "$12", "$13");
 
 // A new completed row, when the direct insert cannot be used (triggers, row
 // security, columns someone added). Every writer of new rows holds the key
@@ -61,37 +63,37 @@ const char* const kInsertSql =
     "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,"
     "       response_headers, response_body, resource_id, one_time_secret, created_at, expires_at, "
     "fence)"
-    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, pg_catalog.now(),"
-    "         pg_catalog.now() OPERATOR(pg_catalog.+) $10, $11)";
+    " VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $9, $12,"
+    "         $12 OPERATOR(pg_catalog.+) $10, $11)";
 
 // The in_progress row of a lease with its fence ($7). A takeover of a live key
 // keeps its created_at and expires_at: the key's TTL runs from its first use.
 const char* const kLeaseSql =
     "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, lease_until,"
     "       created_at, expires_at, fence)"
-    " VALUES ($1, $2, $3, $4, 'in_progress', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) "
+    " VALUES ($1, $2, $3, $4, 'in_progress', $9 OPERATOR(pg_catalog.+) "
     "$5,"
-    "         pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $6, $7)"
+    "         $8, $8 OPERATOR(pg_catalog.+) $6, $7)"
     " ON CONFLICT (principal, key) DO UPDATE"
     "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = "
     "'in_progress',"
     "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
     "       one_time_secret = false, fence = excluded.fence, lease_until = excluded.lease_until,"
-    "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+    "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
     "                    THEN excluded.created_at ELSE k.created_at END,"
-    "       expires_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-    "                    THEN excluded.expires_at ELSE k.expires_at END" REPLACEABLE_ROW
-    " RETURNING fence, lease_until, created_at, expires_at";
+    "       expires_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
+    "                    THEN excluded.expires_at ELSE k.expires_at END" REPLACEABLE_ROW(
+        "$8", "$9") " RETURNING fence, lease_until, created_at, expires_at";
 
 // Renewal while the row is live; a lease may outlive the key's ttl.
 const char* const kRenewSql =
     "UPDATE idempotency.keys"
-    "   SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4"
+    "   SET lease_until = $6 OPERATOR(pg_catalog.+) $4"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
-    "   AND (expires_at OPERATOR(pg_catalog.>) pg_catalog.now()"
-    "        OR lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
+    "   AND (expires_at OPERATOR(pg_catalog.>) $5"
+    "        OR lease_until OPERATOR(pg_catalog.>) $6)"
     " RETURNING action";
 
 // A key completed after its ttl ran out (its lease kept it live) is kept for
@@ -100,7 +102,7 @@ const char* const kCompleteLeaseSql =
     "UPDATE idempotency.keys SET state = 'completed', response_status = $4,"
     "       response_body = $5, response_headers = $6, resource_id = $7,"
     "       one_time_secret = $8, lease_until = NULL,"
-    "       expires_at = GREATEST(expires_at, pg_catalog.now() OPERATOR(pg_catalog.+)"
+    "       expires_at = GREATEST(expires_at, $9 OPERATOR(pg_catalog.+)"
     "                    (expires_at OPERATOR(pg_catalog.-) created_at))"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
@@ -111,7 +113,7 @@ const char* const kReleaseSql =
     "UPDATE idempotency.keys SET lease_until = '-infinity'"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
-    "   AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
+    "   AND lease_until OPERATOR(pg_catalog.>) $5"
     " RETURNING action";
 
 // A claim is a completed row with status 204, no body and an all-zero
@@ -123,7 +125,7 @@ const char* const kClaimSql =
     "       created_at, expires_at, fence)"
     " VALUES ($1, $2, 'claim', pg_catalog.decode(pg_catalog.repeat('00', 32), 'hex'), 'completed', "
     "204,"
-    "         pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $3, $4)"
+    "         $5, $5 OPERATOR(pg_catalog.+) $3, $4)"
     " ON CONFLICT (principal, key) DO UPDATE"
     "   SET action = excluded.action, request_sha256 = excluded.request_sha256, state = "
     "'completed',"
@@ -131,9 +133,9 @@ const char* const kClaimSql =
     "NULL,"
     "       one_time_secret = false, fence = excluded.fence, lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
-    " WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+    " WHERE k.expires_at OPERATOR(pg_catalog.<=) $5"
     "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) "
-    "pg_catalog.clock_timestamp())";
+    "$6)";
 
 // The lookup of the distributed mode: the table's own columns, in its order.
 const char* const kLookupSql =
@@ -170,7 +172,12 @@ enum class Returns {
     whole_row,  // the table's own columns (the lookup)
 };
 
-// One kept plan per statement.
+// One kept plan per statement. A timed statement takes two more parameters
+// after its own nargs: the transaction's start (now()) and the time of the
+// call (clock_timestamp()), passed in rather than called, so that the
+// statement has no volatile function and Citus runs it on a distributed table
+// (it refuses volatile functions in modifications, and all but immutable ones
+// in ON CONFLICT clauses).
 struct Statement {
     const char* sql;
     int nargs;
@@ -178,37 +185,50 @@ struct Statement {
     int expected_rc;
     SPIPlanPtr plan;
     Returns returns = Returns::lease;
+    bool timed = false;
 };
+constexpr int kMaxArgs = 13;  // 11 and the two times
 
 Statement store_statement{kStoreSql,
                           11,
                           {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID,
                            TEXTOID, BOOLOID, INTERVALOID, INT8OID},
                           SPI_OK_INSERT,
-                          nullptr};
+                          nullptr,
+                          Returns::lease,
+                          true};
 Statement insert_statement{kInsertSql,
                            11,
                            {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID,
                             TEXTOID, BOOLOID, INTERVALOID, INT8OID},
                            SPI_OK_INSERT,
-                           nullptr};
+                           nullptr,
+                           Returns::lease,
+                           true};
 Statement lease_statement{kLeaseSql,
                           7,
                           {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID},
                           SPI_OK_INSERT_RETURNING,
-                          nullptr};
+                          nullptr,
+                          Returns::lease,
+                          true};
 Statement renew_statement{
-    kRenewSql, 4, {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE_RETURNING, nullptr};
+    kRenewSql,      4,   {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE_RETURNING, nullptr,
+    Returns::lease, true};
 Statement complete_lease_statement{
     kCompleteLeaseSql,
     8,
     {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID},
     SPI_OK_UPDATE_RETURNING,
-    nullptr};
+    nullptr,
+    Returns::lease,
+    true};
 Statement release_statement{
-    kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING, nullptr};
-Statement claim_statement{
-    kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT, nullptr};
+    kReleaseSql,    3,   {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING, nullptr,
+    Returns::lease, true};
+Statement claim_statement{kClaimSql,     4,       {TEXTOID, TEXTOID, INTERVALOID, INT8OID},
+                          SPI_OK_INSERT, nullptr, Returns::lease,
+                          true};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE, nullptr};
 Statement lookup_statement{kLookupSql,    2,       {TEXTOID, TEXTOID},
                            SPI_OK_SELECT, nullptr, Returns::whole_row};
@@ -217,7 +237,14 @@ Statement local_shard_statement{kLocalShardSql, 2, {OIDOID, TEXTOID}, SPI_OK_SEL
 // Prepares a statement once per session (the plan is kept across transactions).
 void prepare(Statement& statement) {
     if (statement.plan != nullptr) return;
-    SPIPlanPtr plan = SPI_prepare(statement.sql, statement.nargs, statement.types);
+    Oid types[kMaxArgs];
+    memcpy(types, statement.types, sizeof(Oid) * statement.nargs);
+    int nargs = statement.nargs;
+    if (statement.timed) {
+        types[nargs++] = TIMESTAMPTZOID;
+        types[nargs++] = TIMESTAMPTZOID;
+    }
+    SPIPlanPtr plan = SPI_prepare(statement.sql, nargs, types);
     if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
     if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
     statement.plan = plan;
@@ -236,6 +263,19 @@ uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* retur
     int saved_context;
     GetUserIdAndSecContext(&saved_user, &saved_context);
     SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+
+    Datum timed_values[kMaxArgs];
+    char timed_nulls[kMaxArgs];
+    if (statement.timed) {
+        memcpy(timed_values, values, sizeof(Datum) * statement.nargs);
+        for (int i = 0; i < statement.nargs; ++i)
+            timed_nulls[i] = nulls == nullptr ? ' ' : nulls[i];
+        timed_values[statement.nargs] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+        timed_values[statement.nargs + 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+        timed_nulls[statement.nargs] = timed_nulls[statement.nargs + 1] = ' ';
+        values = timed_values;
+        nulls = timed_nulls;
+    }
 
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
     prepare(statement);
