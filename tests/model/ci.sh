@@ -48,7 +48,8 @@ for seed in $seeds $random_seed; do
 done
 runs=$(($(wc -w <<<"$seeds") + 1))
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
-sharedir=$("$pgbin/pg_config" --sharedir 2>/dev/null || echo "/usr/share/postgresql/$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')")
+major=$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')
+sharedir=$("$pgbin/pg_config" --sharedir 2>/dev/null || echo "/usr/share/postgresql/$major")
 if [[ $proxy_seconds != 0 && ! -f $sharedir/extension/plproxy.control ]]; then
   echo
   echo "--- function calls through PL/Proxy: SKIPPED (no plproxy.control in $sharedir/extension;"

@@ -21,7 +21,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from cluster import PGBIN_DEFAULT, REPO, Cluster
-from workload import CONNECTION_LOST, RETRYABLE, Client, ConnectionLost, Faults, ServerError, epoch, fingerprint, seconds
+from workload import (CONNECTION_LOST, RETRYABLE, Client, ConnectionLost, Faults, ServerError, epoch, fingerprint,
+                      seconds)
 
 FUNCTIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_functions.sql")
 # application_name of the proxy's connections to the shards (the fault thread kills those backends).
@@ -67,6 +68,12 @@ class ProxyTopology:
         """Starts `count` shards on base_port.. and the proxy on base_port + count."""
         if count < 1 or count & (count - 1):
             raise RuntimeError("--proxy-shards must be a power of two (PL/Proxy's partition count)")
+        pgbin = os.environ.get("PGBIN", PGBIN_DEFAULT)
+        sharedir = subprocess.run([os.path.join(pgbin, "pg_config"), "--sharedir"], capture_output=True,
+                                  text=True).stdout.strip()
+        if sharedir and not os.path.exists(os.path.join(sharedir, "extension", "plproxy.control")):
+            raise RuntimeError("PL/Proxy is not installed in %s (Debian: apt-get install postgresql-<major>-plproxy)"
+                               % sharedir)
         parent = tempfile.mkdtemp(prefix="idem-model-proxy.")
         shards, proxy = [], None
         try:
