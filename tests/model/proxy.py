@@ -304,7 +304,6 @@ class ProxyClient(Client):
             return
         timeout = None
         if variant == "timeout":
-            self.count_fault()
             timeout = self.rng.choice([20, 60, 150])
             op.note = "statement_timeout %d ms fault" % timeout
             self.q("SET statement_timeout = %d" % timeout)
@@ -320,7 +319,7 @@ class ProxyClient(Client):
             elif error.sqlstate == "55000" and variant == "no_complete":
                 op.note = "started, no complete: the commit failed"
             elif error.sqlstate == "57014" and variant == "timeout":
-                pass  # in doubt, resolved at the end from the effect table
+                self.count_fault()  # cancelled: in doubt, resolved at the end from the effect table
             elif error.sqlstate not in RETRYABLE:
                 self.unexpected(op, error)
             return
