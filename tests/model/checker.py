@@ -12,6 +12,7 @@ smaller failing run, prints that, and exits 1. The last line of every run is
     /usr/bin/python3 tests/model/checker.py --seconds 60            # own cluster, random seed
     /usr/bin/python3 tests/model/checker.py --seed 7 --steps 3000
     /usr/bin/python3 tests/model/checker.py --cluster-dir /tmp/x/pg  # a scripts/pgcluster.sh cluster
+    /usr/bin/python3 tests/model/checker.py --proxy-shards 4         # function calls through PL/Proxy
 """
 
 import argparse
@@ -31,6 +32,7 @@ import psycopg  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from model import INVARIANTS, Model, Op  # noqa: E402
 from workload import Client, Faults, Settings, fingerprint  # noqa: E402
+import proxy  # noqa: E402
 
 DEFAULT_OPS = "txn=30,lease=18,save_final=10,claim=4,forget=3,cleanup=6,inspect=8,wait=4"
 ALL_FAULTS = "kill,restart,timeout,disconnect"
@@ -59,7 +61,14 @@ def parse_args(argv):
     p.add_argument("--dsn", help="use this server (a superuser DSN); no restarts")
     p.add_argument("--cluster-dir", help="use this scripts/pgcluster.sh cluster folder")
     p.add_argument("--port", type=int, help="port of the cluster the checker starts (default random)")
-    p.add_argument("--principals", type=int, default=2, help="principals in the key space (default 2)")
+    p.add_argument("--proxy-shards", type=int, default=0,
+                   help="the function-call form: start this many shard clusters and a PL/Proxy cluster; every "
+                        "operation is one proxy function call routed by hashtext(principal) (a power of two; "
+                        "default 0: off)")
+    p.add_argument("--proxy-port", type=int, default=26600,
+                   help="first port of the proxy form (shards on it and up, the proxy after them; default 26600)")
+    p.add_argument("--principals", type=int,
+                   help="principals in the key space (default 2; with --proxy-shards, one per shard)")
     p.add_argument("--keys", type=int, default=3, help="keys per principal (default 3)")
     p.add_argument("--fingerprints", type=int, default=3, help="request variants per key (default 3)")
     p.add_argument("--ttl-min", type=int, default=60, help="shortest ttl, ms (default 60)")
@@ -95,6 +104,10 @@ def parse_args(argv):
     if unknown:
         p.error("unknown faults: %s" % ", ".join(sorted(unknown)))
     args.faults = sorted(faults)
+    if args.proxy_shards and (args.dsn or args.cluster_dir):
+        p.error("--proxy-shards starts its own clusters: no --dsn or --cluster-dir")
+    if args.principals is None:
+        args.principals = args.proxy_shards or 2
     if args.seconds is None and args.steps is None:
         args.seconds = 30.0
     if args.seed is None:
@@ -132,6 +145,10 @@ class Run:
         self.version = version
         settings = Settings(self.args)
         settings.header_arrays = tuple(int(p) for p in version.split(".")[:2]) >= (0, 6)
+        proxied = isinstance(self.cluster, proxy.ProxyTopology)
+        if proxied:
+            settings.principals = self.cluster.pick_principals(self.args.principals)
+            settings.owners = self.cluster.owners
         faults = set(self.args.faults)
         if not self.cluster.can_restart():
             faults.discard("restart")
@@ -139,12 +156,18 @@ class Run:
         deadline = time.time() + self.duration if self.duration is not None else None
         per_client = None if self.steps is None else max(1, self.steps // self.clients)
         conninfo = self.cluster.conninfo(self.dbname)
-        clients = [Client(n, self.seed, settings, self.model, conninfo, self.stop, per_client, deadline, self.stats)
+        client_class = proxy.ProxyClient if proxied else Client
+        clients = [client_class(n, self.seed, settings, self.model, conninfo, self.stop, per_client, deadline,
+                                self.stats)
                    for n in range(self.clients)]
         watch = threading.Thread(target=self.watch_violations, args=(clients,), daemon=True)
         fault_stop = threading.Event()
-        fault_thread = Faults(self.seed, self.cluster, self.cluster.admin_conninfo(), self.dbname, faults,
-                              self.args.fault_interval, fault_stop, self.stats, self.log, self.model)
+        if proxied:
+            fault_thread = proxy.ProxyFaults(self.seed, self.cluster, self.dbname, faults, self.args.fault_interval,
+                                             fault_stop, self.stats, self.log, self.model)
+        else:
+            fault_thread = Faults(self.seed, self.cluster, self.cluster.admin_conninfo(), self.dbname, faults,
+                                  self.args.fault_interval, fault_stop, self.stats, self.log, self.model)
         for c in clients:
             c.start()
         watch.start()
@@ -157,7 +180,10 @@ class Run:
         self.model.settle_lock_checks(final=True)
         self.cluster.ensure_running()
         if not self.stopped_early:
-            self.end_phase(settings)
+            if proxied:
+                proxy.end_phase(self, settings)
+            else:
+                self.end_phase(settings)
         self.cluster.drop_database(self.dbname)
         return self
 
@@ -179,11 +205,14 @@ class Run:
 
     def admin(self):
         """A superuser connection to the run's database (waiting for recovery)."""
+        return self.connect_until(self.cluster.conninfo(self.dbname))
+
+    def connect_until(self, conninfo):
+        """A connection of the end phase (waiting up to 90 s for recovery)."""
         give_up = time.time() + 90
         while True:
             try:
-                return psycopg.connect(self.cluster.conninfo(self.dbname), autocommit=True, connect_timeout=5,
-                                       application_name="model-end")
+                return psycopg.connect(conninfo, autocommit=True, connect_timeout=5, application_name="model-end")
             except psycopg.Error:
                 if time.time() > give_up:
                     raise
@@ -423,13 +452,17 @@ def main(argv):
     out = lambda line: print(line, flush=True)  # noqa: E731
     log = (lambda line: None) if args.quiet else (lambda line: print("  " + line, flush=True))
     what = ("%d steps" % args.steps) if args.steps is not None else ("%g s" % args.seconds)
-    out("model checker: seed %d, %d clients, %s, faults: %s" % (args.seed, args.clients, what,
-                                                                 ", ".join(args.faults) or "none"))
+    form = (" (function calls through PL/Proxy, %d shards, ports %d-%d)"
+            % (args.proxy_shards, args.proxy_port, args.proxy_port + args.proxy_shards)) if args.proxy_shards else ""
+    out("model checker: seed %d, %d clients, %s, faults: %s%s" % (args.seed, args.clients, what,
+                                                                   ", ".join(args.faults) or "none", form))
     try:
         if args.dsn:
             cluster = Cluster(dsn=args.dsn)
         elif args.cluster_dir:
             cluster = Cluster.existing(args.cluster_dir)
+        elif args.proxy_shards:
+            cluster = proxy.ProxyTopology.start(args.proxy_shards, args.proxy_port)
         else:
             cluster = Cluster.start(args.port or random.SystemRandom().randrange(20000, 40000))
     except Exception as error:

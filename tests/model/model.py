@@ -42,6 +42,7 @@ INVARIANTS = {
     "I5": "after in_progress the caller's transaction is still usable",
     "I6": "once every ttl and lease has passed, one cleanup leaves nothing expired or stuck",
     "I7": "any other fingerprint gets mismatch while the key lives, from every entry point",
+    "ROUTE": "every key row and effect lives only on the shard that owns its principal (function-call form)",
     "ERR": "an unexpected error (SQLSTATE outside what the operation may raise)",
 }
 

@@ -72,6 +72,7 @@ class Settings:
         self.faults = set(args.faults)
         self.header_arrays = False  # set per run from the extension version (0.6.0 stores [name, value] pairs)
         self.fault_rate = args.fault_rate
+        self.owners = {}  # principal -> owning shard (the function-call form through PL/Proxy)
 
 
 class Client(threading.Thread):
