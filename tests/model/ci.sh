@@ -6,7 +6,8 @@
 # installed in that PostgreSQL). Then one run of the function-call form through
 # PL/Proxy (4 shards and a proxy, started by the checker on ports
 # MODEL_PROXY_PORT..+4, default 26600), seed MODEL_PROXY_SEED (default 53) for
-# MODEL_PROXY_SECONDS (default 30, about 40 s with the start; 0 skips it). It
+# MODEL_PROXY_SECONDS (default 30, about 40 s with the start; 0 leaves it out;
+# without PL/Proxy installed it fails). It
 # needs PL/Proxy for that PostgreSQL (postgresql-15-plproxy); without it the
 # run is skipped, and says so. Every fault is on. Exits non-zero when any run finds a violation (its
 # output has the seed, the history and a reduced run).
@@ -52,8 +53,10 @@ major=$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')
 sharedir=$("$pgbin/pg_config" --sharedir 2>/dev/null || echo "/usr/share/postgresql/$major")
 if [[ $proxy_seconds != 0 && ! -f $sharedir/extension/plproxy.control ]]; then
   echo
-  echo "--- function calls through PL/Proxy: SKIPPED (no plproxy.control in $sharedir/extension;"
-  echo "    install PL/Proxy for this PostgreSQL: Debian's postgresql-<major>-plproxy)"
+  # Not a pass: a run that was asked for and could not start fails.
+  echo "--- function calls through PL/Proxy: FAILED, cannot start (no plproxy.control in"
+  echo "    $sharedir/extension; install Debian's postgresql-$major-plproxy, or MODEL_PROXY_SECONDS=0)"
+  failed=$((failed + 1))
 elif [[ $proxy_seconds != 0 ]]; then
   echo
   echo "--- function calls through PL/Proxy (4 shards), seed $proxy_seed"
