@@ -7,9 +7,8 @@
 # PL/Proxy (4 shards and a proxy, started by the checker on ports
 # MODEL_PROXY_PORT..+4, default 26600), seed MODEL_PROXY_SEED (default 53) for
 # MODEL_PROXY_SECONDS (default 30, about 40 s with the start; 0 leaves it out;
-# without PL/Proxy installed it fails). It
-# needs PL/Proxy for that PostgreSQL (postgresql-15-plproxy); without it the
-# run is skipped, and says so. Every fault is on. Exits non-zero when any run finds a violation (its
+# without PL/Proxy for that PostgreSQL - Debian's postgresql-15-plproxy - it
+# fails rather than skip). Every fault is on. Exits non-zero when any run finds a violation (its
 # output has the seed, the history and a reduced run).
 #
 #   tests/model/ci.sh                 MODEL_SEEDS="1 2 3" MODEL_SECONDS=40 MODEL_PORT=...
