@@ -67,8 +67,9 @@ def check(what: str, condition: bool, detail: str = "") -> bool:
 class Proxy:
     """One autocommit connection per thread to the proxy database."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, retry_moving: bool = False) -> None:
         self.dsn = dsn
+        self.retry_moving = retry_moving
         self.local = threading.local()
         self.all: List[psycopg.Connection] = []
         self.lock = threading.Lock()
@@ -83,8 +84,9 @@ class Proxy:
                 self.all.append(conn)
         return conn
 
-    def order(self, principal: str, key: str, body: bytes, delay_ms: int = 0, retry_moving: bool = True) -> Answer:
-        """POST /orders through the proxy; a 503 of a moving principal is retried (for 10 s at most)."""
+    def order(self, principal: str, key: str, body: bytes, delay_ms: int = 0) -> Answer:
+        """POST /orders through the proxy; with retry_moving, a 503 of a moving principal
+        (SH503) is retried for 10 s at most, as a client retries a 503."""
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -93,7 +95,7 @@ class Proxy:
                 ).fetchone()
                 return status, headers, bytes(out), replayed
             except psycopg.Error as error:
-                if retry_moving and getattr(error, "sqlstate", None) == "SH503" and time.monotonic() < deadline:
+                if self.retry_moving and getattr(error, "sqlstate", None) == "SH503" and time.monotonic() < deadline:
                     with self.lock:
                         self.moving_retries += 1
                     time.sleep(0.05)
@@ -253,7 +255,7 @@ def reshard(args: argparse.Namespace) -> None:
     prefix = f"rs-{uuid.uuid4().hex[:8]}-"
     jobs = [(f"{prefix}{p}", f"key-{k}") for p in range(args.principals) for k in range(args.keys)]
     secrets = [f"{prefix}{p}" for p in range(0, args.principals, 4)]
-    proxy = Proxy(args.proxy)
+    proxy = Proxy(args.proxy, retry_moving=True)
     try:
         with psycopg.connect(args.proxy, autocommit=True) as conn:
             parts = conn.execute("SELECT shop.partitions()").fetchone()[0]

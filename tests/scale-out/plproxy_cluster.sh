@@ -73,6 +73,8 @@ start)
     { echo "plproxy_cluster: NSHARDS and NPARTS must be powers of 2, NPARTS <= NSHARDS" >&2; exit 2; }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
+  # The postgres user must reach the clusters' folders (mktemp -d makes 0700 ones).
+  [[ $(id -u) -eq 0 ]] && chmod o+x "$dir" "$(dirname "$dir")"
   echo "$baseport" >"$dir/baseport"
   {
     echo "export PROXY_DSN='$(dsn_of "$baseport")'"
@@ -82,14 +84,14 @@ start)
   conf="shared_buffers = 32MB"
   for ((i = 0; i < nshards; i++)); do
     port=$((baseport + 1 + i))
-    PGCLUSTER_PRELOAD=idempotency PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/shard$i" "$port" >/dev/null
+    PGCLUSTER_PRELOAD=idempotency PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/shard$i" "$port"
     psql -X -q -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$port/postgres" -c "CREATE DATABASE shop"
     owner_parts=$nparts
     ((i >= nparts)) && owner_parts=$nshards
     psql_at "$port" -v me="$i" -v nparts="$owner_parts" -v id_base="$((i * 1000000000000 + 1))" \
       -f "$here/shard.sql" >/dev/null
   done
-  PGCLUSTER_PRELOAD='' PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/proxy" "$baseport" >/dev/null
+  PGCLUSTER_PRELOAD='' PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/proxy" "$baseport"
   psql -X -q -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$baseport/postgres" -c "CREATE DATABASE shop"
   psql_at "$baseport" -f "$here/proxy.sql" >/dev/null
   psql_at "$baseport" -c "CREATE SERVER orders FOREIGN DATA WRAPPER plproxy OPTIONS ($(server_options "$nparts"))" \
