@@ -40,6 +40,9 @@ echo "# 4 shards + proxy on ports $base..$((base + 4))"
 bash tests/scale-out/plproxy_cluster.sh start "$work/cluster" "$base" 4
 # shellcheck disable=SC1091
 source "$work/cluster/cluster.env"
+echo "# $(psql -X -qAt "$PROXY_DSN" -c "SELECT 'PostgreSQL ' || current_setting('server_version') || ', PL/Proxy '
+  || extversion FROM pg_extension WHERE extname = 'plproxy'"), idempotency $(psql -X -qAt "$SHARD_DSN_0" \
+  -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") on the shards"
 mapfile -t conformance_shards < <(shard_args --shard-dsn)
 mapfile -t check_shards < <(shard_args --shard)
 
