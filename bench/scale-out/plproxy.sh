@@ -6,15 +6,17 @@
 # write shop.create_order (idempotency.begin, INSERT, idempotency.complete in
 # one shard function) with a fresh key per transaction, for
 #   single        pgbench -> the one shard's shop.create_order
-#   proxy         pgbench -> the proxy's shop.create_order -> the owning shard
+#   proxy1        pgbench -> a proxy with that one shard (the hop alone)
+#   proxy         pgbench -> the proxy's shop.create_order -> the owning one of 4 shards
 # and, when the installed extension has the setting idempotency.distributed,
 # the same two with it on in the shards' database (ALTER DATABASE ... SET).
-# Rounds are interleaved (single, proxy, single+distributed, proxy+distributed,
-# then again). Server CPU is read from /proc: utime + stime of each cluster's
+# Rounds are interleaved (single, proxy1, proxy, single+distributed,
+# proxy+distributed, then again). Server CPU is read from /proc: utime + stime of each cluster's
 # postmaster and its live children, plus the postmaster's cutime + cstime (the
 # backends that exited, reaped by it), summed over every cluster of the setup
 # (proxy and shards), before and after the round; per request = delta /
-# transactions. Prints each round and the medians, and the ratio proxy/single.
+# transactions (pgbench's own CPU is not counted). Prints each round, with the
+# proxy cluster's share, the medians, and the ratios proxy/single.
 #
 #   bench/scale-out/plproxy.sh             # BENCH_ROUNDS=3, BENCH_SECONDS=10, BENCH_CLIENTS=4
 #   BENCH_PORT=29700                       # first port (uses BENCH_PORT..+9)
@@ -45,6 +47,8 @@ bash tests/scale-out/plproxy_cluster.sh start "$work/four" $((port + 5)) 4 | tai
 single_dsn="postgresql://postgres@127.0.0.1:$((port + 1))/shop"
 proxy_dsn="postgresql://postgres@127.0.0.1:$((port + 5))/shop"
 one_clusters=("$work/one/shard0")
+one_proxied=("$work/one/proxy" "$work/one/shard0")
+one_proxy_dsn="postgresql://postgres@127.0.0.1:$port/shop"
 four_clusters=("$work/four/proxy" "$work/four/shard0" "$work/four/shard1" "$work/four/shard2" "$work/four/shard3")
 shard_dsns=("$single_dsn")
 for i in 0 1 2 3; do shard_dsns+=("postgresql://postgres@127.0.0.1:$((port + 6 + i))/shop"); done
@@ -64,7 +68,7 @@ cpu_ticks() {
 }
 ticks_per_second=$(getconf CLK_TCK)
 
-variants=(single proxy)
+variants=(single proxy1 proxy)
 if psql -X -qAt "$single_dsn" -c "SHOW idempotency.distributed" >/dev/null 2>&1; then
   variants+=(single+distributed proxy+distributed)
 else
@@ -90,25 +94,33 @@ SQL
 chmod 644 "$work/write.sql"
 
 echo "cores: $(nproc); $clients clients, $seconds s per round, $rounds rounds; pgbench -M prepared"
-printf '%-20s %6s %8s %10s %12s\n' variant round tps requests "cpu us/req"
+printf '%-20s %6s %8s %10s %12s %14s\n' variant round tps requests "cpu us/req" "of which proxy"
 round_id=0
 declare -A per_request
 for ((r = 1; r <= rounds; r++)); do
   for v in "${variants[@]}"; do
     round_id=$((round_id + 1))
     if [[ $v == *distributed ]]; then distributed on; else distributed off; fi
-    if [[ $v == single* ]]; then dsn=$single_dsn; clusters=("${one_clusters[@]}"); else dsn=$proxy_dsn; clusters=("${four_clusters[@]}"); fi
+    case $v in
+    single*) dsn=$single_dsn; clusters=("${one_clusters[@]}") ;;
+    proxy1) dsn=$one_proxy_dsn; clusters=("${one_proxied[@]}") ;;
+    *) dsn=$proxy_dsn; clusters=("${four_clusters[@]}") ;;
+    esac
     before=$(cpu_ticks "${clusters[@]}")
+    proxy_before=$(cpu_ticks "${clusters[0]}")
     out=$("$pgbin/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" -D round="$round_id" \
       -f "$work/write.sql" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
     after=$(cpu_ticks "${clusters[@]}")
+    proxy_after=$(cpu_ticks "${clusters[0]}")
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
     failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
     us=$(echo "scale=1; ($after - $before) * 1000000 / $ticks_per_second / $n" | bc)
     per_request[$v]+="$us"$'\n'
-    printf '%-20s %6s %8.0f %10s %12s%s\n' "$v" "$r" "$tps" "$n" "$us" "${failed:+ ($failed failed)}"
+    share=-
+    [[ $v == proxy* ]] && share=$(echo "scale=1; ($proxy_after - $proxy_before) * 1000000 / $ticks_per_second / $n" | bc)
+    printf '%-20s %6s %8.0f %10s %12s %14s%s\n' "$v" "$r" "$tps" "$n" "$us" "$share" "${failed:+ ($failed failed)}"
   done
 done
 distributed off
@@ -120,7 +132,8 @@ for v in "${variants[@]}"; do
   med[$v]=$(printf '%s' "${per_request[$v]}" | median)
   printf '  %-20s %8s us\n' "$v" "${med[$v]}"
 done
-echo "ratio proxy/single: $(echo "scale=2; ${med[proxy]} / ${med[single]}" | bc)"
+echo "ratio proxy/single: $(echo "scale=2; ${med[proxy]} / ${med[single]}" | bc) (proxy with 4 shards)"
+echo "ratio proxy1/single: $(echo "scale=2; ${med[proxy1]} / ${med[single]}" | bc) (proxy with the single node as its one shard)"
 if [[ -n ${med[proxy+distributed]:-} ]]; then
   echo "ratio proxy+distributed/single+distributed: $(echo "scale=2; ${med[proxy+distributed]} / ${med[single+distributed]}" | bc)"
   echo "ratio single+distributed/single: $(echo "scale=2; ${med[single+distributed]} / ${med[single]}" | bc)"
