@@ -40,7 +40,7 @@ power_of_two() { (($1 > 0 && ($1 & ($1 - 1)) == 0)); }
 server_options() {
   local nparts=$1 mode=${2:-create} i opts=() verb
   # shellcheck disable=SC1091
-  source "$dir/cluster.env"
+  source "$dir/cluster.env"  # NSHARDS
   for ((i = 0; i < NSHARDS; i++)); do
     local conn
     conn="host=127.0.0.1 port=$(($(<"$dir/baseport") + 1 + i)) dbname=shop"
@@ -69,8 +69,10 @@ start)
   baseport=${3:?$usage}
   nshards=${4:?$usage}
   nparts=${5:-$nshards}
-  power_of_two "$nparts" && power_of_two "$nshards" && ((nparts <= nshards)) ||
-    { echo "plproxy_cluster: NSHARDS and NPARTS must be powers of 2, NPARTS <= NSHARDS" >&2; exit 2; }
+  if ! power_of_two "$nparts" || ! power_of_two "$nshards" || ((nparts > nshards)); then
+    echo "plproxy_cluster: NSHARDS and NPARTS must be powers of 2, NPARTS <= NSHARDS" >&2
+    exit 2
+  fi
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   # The postgres user must reach the clusters' folders (mktemp -d makes 0700 ones).
