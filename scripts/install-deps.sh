@@ -14,6 +14,7 @@ scope=${IDEM_TEST_SCOPE:-full}
 packages=(
   build-essential cmake pkg-config
   "postgresql-$version" "postgresql-server-dev-$version" "postgresql-$version-cron" "postgresql-$version-pgtap"
+  "postgresql-$version-plproxy"  # tests/scale-out: PL/Proxy (bookworm 2.10, trixie 2.11, forky 2.12)
   libtap-parser-sourcehandler-pgtap-perl
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer

@@ -13,6 +13,12 @@ again against the same database.
 
 Routes every example service provides (examples/orders-service is the
 reference): POST /orders (?delay_ms=N), POST /flaky/orders, POST /api-keys.
+
+A service whose data is spread over shards (tests/scale-out: PL/Proxy) names
+each shard's DSN with --shard-dsn, in partition order: effects are then counted
+summed over every shard, and keys are held and looked up on the shard that owns
+the principal, partition hashtext(principal) & (shards - 1) as PL/Proxy
+computes it (hashtext evaluated on --dsn, the proxy's database).
 Prints "ok - ..." / "not ok - ..." lines and "N passed, N failed"; exits 1 on
 any failure.
 """
@@ -64,11 +70,14 @@ class Reply:
 
 
 class Suite:
-    def __init__(self, base_url: str, dsn: str, problem_base: str) -> None:
+    def __init__(self, base_url: str, dsn: str, problem_base: str, shard_dsns: Optional[List[str]] = None) -> None:
         url = urlsplit(base_url)
         self.host = url.hostname or "127.0.0.1"
         self.port = url.port or 80
         self.dsn = dsn
+        self.shard_dsns = shard_dsns or []
+        if self.shard_dsns and len(self.shard_dsns) & (len(self.shard_dsns) - 1):
+            raise ValueError("the number of --shard-dsn must be a power of 2 (PL/Proxy's partitions)")
         self.run_id = uuid.uuid4().hex[:8]
         self.passed = 0
         self.failed = 0
@@ -139,9 +148,22 @@ class Suite:
             expected += f", Content-Type {content_type}"
         return self.check(what, ok, f"{expected}\ngot {reply.describe()}")
 
-    def count(self, table: str, principal: str) -> int:
+    def key_dsn(self, principal: str) -> str:
+        """Where the principal's keys live: the DSN, or the shard that owns it."""
+        if not self.shard_dsns:
+            return self.dsn
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return conn.execute(f"SELECT count(*) FROM {table} WHERE principal = %s", (principal,)).fetchone()[0]
+            owner = conn.execute("SELECT pg_catalog.hashtext(%s) & %s",
+                                 (principal, len(self.shard_dsns) - 1)).fetchone()[0]
+        return self.shard_dsns[owner]
+
+    def count(self, table: str, principal: str) -> int:
+        total = 0
+        for dsn in self.shard_dsns or [self.dsn]:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                row = conn.execute(f"SELECT count(*) FROM {table} WHERE principal = %s", (principal,)).fetchone()
+                total += row[0]
+        return total
 
     def effects(self, what: str, table: str, principal: str, expected: int) -> None:
         got = self.count(table, principal)
@@ -212,7 +234,7 @@ class Suite:
 
     def wait_runs_out(self) -> None:
         who, key = self.principal("held"), "key-held"
-        with psycopg.connect(self.dsn) as holder:
+        with psycopg.connect(self.key_dsn(who)) as holder:
             outcome = holder.execute(
                 "SELECT outcome FROM idempotency.begin(%s, %s, 'conformance',"
                 " idempotency.fingerprint('POST', '/orders', %s))",
@@ -237,7 +259,7 @@ class Suite:
 
     def lease_held(self) -> None:
         who, key = self.principal("lease"), "key-lease"
-        with psycopg.connect(self.dsn, autocommit=True) as holder:
+        with psycopg.connect(self.key_dsn(who), autocommit=True) as holder:
             fence = holder.execute(
                 "SELECT fence FROM idempotency.acquire(%s, %s, 'conformance',"
                 " idempotency.fingerprint('POST', '/orders', %s), lease => '30 seconds')",
@@ -286,7 +308,7 @@ class Suite:
         self.expect("a retry of a one-time-secret response is 409", retry, 409, body=self.secret, replay=True,
                     content_type="application/problem+json")
         self.check("the secret is not in the retry", b"sk_" not in retry.body, retry.describe())
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with psycopg.connect(self.key_dsn(who), autocommit=True) as conn:
             row = conn.execute("SELECT response_status, one_time_secret FROM idempotency.lookup(%s, %s)",
                                (who, key)).fetchone()
         self.check("the key row keeps the status and the marker only", row == (201, True), repr(row))
@@ -321,8 +343,12 @@ def main() -> int:
     parser.add_argument("--dsn", required=True, help="libpq connection string of the service's database")
     parser.add_argument("--problem-base", default="/problems/", help="prefix of problem type URIs")
     parser.add_argument("--only", action="append", help="run only this scenario (repeatable)")
+    parser.add_argument("--shard-dsn", action="append", default=[],
+                        help="DSN of one shard, in partition order (repeatable): count effects over all of them and"
+                             " hold keys on the principal's owner, hashtext(principal) & (shards - 1);"
+                             " --dsn is then the proxy's database")
     args = parser.parse_args()
-    return Suite(args.base_url, args.dsn, args.problem_base).run(args.only)
+    return Suite(args.base_url, args.dsn, args.problem_base, args.shard_dsn).run(args.only)
 
 
 if __name__ == "__main__":
