@@ -179,6 +179,15 @@ APT
   mv "$dir.tmp" "$dir"
 }
 
+# copy_tree DIR: the work tree (tracked and new files, nothing ignored) to DIR/src.
+copy_tree() {
+  rm -rf "$1/src"
+  mkdir -p "$1/src"
+  git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
+    tar -C "$root" --null -T - -cf - | tar -C "$1/src" -xf -
+}
+
 # prepare SUITE DIR: makes the chroot when missing, mounts, copies the work
 # tree (tracked and new files, nothing ignored) to DIR/src.
 prepare() {
@@ -216,15 +225,6 @@ if [[ ${versions[0]} == --exec ]]; then
   unlock
   exit "$status"
 fi
-
-# copy_tree DIR: the work tree (tracked and new files, nothing ignored) to DIR/src.
-copy_tree() {
-  rm -rf "$1/src"
-  mkdir -p "$1/src"
-  git ls-files -z --cached --others --exclude-standard |
-    while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
-    tar -C "$root" --null -T - -cf - | tar -C "$1/src" -xf -
-}
 
 # package_test VERSION SUITE DIR: builds the packages in DIR (the suite's
 # chroot, mounted by the caller) and installs them into a clean chroot.
