@@ -2,3 +2,20 @@
 
 # median: the median of the numbers on standard input, one per line.
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# cpu_ticks DIR...: clock ticks (getconf CLK_TCK a second) used so far by the
+# clusters of scripts/pgcluster.sh in those folders: utime + stime of each
+# postmaster and its live children, plus the postmaster's cutime + cstime (the
+# backends that exited, reaped by it).
+cpu_ticks() {
+  local dir pid child total=0
+  for dir in "$@"; do
+    pid=$(head -1 "$dir/data/postmaster.pid")
+    # fields after the command name: utime is 14, stime 15, cutime 16, cstime 17 of /proc/PID/stat
+    total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 + $14 + $15 }')))
+    for child in $(pgrep -P "$pid"); do
+      total=$((total + $(sed 's/.*) //' "/proc/$child/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)))
+    done
+  done
+  echo "$total"
+}

@@ -53,19 +53,6 @@ four_clusters=("$work/four/proxy" "$work/four/shard0" "$work/four/shard1" "$work
 shard_dsns=("$single_dsn")
 for i in 0 1 2 3; do shard_dsns+=("postgresql://postgres@127.0.0.1:$((port + 6 + i))/shop"); done
 
-# cpu_ticks DIR...: clock ticks used so far by the clusters in those folders.
-cpu_ticks() {
-  local dir pid child total=0
-  for dir in "$@"; do
-    pid=$(head -1 "$dir/data/postmaster.pid")
-    # fields after the command name: utime is 14, stime 15, cutime 16, cstime 17 of /proc/PID/stat
-    total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 + $14 + $15 }')))
-    for child in $(pgrep -P "$pid"); do
-      total=$((total + $(sed 's/.*) //' "/proc/$child/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)))
-    done
-  done
-  echo "$total"
-}
 ticks_per_second=$(getconf CLK_TCK)
 
 variants=(single proxy1 proxy)

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Benchmark, run by hand (prints, never asserts): server CPU per idempotent
+# write through a Citus coordinator and two workers against one plain node, in
+# one run. Citus is not in Debian, so this needs a PostgreSQL that has Citus
+# installed (PGBIN) and exits 77, saying SKIPPED, without it.
+#
+# Starts tests/scale-out/citus_cluster.sh (coordinator, two workers,
+# idempotency.distribute()) and a plain single node with the same tables.
+# pgbench runs the transactional protocol as the clients send it:
+#   BEGIN; SELECT ... FROM idempotency.begin(principal, key, ...);
+#   INSERT INTO orders ...; SELECT idempotency.complete(...); COMMIT;
+# with a fresh key per transaction and one of 997 principals, for
+#   single               the plain node (the fast path)
+#   single+distributed   the plain node, sessions with idempotency.distributed = on
+#   citus                the coordinator (begin and complete delegated to the workers)
+# in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
+# of the setup (for citus all three), per request; medians and ratios.
+#
+#   PGBIN=/path/to/bin bench/scale-out/citus.sh    BENCH_ROUNDS=3 BENCH_SECONDS=10 BENCH_CLIENTS=4 BENCH_PORT=27300
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source bench/lib.sh
+export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+if [[ ! -e $("$PGBIN/pg_config" --pkglibdir)/citus.so ]]; then
+  echo "SKIPPED: citus is not installed for $PGBIN"
+  exit 77
+fi
+rounds=${BENCH_ROUNDS:-3}
+seconds=${BENCH_SECONDS:-10}
+clients=${BENCH_CLIENTS:-4}
+port=${BENCH_PORT:-27300}
+work=$(mktemp -d /tmp/idem-bench-citus.XXXXXX)
+chmod 755 "$work"
+cleanup() {
+  tests/scale-out/citus_cluster.sh stop "$work/citus"
+  scripts/pgcluster.sh stop "$work/single" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+tests/scale-out/citus_cluster.sh start "$work/citus" "$port"
+PGCLUSTER_PRELOAD=idempotency scripts/pgcluster.sh start "$work/single" $((port + 5)) >/dev/null
+"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $((port + 5)) -U postgres -d postgres <<'SQL'
+CREATE DATABASE shop;
+\c shop
+CREATE EXTENSION idempotency;
+CREATE TABLE orders (id bigserial, principal text NOT NULL, item text NOT NULL, quantity int NOT NULL,
+                     created_at text NOT NULL DEFAULT now()::text, PRIMARY KEY (principal, id));
+SQL
+single_dsn="postgresql://postgres@127.0.0.1:$((port + 5))/shop"
+citus_dsn="postgresql://postgres@127.0.0.1:$port/shop"
+citus_clusters=("$work/citus/coordinator" "$work/citus/worker1" "$work/citus/worker2")
+
+cat >"$work/write.sql" <<'SQL'
+\set k random(1, 1000000000000)
+\set u :k % 997
+BEGIN;
+SELECT outcome FROM idempotency.begin('user-' || :u, 'c' || :client_id || '-' || :k, 'create_order', '\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea);
+INSERT INTO orders (principal, item, quantity) VALUES ('user-' || :u, 'book', 2);
+SELECT idempotency.complete('user-' || :u, 'c' || :client_id || '-' || :k, 201, '\x7b226964223a317d'::bytea, '{"Content-Type": "application/json"}'::jsonb, 'ord_1');
+COMMIT;
+SQL
+chmod 644 "$work/write.sql"
+ticks_per_second=$(getconf CLK_TCK)
+variants=(single single+distributed citus)
+
+echo "cores: $(nproc); $clients clients, $seconds s per round, $rounds rounds; pgbench -M prepared"
+printf '%-20s %6s %8s %10s %12s\n' variant round tps requests "cpu us/req"
+declare -A per_request
+for ((r = 1; r <= rounds; r++)); do
+  for v in "${variants[@]}"; do
+    options=""
+    case $v in
+    single) dsn=$single_dsn; clusters=("$work/single") ;;
+    single+distributed) dsn=$single_dsn; clusters=("$work/single"); options="-c idempotency.distributed=on" ;;
+    citus) dsn=$citus_dsn; clusters=("${citus_clusters[@]}") ;;
+    esac
+    before=$(cpu_ticks "${clusters[@]}")
+    out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \
+      -f "$work/write.sql" "$dsn" 2>&1) || { echo "$out"; exit 1; }
+    sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
+    after=$(cpu_ticks "${clusters[@]}")
+    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+    us=$(echo "scale=1; ($after - $before) * 1000000 / $ticks_per_second / $n" | bc)
+    per_request[$v]+="$us"$'\n'
+    printf '%-20s %6s %8.0f %10s %12s\n' "$v" "$r" "$tps" "$n" "$us"
+  done
+done
+
+echo
+echo "median server CPU per request (all postgres processes of the setup):"
+declare -A med
+for v in "${variants[@]}"; do
+  med[$v]=$(printf '%s' "${per_request[$v]}" | median)
+  printf '  %-20s %8s us\n' "$v" "${med[$v]}"
+done
+echo "ratio citus/single: $(echo "scale=2; ${med[citus]} / ${med[single]}" | bc)"
+echo "ratio single+distributed/single: $(echo "scale=2; ${med[single+distributed]} / ${med[single]}" | bc)"
+echo "orders: single $("$PGBIN/psql" -X -qAt "$single_dsn" -c "SELECT count(*) FROM orders"), citus $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM orders")"
+echo "key rows on the citus shards: $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM idempotency.keys")"
