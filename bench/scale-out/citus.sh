@@ -13,7 +13,8 @@
 #   single               the plain node (the fast path)
 #   single+distributed   the plain node, sessions with idempotency.distributed = on
 #   citus                the coordinator (begin and complete delegated to the workers)
-# in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
+# and, for what Citus itself costs, the same order written without a key
+# (BEGIN; INSERT; COMMIT) on both: plain-single, plain-citus; in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
 # of the setup (for citus all three), per request; medians and ratios.
 #
 #   PGBIN=/path/to/bin bench/scale-out/citus.sh    BENCH_ROUNDS=3 BENCH_SECONDS=10 BENCH_CLIENTS=4 BENCH_PORT=27300
@@ -61,9 +62,16 @@ INSERT INTO orders (principal, item, quantity) VALUES ('user-' || :u, 'book', 2)
 SELECT idempotency.complete('user-' || :u, 'c' || :client_id || '-' || :k, 201, '\x7b226964223a317d'::bytea, '{"Content-Type": "application/json"}'::jsonb, 'ord_1');
 COMMIT;
 SQL
-chmod 644 "$work/write.sql"
+cat >"$work/plain.sql" <<'SQL'
+\set k random(1, 1000000000000)
+\set u :k % 997
+BEGIN;
+INSERT INTO orders (principal, item, quantity) VALUES ('user-' || :u, 'book', 2);
+COMMIT;
+SQL
+chmod 644 "$work/write.sql" "$work/plain.sql"
 ticks_per_second=$(getconf CLK_TCK)
-variants=(single single+distributed citus)
+variants=(single single+distributed citus plain-single plain-citus)
 
 echo "cores: $(nproc); $clients clients, $seconds s per round, $rounds rounds; pgbench -M prepared"
 printf '%-20s %6s %8s %10s %12s\n' variant round tps requests "cpu us/req"
@@ -71,14 +79,17 @@ declare -A per_request
 for ((r = 1; r <= rounds; r++)); do
   for v in "${variants[@]}"; do
     options=""
+    script=$work/write.sql
+    [[ $v == plain-* ]] && script=$work/plain.sql
     case $v in
     single) dsn=$single_dsn; clusters=("$work/single") ;;
     single+distributed) dsn=$single_dsn; clusters=("$work/single"); options="-c idempotency.distributed=on" ;;
-    citus) dsn=$citus_dsn; clusters=("${citus_clusters[@]}") ;;
+    citus | plain-citus) dsn=$citus_dsn; clusters=("${citus_clusters[@]}") ;;
+    plain-single) dsn=$single_dsn; clusters=("$work/single") ;;
     esac
     before=$(cpu_ticks "${clusters[@]}")
     out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \
-      -f "$work/write.sql" "$dsn" 2>&1) || { echo "$out"; exit 1; }
+      -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
     after=$(cpu_ticks "${clusters[@]}")
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
@@ -97,6 +108,8 @@ for v in "${variants[@]}"; do
   printf '  %-20s %8s us\n' "$v" "${med[$v]}"
 done
 echo "ratio citus/single: $(echo "scale=2; ${med[citus]} / ${med[single]}" | bc)"
+echo "ratio plain-citus/plain-single: $(echo "scale=2; ${med[plain-citus]} / ${med[plain-single]}" | bc) (Citus alone, no key)"
+echo "the key's cost: single $(echo "scale=1; ${med[single]} - ${med[plain-single]}" | bc) us, citus $(echo "scale=1; ${med[citus]} - ${med[plain-citus]}" | bc) us per request"
 echo "ratio single+distributed/single: $(echo "scale=2; ${med[single+distributed]} / ${med[single]}" | bc)"
 echo "orders: single $("$PGBIN/psql" -X -qAt "$single_dsn" -c "SELECT count(*) FROM orders"), citus $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM orders")"
 echo "key rows on the citus shards: $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM idempotency.keys")"
