@@ -18,6 +18,7 @@ OBJS = src/extension/module.o \
        src/extension/pending.o \
        src/extension/key_store.o \
        src/extension/key_statements.o \
+       src/extension/placement.o \
        src/extension/outcome.o \
        src/extension/transactional.o \
        src/extension/lease.o \

@@ -11,12 +11,10 @@
 extern "C" {
 #include "postgres.h"
 
-#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "access/htup_details.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -145,23 +143,6 @@ const char* const kLookupSql =
     "  FROM idempotency.keys"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2";
 
-// How Citus distributes the key table ($1): no row for a table it does not
-// know; 'h' and the column's name for a hash-distributed one.
-const char* const kPlacementSql =
-    "SELECT p.partmethod::pg_catalog.text,"
-    "       CASE WHEN p.partmethod OPERATOR(pg_catalog.=) 'h'"
-    "            THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END"
-    "  FROM pg_catalog.pg_dist_partition p"
-    " WHERE p.logicalrelid::pg_catalog.oid OPERATOR(pg_catalog.=) $1";
-
-// Whether this node holds a placement of the shard of principal $2 of table $1.
-const char* const kLocalShardSql =
-    "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement pl, "
-    "pg_catalog.pg_dist_local_group g"
-    " WHERE pl.groupid OPERATOR(pg_catalog.=) g.groupid"
-    "   AND pl.shardid OPERATOR(pg_catalog.=)"
-    "       pg_catalog.get_shard_id_for_distribution_column($1::pg_catalog.regclass, $2)";
-
 const char* const kForgetSql =
     "DELETE FROM idempotency.keys WHERE principal OPERATOR(pg_catalog.=) $1 AND key "
     "OPERATOR(pg_catalog.=) $2";
@@ -232,7 +213,6 @@ Statement claim_statement{kClaimSql,     4,       {TEXTOID, TEXTOID, INTERVALOID
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE, nullptr};
 Statement lookup_statement{kLookupSql,    2,       {TEXTOID, TEXTOID},
                            SPI_OK_SELECT, nullptr, Returns::whole_row};
-Statement local_shard_statement{kLocalShardSql, 2, {OIDOID, TEXTOID}, SPI_OK_SELECT, nullptr};
 
 // Prepares a statement once per session (the plan is kept across transactions).
 void prepare(Statement& statement) {
@@ -407,66 +387,6 @@ KeyRow lookup_key_by_statement(text* principal, text* key, Snapshot snapshot) {
     KeyRow row;
     run(lookup_statement, values, nullptr, &row, nullptr, snapshot);
     return row;
-}
-
-Placement citus_placement(Oid table, Oid owner) {
-    // Without Citus there is no pg_dist_partition, and nothing to ask.
-    if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
-        return Placement::local;
-    // Not kept: read once per session, and the catalog may come and go with Citus.
-    Statement statement{kPlacementSql, 1, {OIDOID}, SPI_OK_SELECT, nullptr};
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    Datum values[1] = {ObjectIdGetDatum(table)};
-    const int rc =
-        SPI_execute_with_args(statement.sql, 1, statement.types, values, nullptr, true, 1);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "reading pg_dist_partition failed: %s", SPI_result_code_string(rc));
-    Placement placement = Placement::local;
-    if (SPI_processed == 1) {
-        char* method = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-        char* column = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-        const bool hashed = method != nullptr && strcmp(method, "h") == 0;
-        placement = hashed && column != nullptr && strcmp(column, "principal") == 0
-                        ? Placement::by_principal
-                        : Placement::unsupported;
-    }
-    SPI_finish();
-    SetUserIdAndSecContext(saved_user, saved_context);
-    return placement;
-}
-
-void require_local_shard(text* principal) {
-    const KeyTable table = key_table();
-    if (table.placement != Placement::by_principal) return;
-    Datum values[2] = {ObjectIdGetDatum(table.table), PointerGetDatum(principal)};
-    MemoryContext caller_context = CurrentMemoryContext;
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(table.owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    prepare(local_shard_statement);
-    const int rc = SPI_execute_plan(local_shard_statement.plan, values, nullptr, true, 1);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "reading pg_dist_placement failed: %s", SPI_result_code_string(rc));
-    bool isnull;
-    const int64 here =
-        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    SPI_finish();
-    SetUserIdAndSecContext(saved_user, saved_context);
-    MemoryContextSwitchTo(caller_context);
-    if (here == 0)
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("the key's shard is not on this node"),
-                        errdetail("idempotency.keys is distributed by principal; its key lock is a "
-                                  "lock of the node that holds the principal's shard."),
-                        errhint("Delegate the protocol functions to that node: run "
-                                "idempotency.distribute(), or create_distributed_function(..., "
-                                "force_delegation => true) for each (see docs/scale-out.md).")));
 }
 
 }  // namespace idem::pg

@@ -69,7 +69,7 @@ void require_local_shard(text* principal);
 /// Registers the relation cache callback that forgets the table's OIDs (from _PG_init).
 void key_store_init();
 
-// Between key_store.cpp and key_statements.cpp:
+// Between key_store.cpp, key_statements.cpp and placement.cpp:
 
 /// Where the key table's rows live, by Citus's metadata (pg_dist_partition).
 enum class Placement {
