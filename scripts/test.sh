@@ -113,9 +113,9 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   regress_distributed() { PGOPTIONS="-c idempotency.distributed=on" regress; }
   suite "pg_regress and isolation specs, distributed mode (idempotency.distributed = on)" regress_distributed
   suite "Python client (pip install, pytest)" python_client_tests
-  # Node and Java are on the host only; the chroots of the matrix have neither.
+  # Node, Java and Go are on the host only; the chroots of the matrix have none of them.
   [[ $scope == full ]] && suite "Node client (npm install, tsc, node --test)" node_client_tests
-  host_only=" conformance_node_orders languages_jdbc "
+  host_only=" conformance_node_orders languages_jdbc languages_pgx "
   for t in tests/integration/*.sh; do
     [[ -e $t ]] || continue
     [[ $scope == matrix && $host_only == *" $(basename "$t" .sh) "* ]] && continue
