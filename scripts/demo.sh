@@ -16,7 +16,7 @@ service_pid=""
 proxy_pid=""
 trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null; [[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null
       scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT
-scripts/pgcluster.sh start "$cluster/pg" "${IDEM_DEMO_PORT:-$((20000 + RANDOM % 20000))}"
+scripts/pgcluster.sh start "$cluster/pg" "${IDEM_DEMO_PORT:-$((20000 + RANDOM % 6000))}"  # below the ephemeral ports
 # shellcheck disable=SC1091
 source "$cluster/pg/env"
 

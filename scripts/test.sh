@@ -101,7 +101,12 @@ suite "META.json (PGXN meta spec 1.0.0)" /usr/bin/python3 tests/meta/check_meta.
 [[ $scope == full ]] && suite "ctest under AddressSanitizer + UBSan" sanitizer_tests
 
 cluster=$(mktemp -d /tmp/idem-test.XXXXXX)
-port=${IDEM_TEST_PORT:-$((20000 + RANDOM % 20000))}
+# Below the kernel's ephemeral range (32768-60999), where an outgoing
+# connection's local port could take the port of a cluster or a service that
+# a test starts at port + N (seen: "Address already in use" for port + 30),
+# and below the fixed ports of other suites (model checker's proxy form 26600,
+# chroots 28000+).
+port=${IDEM_TEST_PORT:-$((20000 + RANDOM % 6000))}
 trap 'scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT
 if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   # shellcheck disable=SC1091

@@ -19,7 +19,9 @@ cd "$(dirname "$0")/../.."
 seconds=${MODEL_SECONDS:-40}
 seeds=${MODEL_SEEDS:-"11 23 37"}
 random_seed=$((RANDOM * 32768 + RANDOM + 1))
-port=${MODEL_PORT:-$((20000 + RANDOM % 20000))}
+# Beside the cluster of scripts/test.sh when it runs there (PGPORT + 40), below
+# the kernel's ephemeral ports (32768-60999) otherwise.
+port=${MODEL_PORT:-$((${PGPORT:-$((20000 + RANDOM % 6000))} + 40))}
 python=${PYTHON:-/usr/bin/python3}
 proxy_seconds=${MODEL_PROXY_SECONDS:-30}
 proxy_seed=${MODEL_PROXY_SEED:-53}
