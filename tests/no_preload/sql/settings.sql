@@ -23,6 +23,7 @@ SET idempotency.lease = '99ms';
 SET idempotency.final_statuses = 'junk';
 SET idempotency.key_format = 'ulid';
 SET idempotency.principal_binding = 'maybe';
+SET idempotency.distributed = 'off';
 CREATE ROLE settings_role;
 ALTER ROLE settings_role SET idempotency.final_statuses = 'junk';
 ALTER ROLE settings_role SET idempotency.wait_timeout = '2h';
