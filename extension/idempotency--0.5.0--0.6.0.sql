@@ -299,7 +299,9 @@ BEGIN
     IF distributed THEN
         -- Citus distributes the table: a ctid means nothing across shards, and
         -- a distributed modification may not call a volatile function, so the
-        -- batch is chosen by (principal, key) and the time is a value.
+        -- batch is chosen by (principal, key) and the time is a value. (On one
+        -- node this form took 2.8 times as long as the ctid form below: 0.80
+        -- against 0.29 s for 200,000 expired rows in batches of 1,000.)
         WITH victims AS MATERIALIZED (
             SELECT k.principal, k.key FROM idempotency.keys AS k
              WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()

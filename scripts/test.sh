@@ -132,8 +132,6 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
     suite "model checker (short run)" env MODEL_SEEDS="11 23" MODEL_SECONDS=15 tests/model/ci.sh
   else
     suite "model checker" tests/model/ci.sh
-    suite "model checker, distributed mode (short run)" \
-      env PGOPTIONS="-c idempotency.distributed=on" MODEL_SEEDS="41" MODEL_SECONDS=20 MODEL_PROXY_SECONDS=0 tests/model/ci.sh
   fi
 else
   failed=$((failed + 1))

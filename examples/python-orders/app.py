@@ -53,10 +53,12 @@ def problem(status: int, title: str, detail: str) -> Tuple[int, Headers, bytes]:
 
 
 class Pool:
-    """A few psycopg connections shared by the server's threads (one at a time each)."""
+    """A few psycopg connections shared by the server's threads (one at a time each);
+    autocommit ones with autocommit=True (tests/scale-out/proxy_orders.py's)."""
 
-    def __init__(self, conninfo: str, size: int) -> None:
+    def __init__(self, conninfo: str, size: int, autocommit: bool = False) -> None:
         self.conninfo = conninfo
+        self.autocommit = autocommit
         self.idle: "queue.LifoQueue[psycopg.Connection]" = queue.LifoQueue()
         self.slots = threading.BoundedSemaphore(size)
 
@@ -66,7 +68,7 @@ class Pool:
             try:
                 conn = self.idle.get_nowait()
             except queue.Empty:
-                conn = psycopg.connect(self.conninfo)
+                conn = psycopg.connect(self.conninfo, autocommit=self.autocommit)
             try:
                 yield conn
             except BaseException:

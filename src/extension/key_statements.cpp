@@ -153,111 +153,99 @@ enum class Returns {
     whole_row,  // the table's own columns (the lookup)
 };
 
-// One kept plan per statement. A timed statement takes two more parameters
+// One kept plan per statement. Every statement takes two more parameters
 // after its own nargs: the transaction's start (now()) and the time of the
-// call (clock_timestamp()), passed in rather than called, so that the
-// statement has no volatile function and Citus runs it on a distributed table
+// call (clock_timestamp()), passed in rather than called, so that no
+// statement has a volatile function and Citus runs it on a distributed table
 // (it refuses volatile functions in modifications, and all but immutable ones
-// in ON CONFLICT clauses).
+// in ON CONFLICT clauses). A statement that reads neither ignores them.
 struct Statement {
     const char* sql;
     int nargs;
     Oid types[11];
     int expected_rc;
-    SPIPlanPtr plan;
     Returns returns = Returns::lease;
-    bool timed = false;
+    SPIPlanPtr plan = nullptr;
 };
 constexpr int kMaxArgs = 13;  // 11 and the two times
 
-Statement store_statement{kStoreSql,
-                          11,
-                          {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID,
-                           TEXTOID, BOOLOID, INTERVALOID, INT8OID},
-                          SPI_OK_INSERT,
-                          nullptr,
-                          Returns::lease,
-                          true};
-Statement insert_statement{kInsertSql,
-                           11,
-                           {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID,
-                            TEXTOID, BOOLOID, INTERVALOID, INT8OID},
-                           SPI_OK_INSERT,
-                           nullptr,
-                           Returns::lease,
-                           true};
+// The parameters of a completed row (kStoreSql, kInsertSql).
+#define COMPLETED_ROW_TYPES                                                                 \
+    {                                                                                       \
+        TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT2OID, JSONBOID, BYTEAOID, TEXTOID, BOOLOID, \
+            INTERVALOID, INT8OID                                                            \
+    }
+
+Statement store_statement{kStoreSql, 11, COMPLETED_ROW_TYPES, SPI_OK_INSERT};
+Statement insert_statement{kInsertSql, 11, COMPLETED_ROW_TYPES, SPI_OK_INSERT};
 Statement lease_statement{kLeaseSql,
                           7,
                           {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INTERVALOID, INTERVALOID, INT8OID},
-                          SPI_OK_INSERT_RETURNING,
-                          nullptr,
-                          Returns::lease,
-                          true};
+                          SPI_OK_INSERT_RETURNING};
 Statement renew_statement{
-    kRenewSql,      4,   {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE_RETURNING, nullptr,
-    Returns::lease, true};
+    kRenewSql, 4, {TEXTOID, TEXTOID, INT8OID, INTERVALOID}, SPI_OK_UPDATE_RETURNING};
 Statement complete_lease_statement{
     kCompleteLeaseSql,
     8,
     {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID},
-    SPI_OK_UPDATE_RETURNING,
-    nullptr,
-    Returns::lease,
-    true};
-Statement release_statement{
-    kReleaseSql,    3,   {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING, nullptr,
-    Returns::lease, true};
-Statement claim_statement{kClaimSql,     4,       {TEXTOID, TEXTOID, INTERVALOID, INT8OID},
-                          SPI_OK_INSERT, nullptr, Returns::lease,
-                          true};
-Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE, nullptr};
-Statement lookup_statement{kLookupSql,    2,       {TEXTOID, TEXTOID},
-                           SPI_OK_SELECT, nullptr, Returns::whole_row};
+    SPI_OK_UPDATE_RETURNING};
+Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING};
+Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT};
+Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE};
+Statement lookup_statement{kLookupSql, 2, {TEXTOID, TEXTOID}, SPI_OK_SELECT, Returns::whole_row};
 
-// Prepares a statement once per session (the plan is kept across transactions).
+}  // namespace
+
+SavedUser spi_connect_as(Oid owner) {
+    SavedUser saved;
+    GetUserIdAndSecContext(&saved.user, &saved.context);
+    SetUserIdAndSecContext(owner, saved.context | SECURITY_LOCAL_USERID_CHANGE);
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    return saved;
+}
+
+void spi_finish_as(const SavedUser& saved) {
+    SPI_finish();
+    SetUserIdAndSecContext(saved.user, saved.context);
+}
+
+SPIPlanPtr keep_plan(const char* sql, int nargs, Oid* types) {
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
+    return plan;
+}
+
+namespace {
+
+// Prepares a statement once per session (the plan is kept across
+// transactions), with the two times after its own parameters.
 void prepare(Statement& statement) {
     if (statement.plan != nullptr) return;
     Oid types[kMaxArgs];
     memcpy(types, statement.types, sizeof(Oid) * statement.nargs);
-    int nargs = statement.nargs;
-    if (statement.timed) {
-        types[nargs++] = TIMESTAMPTZOID;
-        types[nargs++] = TIMESTAMPTZOID;
-    }
-    SPIPlanPtr plan = SPI_prepare(statement.sql, nargs, types);
-    if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
-    statement.plan = plan;
+    types[statement.nargs] = types[statement.nargs + 1] = TIMESTAMPTZOID;
+    statement.plan = keep_plan(statement.sql, statement.nargs + 2, types);
 }
 
-// Runs a statement as `owner` (the key table's, by default) inside its own SPI
-// connection; returns the number of rows it processed. With `returned`, the
-// first returned row is copied into the caller's memory context; with
-// `action`, the text the statement returned (its only column) is. `snapshot`:
-// the one to read with, or InvalidSnapshot for the transaction's rules.
-uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* returned = nullptr,
-           text** action = nullptr, Snapshot snapshot = InvalidSnapshot, Oid owner = InvalidOid) {
-    if (!OidIsValid(owner)) owner = key_table().owner;
+// Runs a statement as the key table's owner inside its own SPI connection;
+// returns the number of rows it processed. With `returned`, the first
+// returned row is copied into the caller's memory context; with `action`, the
+// text the statement returned (its only column) is. `snapshot`: the one to
+// read with, or InvalidSnapshot for the transaction's rules.
+uint64 run(Statement& statement, Datum* own_values, const char* own_nulls,
+           KeyRow* returned = nullptr, text** action = nullptr,
+           Snapshot snapshot = InvalidSnapshot) {
     MemoryContext caller_context = CurrentMemoryContext;
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    Datum values[kMaxArgs];
+    char nulls[kMaxArgs];
+    memcpy(values, own_values, sizeof(Datum) * statement.nargs);
+    for (int i = 0; i < statement.nargs; ++i) nulls[i] = own_nulls == nullptr ? ' ' : own_nulls[i];
+    values[statement.nargs] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+    values[statement.nargs + 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+    nulls[statement.nargs] = nulls[statement.nargs + 1] = ' ';
 
-    Datum timed_values[kMaxArgs];
-    char timed_nulls[kMaxArgs];
-    if (statement.timed) {
-        memcpy(timed_values, values, sizeof(Datum) * statement.nargs);
-        for (int i = 0; i < statement.nargs; ++i)
-            timed_nulls[i] = nulls == nullptr ? ' ' : nulls[i];
-        timed_values[statement.nargs] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-        timed_values[statement.nargs + 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-        timed_nulls[statement.nargs] = timed_nulls[statement.nargs + 1] = ' ';
-        values = timed_values;
-        nulls = timed_nulls;
-    }
-
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    const SavedUser saved = spi_connect_as(key_table().owner);
     prepare(statement);
     const int rc = snapshot == InvalidSnapshot
                        ? SPI_execute_plan(statement.plan, values, nulls, false, 0)
@@ -292,8 +280,7 @@ uint64 run(Statement& statement, Datum* values, const char* nulls, KeyRow* retur
         *action = isnull ? nullptr : DatumGetTextPCopy(value);
         MemoryContextSwitchTo(spi_context);
     }
-    SPI_finish();
-    SetUserIdAndSecContext(saved_user, saved_context);
+    spi_finish_as(saved);
     return processed;
 }
 

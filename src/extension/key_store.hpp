@@ -15,6 +15,7 @@ extern "C" {
 #include "access/htup.h"
 #include "access/tupdesc.h"
 #include "datatype/timestamp.h"
+#include "executor/spi.h"
 #include "utils/snapshot.h"
 }
 
@@ -104,6 +105,23 @@ Placement citus_placement(Oid table, Oid owner);
 /// The key row of (principal, key) by a SELECT statement: lookup_key() in the
 /// distributed mode, with the same snapshot rules.
 KeyRow lookup_key_by_statement(text* principal, text* key, Snapshot snapshot);
+
+/// The caller's user id and security context, saved while SQL runs as the
+/// key table's owner.
+struct SavedUser {
+    Oid user;
+    int context;
+};
+
+/// Switches to `owner` (the key table's) and connects to SPI. An error before
+/// spi_finish_as() is fine: aborting the (sub)transaction restores the user id.
+SavedUser spi_connect_as(Oid owner);
+
+/// Disconnects from SPI and switches back to the caller.
+void spi_finish_as(const SavedUser& saved);
+
+/// A plan prepared in the current SPI connection and kept for the session.
+SPIPlanPtr keep_plan(const char* sql, int nargs, Oid* types);
 
 /// A key row from a tuple whose columns are the table's own, in its order
 /// (a heap tuple of the table, or the row of the lookup statement).

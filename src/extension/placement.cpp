@@ -47,11 +47,7 @@ Placement citus_placement(Oid table, Oid owner) {
         return Placement::local;
     // Not kept: read once per session, and the catalog may come and go with Citus.
     Oid types[1] = {OIDOID};
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    const SavedUser saved = spi_connect_as(owner);
     Datum values[1] = {ObjectIdGetDatum(table)};
     const int rc = SPI_execute_with_args(kPlacementSql, 1, types, values, nullptr, true, 1);
     if (rc != SPI_OK_SELECT)
@@ -65,8 +61,7 @@ Placement citus_placement(Oid table, Oid owner) {
                         ? Placement::by_principal
                         : Placement::unsupported;
     }
-    SPI_finish();
-    SetUserIdAndSecContext(saved_user, saved_context);
+    spi_finish_as(saved);
     return placement;
 }
 
@@ -74,19 +69,10 @@ void require_local_shard(text* principal) {
     const KeyTable table = key_table();
     if (table.placement != Placement::by_principal) return;
     Datum values[2] = {ObjectIdGetDatum(table.table), PointerGetDatum(principal)};
-    MemoryContext caller_context = CurrentMemoryContext;
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(table.owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
+    const SavedUser saved = spi_connect_as(table.owner);
     if (local_shard_plan == nullptr) {
         Oid types[2] = {OIDOID, TEXTOID};
-        SPIPlanPtr plan = SPI_prepare(kLocalShardSql, 2, types);
-        if (plan == nullptr)
-            elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
-        local_shard_plan = plan;
+        local_shard_plan = keep_plan(kLocalShardSql, 2, types);
     }
     const int rc = SPI_execute_plan(local_shard_plan, values, nullptr, true, 1);
     if (rc != SPI_OK_SELECT)
@@ -94,9 +80,7 @@ void require_local_shard(text* principal) {
     bool isnull;
     const int64 here =
         DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    SPI_finish();
-    SetUserIdAndSecContext(saved_user, saved_context);
-    MemoryContextSwitchTo(caller_context);
+    spi_finish_as(saved);
     if (here == 0)
         ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("the key's shard is not on this node"),

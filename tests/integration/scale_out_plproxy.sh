@@ -8,7 +8,7 @@
 #   2. exactly one effect per key: duplicates fired at once through the proxy,
 #      one order and one key row per key, on the owning shard only, replays
 #      byte for byte (check.py exactly-once);
-#   3. on fresh clusters whose proxy starts with 2 of the 4 shards: keys and
+#   3. on fresh databases (same clusters) whose proxy starts with 2 of the 4 shards: keys and
 #      orders written, moved to their owners under 4 partitions while writers
 #      keep going (reshard.py), the proxy switched to 4; replays byte for byte,
 #      mismatches 422, one effect per key, no row on a non-owner shard, fences
@@ -61,9 +61,8 @@ service_pid=""
 echo "# 2. exactly one effect per key across the 4 shards"
 /usr/bin/python3 tests/scale-out/check.py exactly-once --proxy "$PROXY_DSN" "${check_shards[@]}" || status=1
 
-echo "# 3. resharding 2 -> 4 (fresh clusters, the proxy on shards 0 and 1)"
-bash tests/scale-out/plproxy_cluster.sh stop "$work/cluster"
-bash tests/scale-out/plproxy_cluster.sh start "$work/cluster" "$base" 4 2
+echo "# 3. resharding 2 -> 4 (fresh databases on the same clusters, the proxy on shards 0 and 1)"
+bash tests/scale-out/plproxy_cluster.sh reset "$work/cluster" 2
 /usr/bin/python3 tests/scale-out/check.py reshard --cluster-dir "$work/cluster" --proxy "$PROXY_DSN" \
   "${check_shards[@]}" || status=1
 

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# The model checker as CI runs it: a few fixed seeds plus one random seed
-# (printed), MODEL_SECONDS each (default 40; about 3 minutes), against
-# one throwaway cluster started here with scripts/pgcluster.sh (PGBIN from the
-# environment, default /usr/lib/postgresql/15/bin; the extension must be
-# installed in that PostgreSQL). Then one run of the function-call form through
-# PL/Proxy (4 shards and a proxy, started by the checker on ports
-# MODEL_PROXY_PORT..+4, default 26600), seed MODEL_PROXY_SEED (default 53) for
-# MODEL_PROXY_SECONDS (default 30, about 40 s with the start; 0 leaves it out;
-# without PL/Proxy for that PostgreSQL - Debian's postgresql-15-plproxy - it
-# fails rather than skip). Every fault is on. Exits non-zero when any run finds a violation (its
-# output has the seed, the history and a reduced run).
+# The model checker as CI runs it, every fault on, against one throwaway
+# cluster started here with scripts/pgcluster.sh (PGBIN from the environment,
+# default /usr/lib/postgresql/15/bin; the extension must be installed there):
+#   - a few fixed seeds plus one random seed (printed), MODEL_SECONDS each
+#     (default 40; about 3 minutes);
+#   - the random seed again in the distributed mode (sessions with
+#     idempotency.distributed = on), MODEL_DISTRIBUTED_SECONDS (default 20; 0
+#     leaves it out), on the same cluster;
+#   - the function-call form through PL/Proxy (4 shards and a proxy, started by
+#     the checker on ports MODEL_PROXY_PORT..+4, default 26600), seed
+#     MODEL_PROXY_SEED (default 53) for MODEL_PROXY_SECONDS (default 30, about
+#     40 s with the start; 0 leaves it out; without PL/Proxy for that
+#     PostgreSQL - Debian's postgresql-15-plproxy - it fails rather than skip).
+# Exits non-zero when any run finds a violation (its output has the seed, the
+# history and a reduced run, and the command that replays it is printed).
 #
 #   tests/model/ci.sh                 MODEL_SEEDS="1 2 3" MODEL_SECONDS=40 MODEL_PORT=...
+#                                     MODEL_DISTRIBUTED_SECONDS=20
 #                                     MODEL_PROXY_SEED=53 MODEL_PROXY_SECONDS=30 MODEL_PROXY_PORT=26600
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +28,7 @@ random_seed=$((RANDOM * 32768 + RANDOM + 1))
 # the kernel's ephemeral ports (32768-60999) otherwise.
 port=${MODEL_PORT:-$((${PGPORT:-$((20000 + RANDOM % 6000))} + 40))}
 python=${PYTHON:-/usr/bin/python3}
+distributed_seconds=${MODEL_DISTRIBUTED_SECONDS:-20}
 proxy_seconds=${MODEL_PROXY_SECONDS:-30}
 proxy_seed=${MODEL_PROXY_SEED:-53}
 proxy_port=${MODEL_PROXY_PORT:-26600}
@@ -31,24 +37,40 @@ work=$(mktemp -d /tmp/idem-model-ci.XXXXXX)
 trap 'scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
 scripts/pgcluster.sh start "$work/pg" "$port" >/dev/null || exit 1
 
-echo "model checker: fixed seeds $seeds, random seed $random_seed, $seconds s each"
+runs=0
 failed=0
-for seed in $seeds $random_seed; do
+# one_run TITLE [VAR=VALUE...] -- CHECKER-ARGS...: one run of the checker; its
+# first and last lines when it passes, all of it and the replay when it fails.
+one_run() {
+  local title=$1 rc
+  shift
+  local env=()
+  while [[ $1 != -- ]]; do env+=("$1"); shift; done
+  shift
   echo
-  echo "--- seed $seed"
-  "$python" tests/model/checker.py --cluster-dir "$work/pg" --seed "$seed" --seconds "$seconds" \
-    --quiet --reduce-seconds 90 >"$work/run.log" 2>&1
+  echo "--- $title"
+  runs=$((runs + 1))
+  env "${env[@]}" "$python" tests/model/checker.py "$@" --quiet >"$work/run.log" 2>&1
   rc=$?
   if ((rc == 0)); then
     head -1 "$work/run.log"
     tail -1 "$work/run.log"
   else
     cat "$work/run.log"
-    echo "seed $seed FAILED (rc $rc); replay: $python tests/model/checker.py --seed $seed --seconds $seconds"
+    echo "$title FAILED (rc $rc); replay: $(printf '%q ' "${env[@]}" "$python" tests/model/checker.py "$@")"
     failed=$((failed + 1))
   fi
+}
+
+echo "model checker: fixed seeds $seeds, random seed $random_seed, $seconds s each"
+for seed in $seeds $random_seed; do
+  one_run "seed $seed" -- --cluster-dir "$work/pg" --seed "$seed" --seconds "$seconds" --reduce-seconds 90
 done
-runs=$(($(wc -w <<<"$seeds") + 1))
+if [[ $distributed_seconds != 0 ]]; then
+  one_run "distributed mode (idempotency.distributed = on), seed $random_seed" \
+    PGOPTIONS="-c idempotency.distributed=on" -- \
+    --cluster-dir "$work/pg" --seed "$random_seed" --seconds "$distributed_seconds" --reduce-seconds 90
+fi
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
 major=$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')
 sharedir=$("$pgbin/pg_config" --sharedir 2>/dev/null || echo "/usr/share/postgresql/$major")
@@ -57,22 +79,11 @@ if [[ $proxy_seconds != 0 && ! -f $sharedir/extension/plproxy.control ]]; then
   # Not a pass: a run that was asked for and could not start fails.
   echo "--- function calls through PL/Proxy: FAILED, cannot start (no plproxy.control in"
   echo "    $sharedir/extension; install Debian's postgresql-$major-plproxy, or MODEL_PROXY_SECONDS=0)"
+  runs=$((runs + 1))
   failed=$((failed + 1))
 elif [[ $proxy_seconds != 0 ]]; then
-  echo
-  echo "--- function calls through PL/Proxy (4 shards), seed $proxy_seed"
-  proxy_args=(--proxy-shards 4 --proxy-port "$proxy_port" --seed "$proxy_seed" --seconds "$proxy_seconds")
-  "$python" tests/model/checker.py "${proxy_args[@]}" --quiet --reduce-seconds 60 >"$work/run.log" 2>&1
-  rc=$?
-  runs=$((runs + 1))
-  if ((rc == 0)); then
-    head -1 "$work/run.log"
-    tail -1 "$work/run.log"
-  else
-    cat "$work/run.log"
-    echo "proxy form FAILED (rc $rc); replay: $python tests/model/checker.py ${proxy_args[*]}"
-    failed=$((failed + 1))
-  fi
+  one_run "function calls through PL/Proxy (4 shards), seed $proxy_seed" -- \
+    --proxy-shards 4 --proxy-port "$proxy_port" --seed "$proxy_seed" --seconds "$proxy_seconds" --reduce-seconds 60
 fi
 echo
 if ((failed)); then

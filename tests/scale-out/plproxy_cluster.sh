@@ -12,6 +12,10 @@
 #       NPARTS shards (default NSHARDS, a power of 2); shards past NPARTS are the
 #       empty targets of a resharding (they own their principals under NSHARDS).
 #       Writes DIR/cluster.env: PROXY_DSN, SHARD_DSN_<i>, NSHARDS.
+#   plproxy_cluster.sh reset DIR NPARTS
+#       the databases shop of every cluster dropped and made afresh as start
+#       makes them, the proxy on the first NPARTS shards: a fresh setup without
+#       starting the clusters again.
 #   plproxy_cluster.sh partitions DIR NPARTS
 #       points the proxy's cluster at the first NPARTS shards (ALTER SERVER);
 #       PL/Proxy reloads it on the next call of every session.
@@ -23,7 +27,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: plproxy_cluster.sh start DIR BASEPORT NSHARDS [NPARTS] | partitions DIR NPARTS | stop DIR"
+usage="usage: plproxy_cluster.sh start DIR BASEPORT NSHARDS [NPARTS] | reset DIR NPARTS | partitions DIR NPARTS | stop DIR"
 cmd=${1:?$usage}
 dir=${2:?$usage}
 
@@ -64,6 +68,30 @@ server_options() {
   echo "${opts[*]}"
 }
 
+# make_databases NPARTS: database shop on every shard (shard.sql; a shard past
+# NPARTS owns its principals under NSHARDS) and on the proxy (proxy.sql and the
+# SQL/MED cluster on the first NPARTS shards), each dropped first if it is there.
+make_databases() {
+  local nparts=$1 baseport i port owner_parts
+  baseport=$(<"$dir/baseport")
+  # shellcheck disable=SC1091
+  source "$dir/cluster.env"  # NSHARDS
+  for ((i = 0; i <= NSHARDS; i++)); do
+    port=$((baseport + i))
+    psql -X -q -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$port/postgres" \
+      -c "DROP DATABASE IF EXISTS shop WITH (FORCE)" -c "CREATE DATABASE shop"
+  done
+  for ((i = 0; i < NSHARDS; i++)); do
+    owner_parts=$nparts
+    ((i >= nparts)) && owner_parts=$NSHARDS
+    psql_at $((baseport + 1 + i)) -v me="$i" -v nparts="$owner_parts" -v id_base="$((i * 1000000000000 + 1))" \
+      -f "$here/shard.sql" >/dev/null
+  done
+  psql_at "$baseport" -f "$here/proxy.sql" >/dev/null
+  psql_at "$baseport" -c "CREATE SERVER orders FOREIGN DATA WRAPPER plproxy OPTIONS ($(server_options "$nparts"))" \
+    -c "CREATE USER MAPPING FOR PUBLIC SERVER orders" -c "GRANT USAGE ON FOREIGN SERVER orders TO PUBLIC"
+}
+
 case "$cmd" in
 start)
   baseport=${3:?$usage}
@@ -85,20 +113,23 @@ start)
   } >"$dir/cluster.env"
   conf="shared_buffers = 32MB"
   for ((i = 0; i < nshards; i++)); do
-    port=$((baseport + 1 + i))
-    PGCLUSTER_PRELOAD=idempotency PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/shard$i" "$port"
-    psql -X -q -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$port/postgres" -c "CREATE DATABASE shop"
-    owner_parts=$nparts
-    ((i >= nparts)) && owner_parts=$nshards
-    psql_at "$port" -v me="$i" -v nparts="$owner_parts" -v id_base="$((i * 1000000000000 + 1))" \
-      -f "$here/shard.sql" >/dev/null
+    PGCLUSTER_PRELOAD=idempotency PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/shard$i" $((baseport + 1 + i))
   done
   PGCLUSTER_PRELOAD='' PGCLUSTER_CONF=$conf "$root/scripts/pgcluster.sh" start "$dir/proxy" "$baseport"
-  psql -X -q -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$baseport/postgres" -c "CREATE DATABASE shop"
-  psql_at "$baseport" -f "$here/proxy.sql" >/dev/null
-  psql_at "$baseport" -c "CREATE SERVER orders FOREIGN DATA WRAPPER plproxy OPTIONS ($(server_options "$nparts"))" \
-    -c "CREATE USER MAPPING FOR PUBLIC SERVER orders" -c "GRANT USAGE ON FOREIGN SERVER orders TO PUBLIC"
+  make_databases "$nparts"
   echo "plproxy_cluster: proxy on $baseport, $nshards shard(s) on $((baseport + 1))..$((baseport + nshards)), $nparts partition(s)"
+  ;;
+reset)
+  nparts=${3:?$usage}
+  dir=$(cd "$dir" && pwd)
+  # shellcheck disable=SC1091
+  source "$dir/cluster.env"  # NSHARDS
+  if ! power_of_two "$nparts" || ((nparts > NSHARDS)); then
+    echo "plproxy_cluster: NPARTS must be a power of 2, at most NSHARDS" >&2
+    exit 2
+  fi
+  make_databases "$nparts"
+  echo "plproxy_cluster: databases made afresh, $nparts partition(s)"
   ;;
 partitions)
   nparts=${3:?$usage}

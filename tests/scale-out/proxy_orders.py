@@ -27,71 +27,31 @@ offered.
 from __future__ import annotations
 
 import argparse
-import http
-import json
-import queue
+import os
 import sys
 import threading
-from contextlib import contextmanager
-from socketserver import ThreadingMixIn
-from typing import Iterator, List, Optional, Tuple
+from typing import List, Tuple
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from wsgiref.simple_server import make_server
 
 import psycopg
+
+# The example service's pool, JSON, principal and server classes (its import
+# puts clients/python/src on the path, for the client's status_line).
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python-orders"))
+
+from app import Pool, QuietHandler, ThreadingServer, dumps, principal_of  # noqa: E402
+from pg_idempotency.wsgi import status_line  # noqa: E402
 
 Headers = List[Tuple[str, str]]
 PROBLEMS = "/problems/"
 MAX_KEY_LENGTH = 255
 
 
-def dumps(document: dict) -> bytes:
-    """Compact JSON with sorted members: the bytes app.py and the Python client write."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
-
-
 def problem(status: int, type_uri: str, title: str, detail: str) -> Tuple[int, Headers, bytes]:
     body = dumps({"type": type_uri, "title": title, "status": status, "detail": detail})
     return status, [("Content-Type", "application/problem+json")], body
-
-
-def status_line(status: int) -> str:
-    try:
-        return f"{status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"{status} Unknown"
-
-
-class Pool:
-    """A few autocommit connections to the proxy database shared by the server's threads."""
-
-    def __init__(self, conninfo: str, size: int) -> None:
-        self.conninfo = conninfo
-        self.idle: "queue.LifoQueue[psycopg.Connection]" = queue.LifoQueue()
-        self.slots = threading.BoundedSemaphore(size)
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        with self.slots:
-            try:
-                conn = self.idle.get_nowait()
-            except queue.Empty:
-                conn = psycopg.connect(self.conninfo, autocommit=True)
-            try:
-                yield conn
-            finally:
-                if conn.broken or conn.closed:
-                    conn.close()
-                else:
-                    self.idle.put(conn)
-
-
-def principal_of(environ: dict) -> Optional[str]:
-    auth = environ.get("HTTP_AUTHORIZATION", "")
-    prefix = "Bearer "
-    if len(auth) > len(prefix) and auth.startswith(prefix):
-        return auth[len(prefix):]
-    return None
 
 
 def valid_key(key: str) -> bool:
@@ -180,22 +140,13 @@ def make_app(pool: Pool):
     return app
 
 
-class ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - wsgiref's name
-        pass
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--dsn", default="", help="the proxy database")
     parser.add_argument("--threads", type=int, default=8, help="database connections")
     args = parser.parse_args()
-    app = make_app(Pool(args.dsn, args.threads))
+    app = make_app(Pool(args.dsn, args.threads, autocommit=True))
     server = make_server("127.0.0.1", args.port, app, server_class=ThreadingServer, handler_class=QuietHandler)
     print(f"proxy_orders: listening on 127.0.0.1:{args.port}", file=sys.stderr)
     try:
