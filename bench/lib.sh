@@ -19,3 +19,16 @@ cpu_ticks() {
   done
   echo "$total"
 }
+
+# pgbench_value OUTPUT WHAT: a figure from pgbench's report: transactions
+# ("number of transactions actually processed"), tps, or failed.
+pgbench_value() {
+  case $2 in
+  transactions) sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$1" ;;
+  tps) sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$1" | head -1 ;;
+  failed) sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$1" ;;
+  esac
+}
+
+# ratio A B: A / B with two decimals.
+ratio() { echo "scale=2; $1 / $2" | bc; }

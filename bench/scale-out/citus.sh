@@ -92,8 +92,8 @@ for ((r = 1; r <= rounds; r++)); do
       -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
     after=$(cpu_ticks "${clusters[@]}")
-    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+    n=$(pgbench_value "$out" transactions)
+    tps=$(pgbench_value "$out" tps)
     us=$(echo "scale=1; ($after - $before) * 1000000 / $ticks_per_second / $n" | bc)
     per_request[$v]+="$us"$'\n'
     printf '%-20s %6s %8.0f %10s %12s\n' "$v" "$r" "$tps" "$n" "$us"
@@ -107,9 +107,9 @@ for v in "${variants[@]}"; do
   med[$v]=$(printf '%s' "${per_request[$v]}" | median)
   printf '  %-20s %8s us\n' "$v" "${med[$v]}"
 done
-echo "ratio citus/single: $(echo "scale=2; ${med[citus]} / ${med[single]}" | bc)"
-echo "ratio plain-citus/plain-single: $(echo "scale=2; ${med[plain-citus]} / ${med[plain-single]}" | bc) (Citus alone, no key)"
+echo "ratio citus/single: $(ratio "${med[citus]}" "${med[single]}")"
+echo "ratio plain-citus/plain-single: $(ratio "${med[plain-citus]}" "${med[plain-single]}") (Citus alone, no key)"
 echo "the key's cost: single $(echo "scale=1; ${med[single]} - ${med[plain-single]}" | bc) us, citus $(echo "scale=1; ${med[citus]} - ${med[plain-citus]}" | bc) us per request"
-echo "ratio single+distributed/single: $(echo "scale=2; ${med[single+distributed]} / ${med[single]}" | bc)"
+echo "ratio single+distributed/single: $(ratio "${med[single+distributed]}" "${med[single]}")"
 echo "orders: single $("$PGBIN/psql" -X -qAt "$single_dsn" -c "SELECT count(*) FROM orders"), citus $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM orders")"
 echo "key rows on the citus shards: $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM idempotency.keys")"

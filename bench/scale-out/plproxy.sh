@@ -100,9 +100,9 @@ for ((r = 1; r <= rounds; r++)); do
     sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
     after=$(cpu_ticks "${clusters[@]}")
     proxy_after=$(cpu_ticks "${clusters[0]}")
-    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
-    failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
+    n=$(pgbench_value "$out" transactions)
+    tps=$(pgbench_value "$out" tps)
+    failed=$(pgbench_value "$out" failed)
     us=$(echo "scale=1; ($after - $before) * 1000000 / $ticks_per_second / $n" | bc)
     per_request[$v]+="$us"$'\n'
     share=-
@@ -119,11 +119,11 @@ for v in "${variants[@]}"; do
   med[$v]=$(printf '%s' "${per_request[$v]}" | median)
   printf '  %-20s %8s us\n' "$v" "${med[$v]}"
 done
-echo "ratio proxy/single: $(echo "scale=2; ${med[proxy]} / ${med[single]}" | bc) (proxy with 4 shards)"
-echo "ratio proxy1/single: $(echo "scale=2; ${med[proxy1]} / ${med[single]}" | bc) (proxy with the single node as its one shard)"
+echo "ratio proxy/single: $(ratio "${med[proxy]}" "${med[single]}") (proxy with 4 shards)"
+echo "ratio proxy1/single: $(ratio "${med[proxy1]}" "${med[single]}") (proxy with the single node as its one shard)"
 if [[ -n ${med[proxy+distributed]:-} ]]; then
-  echo "ratio proxy+distributed/single+distributed: $(echo "scale=2; ${med[proxy+distributed]} / ${med[single+distributed]}" | bc)"
-  echo "ratio single+distributed/single: $(echo "scale=2; ${med[single+distributed]} / ${med[single]}" | bc)"
+  echo "ratio proxy+distributed/single+distributed: $(ratio "${med[proxy+distributed]}" "${med[single+distributed]}")"
+  echo "ratio single+distributed/single: $(ratio "${med[single+distributed]}" "${med[single]}")"
 fi
 # Written rows, for the record: every request a fresh key (one order each).
 total=0
