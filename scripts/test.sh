@@ -70,12 +70,12 @@ python_client_tests() {
   local venv status
   venv=$(mktemp -d /tmp/idem-py.XXXXXX)
   if ! /usr/bin/python3 -m venv --system-site-packages "$venv/env" ||
-     ! "$venv/env/bin/python" -m pip install -q --no-build-isolation --no-index ./clients/python; then
-    rm -rf "$venv" clients/python/build
+     ! "$venv/env/bin/python" -m pip install -q --no-build-isolation --no-index ./client/python; then
+    rm -rf "$venv" client/python/build
     return 1
   fi
-  rm -rf clients/python/build
-  (cd clients/python/tests &&
+  rm -rf client/python/build
+  (cd client/python/tests &&
      IDEM_EXPECT_INSTALLED=1 IDEM_PYTEST_PORT=$((port + 20)) "$venv/env/bin/python" -m pytest -q -p no:cacheprovider .)
   status=$?
   rm -rf "$venv"
@@ -87,7 +87,7 @@ python_client_tests() {
 # step runs tsc), then its tests (node --test) against a cluster they start
 # themselves. npm's lock file is not kept (.gitignore), like bench/'s.
 node_client_tests() {
-  (cd clients/node &&
+  (cd client/node &&
      npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
      npm run --silent build &&
      IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)

@@ -8,12 +8,12 @@
 #   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node" by default
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
-# /usr/bin/python3 with psycopg, and clients/node built (npm install there).
+# /usr/bin/python3 with psycopg, and client/node built (npm install there).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-5}
 duration=${SECONDS_PER_RUN:-10}
-[[ -f clients/node/dist/index.js ]] || (cd clients/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+[[ -f client/node/dist/index.js ]] || (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
 
 work=$(mktemp -d /tmp/idem-langbench.XXXXXX)
 service=""

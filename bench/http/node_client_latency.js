@@ -4,7 +4,7 @@
 // its statements prepared once per session (the default) and sent in full
 // (prepare: false). Rounds alternate the three; medians. Reaches PostgreSQL
 // through node-pg's PG* environment variables (PGHOST, PGPORT, PGUSER,
-// PGDATABASE); the database needs the extension. Needs clients/node built.
+// PGDATABASE); the database needs the extension. Needs client/node built.
 //
 //   PGHOST=/tmp/pg PGDATABASE=shop node bench/http/node_client_latency.js [ROUNDS] [REQUESTS]
 "use strict";

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // node-orders: the orders service of examples/orders-service on Express and
-// node-pg, idempotent through pg-idempotency's middleware (clients/node).
+// node-pg, idempotent through pg-idempotency's middleware (client/node).
 //
 //   node app.js --port 8080 --dsn "host=... port=... dbname=..." [--threads 8]
 //
@@ -24,7 +24,7 @@ function load(name) {
     return require(name);
   } catch (error) {
     if (error.code !== "MODULE_NOT_FOUND") throw error;
-    // Not installed here: the package's own folder (clients/node, built with tsc) and its node_modules.
+    // Not installed here: the package's own folder (client/node, built with tsc) and its node_modules.
     const client = path.join(__dirname, "..", "..", "clients", "node");
     if (name === "pg-idempotency") return require(path.join(client, "dist", "index.js"));
     return require(require.resolve(name, { paths: [client] }));

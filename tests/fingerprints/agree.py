@@ -13,7 +13,7 @@ fingerprint is computed three ways and must be identical:
   client's begin() does (body as binary bytea);
 - Node: the Node client's fingerprint(), which writes the values into the SQL
   text exactly as its begin() does (escaped literals; node_fingerprints.js,
-  needs clients/node built; --node "" leaves it out);
+  needs client/node built; --node "" leaves it out);
 - SQL: idempotency.fingerprint over the bodies stored in a table (decoded from
   hex on the server, no client parameter at all).
 

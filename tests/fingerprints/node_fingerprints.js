@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Prints the fingerprint (hex) of each request read from stdin, computed by the
-// Node client (clients/node, built) exactly as its begin() sends the values:
+// Node client (client/node, built) exactly as its begin() sends the values:
 // one JSON array [method, path, body hex or null] per line in, one digest per
 // line out. Used by agree.py.
 //

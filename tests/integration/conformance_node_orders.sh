@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The HTTP conformance suite (tests/conformance) against the Node example,
-# examples/node-orders (Express middleware of clients/node), on a fresh database
-# of the throwaway cluster. Needs clients/node built (npm install + tsc, which
+# examples/node-orders (Express middleware of client/node), on a fresh database
+# of the throwaway cluster. Needs client/node built (npm install + tsc, which
 # scripts/test.sh does in the Node suite before the integration tests).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [[ ! -f clients/node/dist/index.js || ! -d clients/node/node_modules/express ]]; then
-  echo "not ok - clients/node is not built (cd clients/node && npm install --no-package-lock && npx tsc)"
+if [[ ! -f client/node/dist/index.js || ! -d client/node/node_modules/express ]]; then
+  echo "not ok - client/node is not built (cd client/node && npm install --no-package-lock && npx tsc)"
   echo "0 passed, 1 failed"
   exit 1
 fi

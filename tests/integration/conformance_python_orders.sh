@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The HTTP conformance suite (tests/conformance) against the Python example,
-# examples/python-orders (WSGI middleware of clients/python), on a fresh
+# examples/python-orders (WSGI middleware of client/python), on a fresh
 # database of the throwaway cluster. PYTHONPATH may point at an installed copy
 # of the package (scripts/test.sh installs it with pip); otherwise the example
-# uses the one in clients/python/src.
+# uses the one in client/python/src.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fingerprints agree across languages: C++ (jcs_tool), Python and Node (the clients'
 # parameters) and SQL on the RFC 8785 vectors and 1,000 generated documents.
-# Node needs clients/node built (scripts/test.sh's Node suite); the matrix
+# Node needs client/node built (scripts/test.sh's Node suite); the matrix
 # chroots have no node, so IDEM_TEST_SCOPE=matrix leaves Node out.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -16,7 +16,7 @@ principal (tests/scale-out/shard.sql); the answers are app.py's, byte for byte.
     GET  /orders/count    {"orders": n}, summed over the shards
     GET  /health          ok
 
-What the WSGI middleware of clients/python answers before the database (no or
+What the WSGI middleware of client/python answers before the database (no or
 a malformed key: 400) is answered here; a key the server refuses (22P02) is
 400 too, a body it cannot fingerprint (54000, 54001) 400 request-body-invalid,
 and a shard that does not own the principal (SH503, a resharding under way)
@@ -38,7 +38,7 @@ from wsgiref.simple_server import make_server
 import psycopg
 
 # The example service's pool, JSON, principal and server classes (its import
-# puts clients/python/src on the path, for the client's status_line).
+# puts client/python/src on the path, for the client's status_line).
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python-orders"))
 
 from app import Pool, QuietHandler, ThreadingServer, dumps, principal_of  # noqa: E402

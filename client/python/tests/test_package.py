@@ -15,7 +15,7 @@ def test_py_typed_ships_with_the_package():
 
 def test_the_installed_copy_is_under_test():
     if os.environ.get("IDEM_EXPECT_INSTALLED") != "1":
-        pytest.skip("a developer run against clients/python/src")
+        pytest.skip("a developer run against client/python/src")
     assert "site-packages" in pg_idempotency.__file__, pg_idempotency.__file__
 
 

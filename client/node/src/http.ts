@@ -2,7 +2,7 @@
  * The HTTP side of the client: responses, header lists and RFC 9457 problem bodies.
  *
  * No database here. Problem bodies are byte-identical to the C++ client's
- * (client/src/http.cpp) and the Python client's: the members detail, status,
+ * (client/cpp/src/http.cpp) and the Python client's: the members detail, status,
  * title, type in that (sorted) order, no whitespace, non-ASCII characters as raw UTF-8.
  */
 

@@ -10,7 +10,7 @@
 // BEGIN with idempotency.begin() and idempotency.complete() with COMMIT: a keyed
 // request costs the round trips of the handler's own transaction and no more.
 // Everywhere else it stands for the libpqxx connection it holds (the same with
-// libpqxx 6, 7 and 8; how that connection is made differs, in client/src).
+// libpqxx 6, 7 and 8; how that connection is made differs, in client/cpp/src).
 #pragma once
 
 #include <memory>

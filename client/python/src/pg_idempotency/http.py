@@ -1,7 +1,7 @@
 """The HTTP side of the client: responses, header lists and RFC 9457 problem bodies.
 
 No database here. Problem bodies are byte-identical to the C++ client's
-(``client/src/http.cpp``): the members ``detail``, ``status``, ``title``, ``type``
+(``client/cpp/src/http.cpp``): the members ``detail``, ``status``, ``title``, ``type``
 in that (sorted) order, no whitespace, non-ASCII characters as raw UTF-8.
 """
 
