@@ -10,7 +10,7 @@
 "use strict";
 const path = require("node:path");
 
-const client = path.join(__dirname, "..", "..", "clients", "node");
+const client = path.join(__dirname, "..", "..", "client", "node");
 const pg = require(require.resolve("pg", { paths: [client] }));
 const { Client, Response } = require(path.join(client, "dist", "index.js"));
 

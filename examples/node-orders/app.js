@@ -25,7 +25,7 @@ function load(name) {
   } catch (error) {
     if (error.code !== "MODULE_NOT_FOUND") throw error;
     // Not installed here: the package's own folder (client/node, built with tsc) and its node_modules.
-    const client = path.join(__dirname, "..", "..", "clients", "node");
+    const client = path.join(__dirname, "..", "..", "client", "node");
     if (name === "pg-idempotency") return require(path.join(client, "dist", "index.js"));
     return require(require.resolve(name, { paths: [client] }));
   }

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT / "clients" / "python" / "src"))
+sys.path.append(str(ROOT / "client" / "python" / "src"))
 
 import psycopg  # noqa: E402
 

@@ -9,7 +9,7 @@
 const path = require("node:path");
 const readline = require("node:readline");
 
-const client = path.join(__dirname, "..", "..", "clients", "node");
+const client = path.join(__dirname, "..", "..", "client", "node");
 const { fingerprint } = require(path.join(client, "dist", "index.js"));
 const pg = require(require.resolve("pg", { paths: [client] }));
 
