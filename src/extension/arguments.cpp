@@ -272,8 +272,8 @@ static bool ttl_within_limit(const Interval& ttl) {
     const Datum now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
     const TimestampTz expires = DatumGetTimestampTz(DirectFunctionCall2(
         timestamptz_pl_interval, now, IntervalPGetDatum(const_cast<Interval*>(&ttl))));
-    const TimestampTz latest =
-        DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, now, IntervalPGetDatum(&limit)));
+    const TimestampTz latest = DatumGetTimestampTz(
+        DirectFunctionCall2(timestamptz_pl_interval, now, IntervalPGetDatum(&limit)));
     return expires > DatumGetTimestampTz(now) && expires <= latest;
 }
 

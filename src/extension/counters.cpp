@@ -92,8 +92,8 @@ void init_entry(Entry* entry, const char* action, int length) {
 
 void request_shmem() {
     if (previous_request_hook != nullptr) previous_request_hook();
-    RequestAddinShmemSpace(add_size(MAXALIGN(sizeof(Shared)),
-                                    hash_estimate_size(counters_capacity(), sizeof(Entry))));
+    RequestAddinShmemSpace(
+        add_size(MAXALIGN(sizeof(Shared)), hash_estimate_size(counters_capacity(), sizeof(Entry))));
     RequestNamedLWLockTranche(kTrancheName, 1);
 }
 

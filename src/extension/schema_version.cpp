@@ -47,8 +47,7 @@ char* installed_version() {
     HeapTuple tuple = SearchSysCache1(EXTENSIONOID, ObjectIdGetDatum(extension));
     if (!HeapTupleIsValid(tuple)) return nullptr;
     bool isnull = true;
-    const Datum value =
-        SysCacheGetAttr(EXTENSIONOID, tuple, Anum_pg_extension_extversion, &isnull);
+    const Datum value = SysCacheGetAttr(EXTENSIONOID, tuple, Anum_pg_extension_extversion, &isnull);
     char* version = isnull ? nullptr : TextDatumGetCString(value);
     ReleaseSysCache(tuple);
     return version;
