@@ -64,7 +64,7 @@ SELECT DISTINCT ON (k.action, k.state, k.live)
                    OR COALESCE(r.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false)
                    AS live
           FROM idempotency.keys AS r) AS k
- ORDER BY k.action, k.state, k.live, k.created_at;
+ ORDER BY k.action, k.state, k.live, k.created_at, k.principal, k.key;  -- ties: the first by name
 COMMENT ON VIEW idempotency.oldest_keys IS
     'The oldest key of each (action, state, live) group of idempotency.status, with its principal: for the operator and support roles, not for monitoring';
 REVOKE ALL ON idempotency.oldest_keys FROM PUBLIC;
