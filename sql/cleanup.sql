@@ -13,9 +13,15 @@ SELECT 'p', 'new-' || i, 'create_order', decode(repeat('00', 32), 'hex'), 'compl
   FROM generate_series(1, 3) AS i;
 SELECT outcome FROM idempotency.acquire('p', 'leased', 'charge', decode(repeat('00', 32), 'hex'), lease => '1 hour');
 
--- The status view: rows by action, state, live vs expired, with the oldest key.
-SELECT action, state, live, keys, leases_live, oldest_principal, oldest_key, earliest_lease_until IS NOT NULL AS has_lease
-  FROM idempotency.status ORDER BY action, state, live;
+-- The status view: rows by action, state, live vs expired (counts and times
+-- only); the oldest key of each group is in idempotency.oldest_keys.
+SELECT s.action, s.state, s.live, s.keys, s.leases_live, o.principal AS oldest_principal, o.key AS oldest_key,
+       s.earliest_lease_until IS NOT NULL AS has_lease, o.created_at = s.oldest_created_at AS oldest_matches
+  FROM idempotency.status AS s JOIN idempotency.oldest_keys AS o USING (action, state, live)
+ ORDER BY action, state, live;
+SELECT count(*) AS status_columns_naming_keys
+  FROM pg_attribute WHERE attrelid = 'idempotency.status'::regclass AND attnum > 0
+   AND (attname LIKE '%principal%' OR attname LIKE '%key' OR attname LIKE '%resource%');
 
 -- One batch only: max_runtime 0 stops after the first.
 CALL idempotency.cleanup(batch_size => 10, max_runtime => '0');

@@ -86,4 +86,21 @@ SELECT idempotency.stats_reset() > :'reset_at' AS reset_later;
 SELECT * FROM counted;
 SELECT count(*) > 0 AS rows_kept, bool_and(stats_reset > :'reset_at') AS reset_shown
   FROM idempotency.stats WHERE action LIKE 'ctr%';
+-- An action name longer than the 255 bytes shown is cut on a character
+-- boundary of the database's encoding: 'lng_' and 200 times U+00E9 (two
+-- bytes each in UTF-8) cut at 255 bytes would end in half a character (0.6.0:
+-- convert_to failed with 22021, and the view could not be read under
+-- client_encoding LATIN1); it keeps 254 bytes, 129 characters, and a client
+-- reading it as LATIN1 gets all of them.
+SELECT idempotency.save_final('p', 'long-1', 'lng_' || repeat(chr(233), 200),
+                              idempotency.fingerprint('POST', '/l'), 422) AS stored;
+SELECT octet_length(action) AS bytes, length(action) AS characters,
+       octet_length(convert_to(action, 'UTF8')) AS utf8_bytes,
+       octet_length(convert_to(action, 'LATIN1')) AS latin1_bytes, save_final_stored
+  FROM idempotency.stats WHERE database = current_database() AND action LIKE 'lng\_%';
+SET client_encoding = 'LATIN1';
+SELECT action AS long_action FROM idempotency.stats
+ WHERE database = current_database() AND action LIKE 'lng\_%' \gset
+SELECT octet_length(:'long_action') AS utf8_bytes_sent_back_as_latin1;
+RESET client_encoding;
 DELETE FROM idempotency.keys;

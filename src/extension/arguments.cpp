@@ -9,9 +9,12 @@ extern "C" {
 
 #include <limits.h>
 
+#include "access/xact.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 }
 
 namespace idem::pg {
@@ -251,12 +254,36 @@ Interval duration_argument(FunctionCallInfo fcinfo, int arg, int64 default_usecs
     return span;
 }
 
-// The ttl: the setting's own maximum (any larger ttl would only push
-// expires_at towards the end of the timestamp range).
+// Whether now + ttl is after now and at most now + 366 days (the setting's
+// own maximum), by PostgreSQL's timestamptz + interval - the arithmetic that
+// computes expires_at - with now the transaction's start, as there. A month
+// is not 30 days there: '12 mon 6 days' is 371 days, '11 mon 36 days' 370 or
+// so. Fields so large that the sum could leave the timestamp range (over
+// 10,000 years either way) are refused before it.
+static bool ttl_within_limit(const Interval& ttl) {
+    constexpr int64 kFieldLimitDays = 3660000;
+    if (ttl.month > 120000 || ttl.month < -120000 || ttl.day > kFieldLimitDays ||
+        ttl.day < -kFieldLimitDays || ttl.time > kFieldLimitDays * USECS_PER_DAY ||
+        ttl.time < -kFieldLimitDays * USECS_PER_DAY)
+        return false;
+    Interval limit;
+    memset(&limit, 0, sizeof limit);
+    limit.day = kMaxTtlSeconds / SECS_PER_DAY;
+    const Datum now = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+    const TimestampTz expires = DatumGetTimestampTz(DirectFunctionCall2(
+        timestamptz_pl_interval, now, IntervalPGetDatum(const_cast<Interval*>(&ttl))));
+    const TimestampTz latest = DatumGetTimestampTz(
+        DirectFunctionCall2(timestamptz_pl_interval, now, IntervalPGetDatum(&limit)));
+    return expires > DatumGetTimestampTz(now) && expires <= latest;
+}
+
+// The ttl: more than 0 and at most 366 days, on the timestamps it gives.
 Interval ttl_argument(FunctionCallInfo fcinfo, int arg) {
-    return duration_argument(fcinfo, arg, static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC, 0,
-                             false, static_cast<int64>(kMaxTtlSeconds) * USECS_PER_SEC,
-                             "ttl must be more than 0 and at most 366 days", nullptr);
+    if (!argument_given(fcinfo, arg))
+        return interval_of_usecs(static_cast<int64>(key_ttl_seconds) * USECS_PER_SEC);
+    const Interval ttl = *PG_GETARG_INTERVAL_P(arg);
+    if (!ttl_within_limit(ttl)) invalid("ttl must be more than 0 and at most 366 days");
+    return ttl;
 }
 
 // The lease: the setting's own range. The floor is one a renewer can keep:

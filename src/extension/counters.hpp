@@ -1,12 +1,11 @@
 // Server-side counters: what every call of the protocol did, per database and
-// per action, in shared memory (counters.cpp). The entry points call one of
-// the count_* functions below, one line per event; each is a no-op unless the
-// library was loaded by shared_preload_libraries (counters_on()).
+// per action, in shared memory (counters.cpp; the SQL functions that read and
+// reset them are in counters_sql.cpp). A counter is told what happened - an
+// event, an action name, how long a call waited - and knows nothing of keys,
+// rows or outcomes: outcome.hpp turns the protocol's results into these calls.
+// Each function is a no-op unless the library was loaded by
+// shared_preload_libraries (counters_on()).
 #pragma once
-
-#include "key_lock.hpp"
-#include "key_row.hpp"
-#include "outcome.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -43,9 +42,6 @@ enum class Counter {
     count
 };
 
-/// Which function asked, for the outcome counters.
-enum class Caller { begin, acquire };
-
 /// The shared area is there (the library was preloaded).
 extern bool counters_attached;
 
@@ -59,21 +55,12 @@ void counters_init();
 /// Counts `n` events `counter` under `action` (nullptr: '(unknown)').
 void count_event(Counter counter, text* action, int64 n = 1);
 
-/// Counts the outcome of begin() or acquire(), a takeover when the start
-/// replaced an in_progress row (`row` may be nullptr), and the wait for the
-/// key lock when there was one.
-void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
-                   const KeyRow* row);
+/// Counts one event `counter` under `action`, a takeover too when `takeover`,
+/// and a wait of `waited_us` microseconds when `waited`: one entry lookup for
+/// the whole start of a request.
+void count_start(Counter counter, text* action, bool takeover, bool waited, int64 waited_us);
 
-/// Counts the wait for the key lock, when there was one.
-void count_wait(text* action, const KeyLock& lock);
-
-/// Counts save_final()'s answer; returns `stored`.
-bool count_save_final(text* action, bool stored);
-
-/// Counts a call with a fence: `done` under `action` when it held the key,
-/// a stale-fence refusal (under the key's current action, looked up) when
-/// not. Returns `held`.
-bool count_fenced(Counter done, bool held, text* action, text* principal, text* key);
+/// Counts a wait of `waited_us` microseconds for a key another transaction held.
+void count_wait(text* action, int64 waited_us);
 
 }  // namespace idem::pg

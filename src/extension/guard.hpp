@@ -24,6 +24,7 @@
 
 #include "fingerprint.hpp"
 #include "jcs.hpp"
+#include "schema_version.hpp"
 #include "settings.hpp"
 
 extern "C" {
@@ -140,13 +141,15 @@ bool run_interruptible(SqlError& error, Compute compute) {
     }
 }
 
-/// The one way into the extension from SQL: refuses to run with a setting that
+/// The one way into the extension from SQL: refuses to serve a schema newer
+/// than this library (require_known_schema) and to run with a setting that
 /// fell back to its default (require_valid_settings), then runs the body inside
 /// the C++ guard and raises a C++ failure as a PostgreSQL error once the C++
 /// frames are gone. A PostgreSQL error raised by the body passes through: no
 /// object with a destructor lives in these frames.
 template <Datum (*Body)(FunctionCallInfo)>
 Datum sql_entry(FunctionCallInfo fcinfo) {
+    require_known_schema();
     require_valid_settings();
     SqlError error;
     Datum result = 0;

@@ -1,11 +1,13 @@
 // Module entry: PG_MODULE_MAGIC, _PG_init (settings, then the cache and
-// transaction callbacks, and the counters' shared memory when preloaded),
+// transaction callbacks - the schema version's among them - and the counters'
+// shared memory when preloaded),
 // and the one function that turns a captured C++ failure into a PostgreSQL
 // error.
 #include "counters.hpp"
 #include "guard.hpp"
 #include "key_store.hpp"
 #include "pending.hpp"
+#include "schema_version.hpp"
 #include "settings.hpp"
 
 extern "C" {
@@ -32,6 +34,7 @@ extern "C" void _PG_init(void) {
     idem::pg::define_settings();
     idem::pg::key_store_init();
     idem::pg::pending_init();
+    idem::pg::schema_version_init();
     // Counters live in shared memory, which only a preloaded library can ask for.
     if (process_shared_preload_libraries_in_progress) idem::pg::counters_init();
 }

@@ -1,7 +1,10 @@
-// From a key row to what begin() and acquire() answer: the outcome, and the
-// idempotency.key_outcome row that carries it.
+// From a key row to what begin() and acquire() answer: the outcome, the
+// idempotency.key_outcome row that carries it, and what the counters are told
+// of it (counters.hpp takes plain values: an event, an action, a wait).
 #pragma once
 
+#include "counters.hpp"
+#include "key_lock.hpp"
 #include "key_row.hpp"
 
 extern "C" {
@@ -34,5 +37,25 @@ void require_snapshot_sees_winner(const Request& request, const KeyRow& seen);
 /// mismatch: the resource id; in_progress: the lease). `row` may be nullptr
 /// (in_progress after a wait that ran out).
 Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row);
+
+/// Which function asked, for the outcome counters.
+enum class Caller { begin, acquire };
+
+/// Counts the outcome of begin() or acquire(), a takeover when the start
+/// replaced an in_progress row (`row` may be nullptr), and the wait for the
+/// key lock when there was one.
+void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
+                   const KeyRow* row);
+
+/// Counts the wait for the key lock, when there was one.
+void count_wait(text* action, const KeyLock& lock);
+
+/// Counts save_final()'s answer; returns `stored`.
+bool count_save_final(text* action, bool stored);
+
+/// Counts a call with a fence: `done` under `action` when it held the key,
+/// a stale-fence refusal when not, under the key's current action (looked up
+/// here, in the protocol, only for a refusal with counters on). Returns `held`.
+bool count_fenced(Counter done, bool held, text* action, text* principal, text* key);
 
 }  // namespace idem::pg

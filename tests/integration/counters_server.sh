@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The counters of idempotency.stats where a pg_regress file cannot go: a
-# server of its own (library preloaded, idempotency.max_actions = 3) where
-# further actions are counted under '(other)'; then what is promised across a
+# server of its own (library preloaded, idempotency.max_actions = 8) where a
+# database names at most its share, ceil(8 / 4) = 2 actions, and counts its
+# further ones under its own '(other)', so that a database that sends many
+# action names does not move another database's new actions to '(other)'
+# (0.6.0 let the first database take the whole table); then what is promised across a
 # crash and a restart: the counters live in shared memory only, so crash
 # recovery and a restart start them again from zero (stats_reset shows the
 # time), and counting goes on at once. Port: PGPORT + 31 of the cluster of
@@ -19,7 +22,7 @@ cleanup() {
 trap cleanup EXIT
 as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 fail() { echo "FAIL: $*"; exit 1; }
-PGCLUSTER_CONF="idempotency.max_actions = 3" \
+PGCLUSTER_CONF="idempotency.max_actions = 8" \
   scripts/pgcluster.sh start "$dir/pg" "${IDEM_COUNTERS_PORT:-$((${PGPORT:-54329} + 31))}"
 # shellcheck disable=SC1091
 source "$dir/pg/env"
@@ -28,17 +31,35 @@ psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE idem_ctr"
 q "CREATE EXTENSION idempotency"
 fp="idempotency.fingerprint('POST', '/x')"
 rows() {
-  q "SELECT coalesce(string_agg(action || ':' || save_final_stored, ' ' ORDER BY action), '-')
+  psql -X -q -At -v ON_ERROR_STOP=1 -d "${1:-idem_ctr}" -c \
+    "SELECT coalesce(string_agg(action || ':' || save_final_stored, ' ' ORDER BY action), '-')
        FROM idempotency.stats WHERE database = current_database()"
 }
 
-echo "--- more actions than idempotency.max_actions"
-for i in 1 2 3 4 5; do q "SELECT idempotency.save_final('p', 'k$i', 'act$i', $fp, 422)" >/dev/null; done
-q "SELECT idempotency.save_final('p', 'k6', 'act1', $fp, 422)" >/dev/null
+echo "--- one database sends more action names than idempotency.max_actions"
+for i in $(seq 1 12); do q "SELECT idempotency.save_final('p', 'k$i', 'act$i', $fp, 422)" >/dev/null; done
+q "SELECT idempotency.save_final('p', 'k13', 'act1', $fp, 422)" >/dev/null
 got=$(rows)
 echo "counted: $got"
-[[ $got == "(other):2 act1:2 act2:1 act3:1" ]] || fail "expected act1..act3 and (other) with 2, got '$got'"
-[[ $(q "SHOW idempotency.max_actions") == 3 ]] || fail "idempotency.max_actions not applied"
+[[ $got == "(other):10 act1:2 act2:1" ]] ||
+  fail "expected act1, act2 (the database's share) and (other) with 10, got '$got'"
+[[ $(q "SHOW idempotency.max_actions") == 8 ]] || fail "idempotency.max_actions not applied"
+
+echo "--- another database still names its new actions"
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE idem_ctr2"
+psql -X -q -v ON_ERROR_STOP=1 -d idem_ctr2 -c "CREATE EXTENSION idempotency"
+for a in other1 other2 other3; do
+  psql -X -q -At -v ON_ERROR_STOP=1 -d idem_ctr2 \
+    -c "SELECT idempotency.save_final('p', '$a', '$a', $fp, 422)" >/dev/null
+done
+got=$(rows idem_ctr2)
+echo "counted in idem_ctr2: $got"
+[[ $got == "(other):1 other1:1 other2:1" ]] ||
+  fail "expected other1, other2 named in the second database, got '$got'"
+got=$(rows)
+[[ $got == "(other):10 act1:2 act2:1" ]] || fail "the first database's rows moved: '$got'"
+[[ $(q "SELECT count(*) FROM idempotency.stats WHERE database IS NULL AND save_final_stored > 0") == 0 ]] ||
+  fail "calls counted under the server-wide (other)"
 
 echo "--- crash recovery"
 before=$(q "SELECT stats_reset FROM idempotency.stats WHERE database IS NULL")
@@ -66,7 +87,7 @@ echo "after the crash: $got"
 [[ $got == "-" ]] || fail "counters survived a crash: '$got'"
 [[ $(q "SELECT stats_reset > '$before' FROM idempotency.stats WHERE database IS NULL") == t ]] ||
   fail "stats_reset does not show the crash"
-q "SELECT idempotency.save_final('p', 'k7', 'act9', $fp, 422)" >/dev/null
+q "SELECT idempotency.save_final('p', 'k-crash', 'act9', $fp, 422)" >/dev/null
 got=$(rows)
 [[ $got == "act9:1" ]] || fail "counting after the crash: '$got'"
 

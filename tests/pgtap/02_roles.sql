@@ -23,7 +23,7 @@ CREATE ROLE idem_doc_support NOLOGIN;
 \set grants `tests/pgtap/doc_grants.sh`
 :grants
 
-SELECT plan(62);
+SELECT plan(64);
 SELECT ok(:'grants' LIKE '%GRANT%TO idem_doc_app;%' AND :'grants' LIKE '%TO idem_doc_ops;%'
           AND :'grants' LIKE '%TO idem_doc_monitoring;%' AND :'grants' LIKE '%TO idem_doc_support;%',
           'the docs hold a GRANT block for each of app, ops, monitoring and support');
@@ -39,7 +39,7 @@ CREATE FUNCTION pg_temp.executes(r name) RETURNS name[] LANGUAGE sql AS $$
        AND (r = 'public' OR NOT has_function_privilege('public', p.oid, 'EXECUTE'))
 $$;
 CREATE FUNCTION pg_temp.holds(r name) RETURNS text[] LANGUAGE sql AS $$
-    SELECT coalesce(array_agg(c.relname || ':' || v.priv ORDER BY 1), '{}')
+    SELECT coalesce(array_agg(c.relname || ':' || v.priv ORDER BY c.relname || ':' || v.priv), '{}')
       FROM pg_depend AS e JOIN pg_class AS c ON e.classid = 'pg_class'::regclass AND c.oid = e.objid,
            unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS v(priv)
      WHERE e.refclassid = 'pg_extension'::regclass AND e.deptype = 'e'
@@ -54,15 +54,16 @@ SELECT is(pg_temp.executes('idem_doc_app'), '{acquire,begin,claim,complete,relea
           'app executes both protocols and claim, nothing else');
 SELECT is(pg_temp.executes('idem_doc_ops'), '{cleanup,cleanup_batch,stats_reset}',
           'ops executes cleanup and stats_reset, nothing else');
-SELECT is(pg_temp.executes('idem_doc_monitoring'), '{lookup,stats_counters}',
-          'monitoring executes lookup and the counters behind the stats view, nothing else');
+SELECT is(pg_temp.executes('idem_doc_monitoring'), '{stats_counters}',
+          'monitoring executes the counters behind the stats view, nothing else (not lookup)');
 SELECT is(pg_temp.executes('idem_doc_support'), '{forget,lookup}', 'support executes lookup and forget, nothing else');
 SELECT is(pg_temp.holds('public'), '{}', 'PUBLIC holds no privilege on the extension''s relations');
 SELECT is(pg_temp.holds('idem_doc_app'), '{}', 'app holds no privilege on the extension''s relations');
-SELECT is(pg_temp.holds('idem_doc_ops'), '{abandoned:SELECT}', 'ops may only SELECT the abandoned view');
-SELECT is(pg_temp.holds('idem_doc_monitoring'), '{status:SELECT,stats:SELECT}',
+SELECT is(pg_temp.holds('idem_doc_ops'), '{abandoned:SELECT,oldest_keys:SELECT}',
+          'ops may only SELECT the abandoned and oldest_keys views');
+SELECT is(pg_temp.holds('idem_doc_monitoring'), '{stats:SELECT,status:SELECT}',
           'monitoring may only SELECT the status and stats views');
-SELECT is(pg_temp.holds('idem_doc_support'), '{}', 'support holds no privilege on the extension''s relations');
+SELECT is(pg_temp.holds('idem_doc_support'), '{oldest_keys:SELECT}', 'support may only SELECT the oldest_keys view');
 
 -- Rows for the roles to work on: two expired keys and a live one.
 INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
@@ -134,11 +135,11 @@ SELECT throws_ok($$SELECT idempotency.begin('tenant', 'k-ops', 'a', idempotency.
 SELECT throws_ok($$SELECT idempotency.schedule_cleanup()$$, '42501', NULL, 'ops cannot schedule cleanup');
 RESET ROLE;
 
--- monitoring: the status view and lookup ...
+-- monitoring: the status and stats views ...
 SET ROLE idem_doc_monitoring;
 SELECT ok((SELECT keys FROM idempotency.status WHERE action = 'refund' AND live) = 1, 'monitoring reads the status view');
-SELECT is((SELECT state || ' ' || response_status FROM idempotency.lookup('tenant', 'k-tx')), 'completed 201',
-          'monitoring can lookup');
+SELECT throws_ok($$SELECT * FROM idempotency.lookup('tenant', 'k-tx')$$, '42501', NULL,
+                 'monitoring cannot lookup (a key''s resource id)');
 SELECT ok((SELECT count(*) FROM idempotency.stats WHERE database IS NULL AND action = '(other)') = 1,
           'monitoring reads the stats view');
 -- ... and nothing else.
@@ -150,11 +151,13 @@ SELECT throws_ok($$SELECT * FROM idempotency.cleanup_batch(10, NULL)$$, '42501',
 SELECT throws_ok($$CALL idempotency.cleanup()$$, '42501', NULL, 'monitoring cannot run cleanup');
 SELECT throws_ok($$SELECT idempotency.stats_reset()$$, '42501', NULL, 'monitoring cannot reset the counters');
 SELECT throws_ok($$SELECT * FROM idempotency.abandoned$$, '42501', NULL, 'monitoring cannot see keys in the abandoned view');
+SELECT throws_ok($$SELECT * FROM idempotency.oldest_keys$$, '42501', NULL, 'monitoring cannot see the oldest keys');
 RESET ROLE;
 
 -- support: lookup and forget ...
 SET ROLE idem_doc_support;
 SELECT is((SELECT state FROM idempotency.lookup('tenant', 'k-final')), 'completed', 'support can lookup');
+SELECT ok((SELECT count(*) FROM idempotency.oldest_keys WHERE principal = 'tenant') > 0, 'support sees the oldest keys');
 SELECT ok(idempotency.forget('tenant', 'k-final'), 'support can forget');
 -- ... and nothing else.
 SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'support cannot read the table');
