@@ -9,13 +9,21 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
+#include "utils/rel.h"
 #include "utils/syscache.h"
 }
+
+#include <cstdlib>
 
 namespace idem::pg {
 
@@ -40,22 +48,42 @@ bool served(const char* version) {
 }
 
 // The installed version of the extension in this database, palloc'd; nullptr
-// when the extension is not (or no longer) there.
+// when the extension is not (or no longer) there. Read by an index scan, not
+// through EXTENSIONOID, which a server older than this build may lack (see
+// schema_version_init); it runs once per session and after invalidations.
 char* installed_version() {
     const Oid extension = get_extension_oid("idempotency", true);
     if (!OidIsValid(extension)) return nullptr;
-    HeapTuple tuple = SearchSysCache1(EXTENSIONOID, ObjectIdGetDatum(extension));
-    if (!HeapTupleIsValid(tuple)) return nullptr;
-    bool isnull = true;
-    const Datum value = SysCacheGetAttr(EXTENSIONOID, tuple, Anum_pg_extension_extversion, &isnull);
-    char* version = isnull ? nullptr : TextDatumGetCString(value);
-    ReleaseSysCache(tuple);
+    Relation catalog = table_open(ExtensionRelationId, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+                ObjectIdGetDatum(extension));
+    SysScanDesc scan = systable_beginscan(catalog, ExtensionOidIndexId, true, nullptr, 1, &key);
+    char* version = nullptr;
+    HeapTuple tuple = systable_getnext(scan);
+    if (HeapTupleIsValid(tuple)) {
+        bool isnull = true;
+        const Datum value =
+            heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(catalog), &isnull);
+        if (!isnull) version = TextDatumGetCString(value);
+    }
+    systable_endscan(scan);
+    table_close(catalog, AccessShareLock);
     return version;
 }
 
 }  // namespace
 
-void schema_version_init() { CacheRegisterSyscacheCallback(EXTENSIONOID, forget_version, 0); }
+// pg_extension got a system cache (EXTENSIONOID, appended to the list to keep
+// the ABI) in the minor releases of 2025; a server older than the headers of
+// this build may lack it, and a callback on a cache the server does not have
+// is FATAL. There, a change of any function (PROCOID) stands in: every upgrade
+// script replaces functions, and a spurious forget costs one index scan.
+void schema_version_init() {
+    const char* running = GetConfigOption("server_version_num", false, false);
+    const bool has_extension_cache = running != nullptr && atoi(running) >= PG_VERSION_NUM;
+    CacheRegisterSyscacheCallback(has_extension_cache ? EXTENSIONOID : PROCOID, forget_version, 0);
+}
 
 void require_known_schema() {
     if (likely(state == SchemaState::served)) return;
