@@ -97,7 +97,8 @@ func Retryable(err error) bool {
 	return state == "40001" || state == "40P01"
 }
 
-const finalStatusesSQL = "SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"
+const finalStatusesSQL = "SELECT s FROM pg_catalog.generate_series(100, 599) AS s" +
+	" WHERE idempotency.is_final(s)"
 
 // finalStatuses says which statuses are stored: idempotency.is_final, read once
 // per client, or a fixed list.

@@ -116,7 +116,8 @@ func ProblemResponse(p Problem, detail, typeBase string) Response {
 
 // outcomeResponse answers an outcome of begin/acquire that does not run the
 // handler, by the table of client/protocol.json (Outcomes).
-func outcomeResponse(outcome string, stored storedRow, typeBase string, retryAfter int) (Response, bool) {
+func outcomeResponse(outcome string, stored storedRow, typeBase string, retryAfter int) (Response,
+	bool) {
 	rule, ok := Outcomes[outcome]
 	if !ok || rule.RunHandler {
 		return Response{}, false

@@ -11,12 +11,14 @@ func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // Bytes the C++ client (nlohmann_json) produces for the same problem; the
 // conformance suite checks them against the C++ service.
-const cppKeyReuse = `{"detail":"This Idempotency-Key was used for a different request; use a new key for a new request.",` +
+const cppKeyReuse = `{"detail":"This Idempotency-Key was used for a different request;` +
+	` use a new key for a new request.",` +
 	`"status":422,"title":"Idempotency-Key was used for another request",` +
 	`"type":"/problems/idempotency-key-reuse"}`
 
 func TestProblemBodyMatchesTheCppClientBytes(t *testing.T) {
-	response := ProblemResponse(ProblemKeyReuse, Outcomes["mismatch"].Detail, DefaultProblemTypeBase)
+	response := ProblemResponse(ProblemKeyReuse, Outcomes["mismatch"].Detail,
+		DefaultProblemTypeBase)
 	if response.Status != 422 || string(response.Body) != cppKeyReuse {
 		t.Fatalf("%d %s", response.Status, response.Body)
 	}
@@ -26,7 +28,8 @@ func TestProblemBodyMatchesTheCppClientBytes(t *testing.T) {
 }
 
 func TestProblemBodyEscapesLikeNlohmann(t *testing.T) {
-	got := ProblemBody(400, "/p/x", "t", "quote \" backslash \\ tab \t ctl \x01 del \x7f é € <&> \u2028")
+	got := ProblemBody(400, "/p/x", "t",
+		"quote \" backslash \\ tab \t ctl \x01 del \x7f é € <&> \u2028")
 	want := `{"detail":"quote \" backslash \\ tab \t ctl \u0001 del ` + "\x7f é € <&> \u2028" +
 		`","status":400,"title":"t","type":"/p/x"}`
 	if string(got) != want {
@@ -50,15 +53,18 @@ func TestHeadersCompareWithoutCaseAndSetReplaces(t *testing.T) {
 
 func TestStoredHeadersInBothFormsAndKeptHeadersJSON(t *testing.T) {
 	pairs := parseStoredHeaders(`[["Link","</a>"],["Location","/o/1"],["Link","</b>"]]`)
-	if !reflect.DeepEqual(pairs, Headers{{"Link", "</a>"}, {"Location", "/o/1"}, {"Link", "</b>"}}) {
+	if !reflect.DeepEqual(pairs, Headers{{"Link", "</a>"}, {"Location", "/o/1"}, {"Link",
+		"</b>"}}) {
 		t.Errorf("pairs %+v", pairs)
 	}
 	object := parseStoredHeaders(`{"ETag": "\"x\"", "Location": "/o/1"}`)
 	if !reflect.DeepEqual(object, Headers{{"ETag", `"x"`}, {"Location", "/o/1"}}) {
 		t.Errorf("object %+v", object)
 	}
-	response := Response{Headers: Headers{{"location", "/o/\"1\""}, {"X-Other", "no"}, {"Content-Type", "é"}}}
-	if got := keptHeadersJSON(response, DefaultKeptHeaders); got != `[["location","/o/\"1\""],["Content-Type","é"]]` {
+	response := Response{Headers: Headers{{"location", "/o/\"1\""}, {"X-Other", "no"},
+		{"Content-Type", "é"}}}
+	if got := keptHeadersJSON(response,
+		DefaultKeptHeaders); got != `[["location","/o/\"1\""],["Content-Type","é"]]` {
 		t.Errorf("kept %s", got)
 	}
 }

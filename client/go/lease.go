@@ -19,7 +19,8 @@ const (
 		" $10::interval)"
 	renewSQL    = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
 	markDoneSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer)"
-	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer," +
+	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint," +
+		" status => $4::integer," +
 		" body => $5::bytea, headers => $6::jsonb, resource_id => $7::text," +
 		" one_time_secret => $8::boolean)"
 	releaseSQL = "SELECT idempotency.release($1, $2, $3::bigint)"
@@ -146,7 +147,8 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 			problem = ProblemKeyMissing
 		}
 		return LeaseResult{Outcome: Rejected, Response: r.problem(problem, fmt.Sprintf(
-			"An Idempotency-Key of 1 to %d visible ASCII characters is required.", options.MaxKeyLength))}, nil
+			"An Idempotency-Key of 1 to %d visible ASCII characters is required.",
+			options.MaxKeyLength))}, nil
 	}
 	if options.Policy == Remember {
 		if err := r.final.load(ctx, r.pool); err != nil { // known before holding anything
@@ -158,7 +160,8 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 	var stored storedRow
 	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
 		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(options.TTL),
-		interval(options.Wait)).Scan(&outcome, &fence, &stored.status, &stored.headers, &stored.body,
+		interval(options.Wait)).Scan(&outcome, &fence, &stored.status, &stored.headers,
+		&stored.body,
 		&stored.resourceID, &stored.leaseSeconds)
 	if sqlState(err) == stateKeyRefused {
 		return LeaseResult{Outcome: Rejected, Response: r.problem(ProblemKeyMalformed,
@@ -180,9 +183,11 @@ func (r *LeaseRunner) answer(outcome string, stored storedRow) (LeaseResult, err
 		return LeaseResult{Outcome: Duplicate,
 			Response: r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)}, nil
 	}
-	response, known := outcomeResponse(outcome, stored, r.options.ProblemTypeBase, DefaultRetryAfterSeconds)
+	response, known := outcomeResponse(outcome, stored, r.options.ProblemTypeBase,
+		DefaultRetryAfterSeconds)
 	if !known {
-		return LeaseResult{}, fmt.Errorf("idempotency: acquire returned an unknown outcome %q", outcome)
+		return LeaseResult{}, fmt.Errorf("idempotency: acquire returned an unknown outcome %q",
+			outcome)
 	}
 	switch outcome {
 	case "mismatch":

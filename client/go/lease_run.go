@@ -42,7 +42,8 @@ func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, resp
 	p, k := req.Principal, req.Key
 	var settled bool
 	run := func(sql string, args ...interface{}) error {
-		return r.pool.QueryRow(ctx, sql, append([]interface{}{p, k, fence}, args...)...).Scan(&settled)
+		return r.pool.QueryRow(ctx, sql, append([]interface{}{p, k, fence},
+			args...)...).Scan(&settled)
 	}
 	var err error
 	switch {
@@ -81,7 +82,8 @@ type renewer struct {
 	renewals int
 }
 
-func startRenewer(pool *pgxpool.Pool, principal, key string, fence int64, options LeaseOptions) *renewer {
+func startRenewer(pool *pgxpool.Pool, principal, key string, fence int64,
+	options LeaseOptions) *renewer {
 	period := options.Lease / 3
 	if period < 50*time.Millisecond {
 		period = 50 * time.Millisecond

@@ -65,10 +65,12 @@ func TestRememberReplaysTheStoredResponse(t *testing.T) {
 
 func TestRememberReleasesANonFinalResponse(t *testing.T) {
 	runner, who, calls := newRunner(t, LeaseOptions{Policy: Remember}), principal(t), 0
-	if r := run(t, runner, paymentRequest(who, "k", payment), effect(&calls, 503)); r.Outcome != Fresh {
+	if r := run(t, runner, paymentRequest(who, "k", payment), effect(&calls,
+		503)); r.Outcome != Fresh {
 		t.Fatalf("%+v", r)
 	}
-	if r := run(t, runner, paymentRequest(who, "k", payment), effect(&calls, 201)); r.Outcome != Fresh ||
+	if r := run(t, runner, paymentRequest(who, "k", payment), effect(&calls,
+		201)); r.Outcome != Fresh ||
 		calls != 2 {
 		t.Fatalf("%+v calls %d", r, calls)
 	}
@@ -85,7 +87,8 @@ func TestOnceHoldsTheKeyEvenAfterAFailure(t *testing.T) {
 	calls := 0
 	duplicate := run(t, runner, paymentRequest(who, "k", payment), effect(&calls, 201))
 	if duplicate.Outcome != Duplicate || duplicate.Response.Status != 409 || calls != 0 ||
-		!strings.Contains(string(duplicate.Response.Body), `"type":"/problems/request-already-processed"`) {
+		!strings.Contains(string(duplicate.Response.Body),
+			`"type":"/problems/request-already-processed"`) {
 		t.Fatalf("%+v", duplicate)
 	}
 }
@@ -94,7 +97,8 @@ func TestCommitOnSuccessReleasesAFailure(t *testing.T) {
 	runner, who, calls := newRunner(t, LeaseOptions{Policy: CommitOnSuccess}), principal(t), 0
 	outcomes := []LeaseOutcome{}
 	for _, status := range []int{502, 200, 200} {
-		outcomes = append(outcomes, run(t, runner, paymentRequest(who, "k", payment), effect(&calls, status)).Outcome)
+		outcomes = append(outcomes, run(t, runner, paymentRequest(who, "k", payment), effect(&calls,
+			status)).Outcome)
 	}
 	if outcomes[0] != Fresh || outcomes[1] != Fresh || outcomes[2] != Duplicate || calls != 2 {
 		t.Fatalf("%v calls %d", outcomes, calls)
@@ -105,7 +109,8 @@ func TestCommitOnSuccessReleasesAFailure(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatal(err)
 	}
-	if r := run(t, runner, paymentRequest(who, "k2", payment), effect(&calls, 200)); r.Outcome != Fresh {
+	if r := run(t, runner, paymentRequest(who, "k2", payment), effect(&calls,
+		200)); r.Outcome != Fresh {
 		t.Fatalf("after an error the key was not released: %+v", r)
 	}
 }
@@ -114,7 +119,8 @@ func TestALiveLeaseIsInProgress(t *testing.T) {
 	holder := newRunner(t, LeaseOptions{Lease: 5 * time.Second})
 	other, who := newRunner(t, LeaseOptions{}), principal(t)
 	var busy LeaseResult
-	result := run(t, holder, paymentRequest(who, "k", payment), func(ctx context.Context) (Response, error) {
+	result := run(t, holder, paymentRequest(who, "k", payment), func(ctx context.Context) (Response,
+		error) {
 		busy = run(t, other, paymentRequest(who, "k", payment), effect(new(int), 201))
 		return Response{Status: 201, Body: []byte("{}")}, nil
 	})
@@ -129,7 +135,8 @@ func TestALiveLeaseIsInProgress(t *testing.T) {
 func TestRenewalKeepsABodyLongerThanTheLease(t *testing.T) {
 	runner, who := newRunner(t, LeaseOptions{Lease: 300 * time.Millisecond}), principal(t)
 	thief, stolen := newRunner(t, LeaseOptions{}), LeaseResult{}
-	result := run(t, runner, paymentRequest(who, "k", payment), func(ctx context.Context) (Response, error) {
+	result := run(t, runner, paymentRequest(who, "k", payment), func(ctx context.Context) (Response,
+		error) {
 		time.Sleep(700 * time.Millisecond) // more than twice the lease
 		stolen = run(t, thief, paymentRequest(who, "k", payment), effect(new(int), 201))
 		time.Sleep(300 * time.Millisecond)
@@ -144,12 +151,14 @@ func TestALostLeaseIsFreshUnfenced(t *testing.T) {
 	runner := newRunner(t, LeaseOptions{Lease: 200 * time.Millisecond, NoRenew: true})
 	thief, who, calls := newRunner(t, LeaseOptions{Lease: 5 * time.Second}), principal(t), 0
 	var taken LeaseResult
-	result := run(t, runner, paymentRequest(who, "k", payment), func(ctx context.Context) (Response, error) {
+	result := run(t, runner, paymentRequest(who, "k", payment), func(ctx context.Context) (Response,
+		error) {
 		time.Sleep(500 * time.Millisecond) // the lease runs out; another holder takes the key over
 		taken = run(t, thief, paymentRequest(who, "k", payment), effect(&calls, 201))
 		return Response{Status: 201, Body: []byte("{}")}, nil
 	})
-	if result.Outcome != FreshUnfenced || taken.Outcome != Fresh || taken.Fence <= result.Fence || calls != 1 {
+	if result.Outcome != FreshUnfenced || taken.Outcome != Fresh || taken.Fence <= result.Fence ||
+		calls != 1 {
 		t.Fatalf("%+v / %+v", result, taken)
 	}
 	replay := run(t, thief, paymentRequest(who, "k", payment), effect(&calls, 201))
@@ -176,7 +185,8 @@ func TestConcurrentRunsOnOneRunner(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			result, err := runner.Run(context.Background(), paymentRequest(who, "k"+strconv.Itoa(i), payment),
+			result, err := runner.Run(context.Background(), paymentRequest(who, "k"+strconv.Itoa(i),
+				payment),
 				func(ctx context.Context) (Response, error) {
 					time.Sleep(200 * time.Millisecond)
 					return Response{Status: 201}, nil

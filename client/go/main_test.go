@@ -75,7 +75,8 @@ var principalCounter int64
 
 // principal is a principal of its own for each test, so runs never collide.
 func principal(t *testing.T) string {
-	return fmt.Sprintf("go-%s-%d-%d", t.Name(), time.Now().UnixNano(), atomic.AddInt64(&principalCounter, 1))
+	return fmt.Sprintf("go-%s-%d-%d", t.Name(), time.Now().UnixNano(),
+		atomic.AddInt64(&principalCounter, 1))
 }
 
 // connect opens a connection to the test database, closed with the test.

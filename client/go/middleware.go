@@ -92,7 +92,8 @@ func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
 	}
 }
 
-func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWriter, r *http.Request,
+func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWriter,
+	r *http.Request,
 	principal string) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, options.MaxBodyBytes+1))
 	if err != nil {
@@ -138,7 +139,8 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 }
 
 // fail answers an error the middleware cannot map to the protocol.
-func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, status int, err error) {
+func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, status int,
+	err error) {
 	if options.OnError != nil {
 		options.OnError(r, err)
 	}

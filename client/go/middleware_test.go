@@ -19,8 +19,9 @@ func service(t *testing.T, client *Client, handler http.HandlerFunc) *httptest.S
 		token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		return token, token != "" && token != r.Header.Get("Authorization")
 	}
-	wrap := Middleware(MiddlewareOptions{Client: client, Connections: FromPool(newPool(t)), Principal: principalOf,
-		Applies: func(r *http.Request) bool { return r.Method == http.MethodPost }})
+	wrap := Middleware(MiddlewareOptions{Client: client, Connections: FromPool(newPool(t)),
+		Principal: principalOf,
+		Applies:   func(r *http.Request) bool { return r.Method == http.MethodPost }})
 	server := httptest.NewServer(wrap(handler))
 	t.Cleanup(server.Close)
 	return server
@@ -61,8 +62,9 @@ func orderHandler(t *testing.T) http.HandlerFunc {
 		}
 		body, _ := io.ReadAll(r.Body)
 		var id int64
-		err := state.Tx.QueryRow(r.Context(), "INSERT INTO go_orders (principal, item) VALUES ($1, $2)"+
-			" RETURNING id", state.Request.Principal, string(body)).Scan(&id)
+		err := state.Tx.QueryRow(r.Context(),
+			"INSERT INTO go_orders (principal, item) VALUES ($1, $2)"+
+				" RETURNING id", state.Request.Principal, string(body)).Scan(&id)
 		if err != nil {
 			http.Error(w, err.Error(), 500)
 			return
@@ -89,9 +91,11 @@ func TestMiddlewareReplaysMismatchesAndKeepsHeaders(t *testing.T) {
 		t.Fatalf("first %+v", first)
 	}
 	again := post(t, server, "/orders", who, "k", orderRespelled)
-	if again.status != 201 || again.header.Get(ReplayHeader) != "true" || !bytes.Equal(again.body, first.body) ||
+	if again.status != 201 || again.header.Get(ReplayHeader) != "true" || !bytes.Equal(again.body,
+		first.body) ||
 		again.header.Get("Location") != first.header.Get("Location") ||
-		again.header.Get("Content-Type") != "application/json" || again.header.Get("X-Request-Time") != "" {
+		again.header.Get("Content-Type") != "application/json" ||
+		again.header.Get("X-Request-Time") != "" {
 		t.Fatalf("replay %+v", again)
 	}
 	other := post(t, server, "/orders", who, "k", `{"item":"pen"}`)
@@ -105,23 +109,28 @@ func TestMiddlewareReplaysMismatchesAndKeepsHeaders(t *testing.T) {
 	}
 	anonymous := post(t, server, "/orders", "", "", "anonymous")
 	if anonymous.status != 201 || orders(t, who) != 1 {
-		t.Fatalf("a request without a principal is passed through: %+v, %d orders", anonymous, orders(t, who))
+		t.Fatalf("a request without a principal is passed through: %+v, %d orders", anonymous,
+			orders(t, who))
 	}
 }
 
 func TestMiddlewareDoesNotStoreA500AndStoresA404(t *testing.T) {
 	ordersTable(t)
 	server, who := service(t, newClient(t, Options{}), orderHandler(t)), principal(t)
-	if r := post(t, server, "/orders?status=500", who, "k", order); r.status != 500 || orders(t, who) != 0 {
+	if r := post(t, server, "/orders?status=500", who, "k", order); r.status != 500 || orders(t,
+		who) != 0 {
 		t.Fatalf("500: %+v, %d orders", r, orders(t, who))
 	}
-	if r := post(t, server, "/orders", who, "k", order); r.status != 201 || r.header.Get(ReplayHeader) != "" {
+	if r := post(t, server, "/orders", who, "k",
+		order); r.status != 201 || r.header.Get(ReplayHeader) != "" {
 		t.Fatalf("retry after 500: %+v", r)
 	}
-	if r := post(t, server, "/orders?status=404", who, "k2", order); r.status != 404 || orders(t, who) != 1 {
+	if r := post(t, server, "/orders?status=404", who, "k2", order); r.status != 404 || orders(t,
+		who) != 1 {
 		t.Fatalf("404: %+v", r)
 	}
-	if r := post(t, server, "/orders", who, "k2", order); r.status != 404 || r.header.Get(ReplayHeader) != "true" {
+	if r := post(t, server, "/orders", who, "k2",
+		order); r.status != 404 || r.header.Get(ReplayHeader) != "true" {
 		t.Fatalf("stored 404: %+v", r)
 	}
 }
@@ -167,7 +176,8 @@ func TestMiddlewareRetriesASerializationFailureWithAFreshBuffer(t *testing.T) {
 		w.Header().Set("X-Run", strconv.Itoa(runs))
 		_, _ = w.Write([]byte("partial "))
 		if runs == 1 {
-			_, err := state.Tx.Exec(r.Context(), "DO $$ BEGIN RAISE EXCEPTION 'c' USING ERRCODE = '40001'; END $$")
+			_, err := state.Tx.Exec(r.Context(),
+				"DO $$ BEGIN RAISE EXCEPTION 'c' USING ERRCODE = '40001'; END $$")
 			http.Error(w, err.Error(), 500)
 			return
 		}
@@ -175,7 +185,9 @@ func TestMiddlewareRetriesASerializationFailureWithAFreshBuffer(t *testing.T) {
 	}
 	server, who := service(t, newClient(t, Options{}), handler), principal(t)
 	got := post(t, server, "/orders", who, "k", order)
-	if got.status != 200 || string(got.body) != "partial "+order || got.header.Get("X-Run") != "2" || runs != 2 {
+	if got.status != 200 || string(got.body) != "partial "+order ||
+		got.header.Get("X-Run") != "2" ||
+		runs != 2 {
 		t.Fatalf("%+v runs %d", got, runs)
 	}
 }

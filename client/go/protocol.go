@@ -16,15 +16,20 @@ type Problem struct {
 
 // The problem types, named as in client/protocol.json.
 var (
-	ProblemKeyMissing        = Problem{"idempotency-key-missing", 400, "Idempotency-Key header is missing"}
-	ProblemKeyMalformed      = Problem{"idempotency-key-malformed", 400, "Idempotency-Key header is malformed"}
-	ProblemBodyInvalid       = Problem{"request-body-invalid", 400, "Request body cannot be fingerprinted"}
-	ProblemKeyReuse          = Problem{"idempotency-key-reuse", 422, "Idempotency-Key was used for another request"}
+	ProblemKeyMissing = Problem{"idempotency-key-missing", 400,
+		"Idempotency-Key header is missing"}
+	ProblemKeyMalformed = Problem{"idempotency-key-malformed", 400,
+		"Idempotency-Key header is malformed"}
+	ProblemBodyInvalid = Problem{"request-body-invalid", 400,
+		"Request body cannot be fingerprinted"}
+	ProblemKeyReuse = Problem{"idempotency-key-reuse", 422,
+		"Idempotency-Key was used for another request"}
 	ProblemRequestInProgress = Problem{
 		"request-in-progress", 409, "A request with this Idempotency-Key is in progress"}
 	ProblemOneTimeSecret = Problem{
 		"one-time-secret", 409, "The response to this request was sent once and not kept"}
-	ProblemAlreadyProcessed = Problem{"request-already-processed", 409, "This request was already processed"}
+	ProblemAlreadyProcessed = Problem{"request-already-processed", 409,
+		"This request was already processed"}
 )
 
 // Problems maps the names of client/protocol.json's "problems" to the types.
@@ -53,7 +58,8 @@ const (
 )
 
 // DefaultKeptHeaders are the response headers stored with a key and replayed.
-var DefaultKeptHeaders = []string{"Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"}
+var DefaultKeptHeaders = []string{"Content-Type", "Location", "ETag", "Content-Location",
+	"Last-Modified"}
 
 // OutcomeRule says how one outcome of begin/acquire becomes an HTTP response.
 type OutcomeRule struct {
@@ -76,7 +82,8 @@ var Outcomes = map[string]OutcomeRule{
 	"started": {RunHandler: true},
 	"replay":  {Response: "stored", Replayed: true},
 	"mismatch": {Problem: "key_reuse",
-		Detail: "This Idempotency-Key was used for a different request; use a new key for a new request."},
+		Detail: "This Idempotency-Key was used for a different request;" +
+			" use a new key for a new request."},
 	"in_progress": {Problem: "request_in_progress", RetryAfter: true,
 		Detail: "A request with this Idempotency-Key is still being processed; retry later."},
 	"secret_replay": {Problem: "one_time_secret", Replayed: true,

@@ -100,7 +100,8 @@ func TestOutcomeResponsesFollowTheTable(t *testing.T) {
 		}
 		_, replayed := response.Headers.Get(ReplayHeader)
 		_, retry := response.Headers.Get("Retry-After")
-		if replayed != rule.Replayed || response.Replayed != rule.Replayed || retry != rule.RetryAfter {
+		if replayed != rule.Replayed || response.Replayed != rule.Replayed ||
+			retry != rule.RetryAfter {
 			t.Errorf("%s: %+v", name, response)
 		}
 		if rule.Problem != "" && response.Status != Problems[rule.Problem].Status {

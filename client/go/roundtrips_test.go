@@ -34,7 +34,12 @@ func TestRoundTripsAreThoseOfAPlainTransaction(t *testing.T) {
 		}
 		return atomic.LoadInt64(&writes) - before
 	}
-	plain := func() error { return conn.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx) }) }
+	plain := func() error {
+		return conn.BeginFunc(ctx, func(tx pgx.Tx) error {
+			return insert(ctx,
+				tx)
+		})
+	}
 	keyed := func(key string, status int) func() error {
 		return func() error {
 			_, err := client.Handle(ctx, conn, orderRequest(who, key, order), handler(status))

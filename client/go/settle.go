@@ -19,7 +19,8 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 	Response, error) {
 	if response.Status < 100 || response.Status > 599 {
 		rollbackQuietly(ctx, conn)
-		return Response{}, fmt.Errorf("idempotency: handler returned HTTP status %d", response.Status)
+		return Response{}, fmt.Errorf("idempotency: handler returned HTTP status %d",
+			response.Status)
 	}
 	if !c.final.final(response.Status) {
 		atomic.AddInt64(&c.counters.NotStored, 1)
@@ -51,7 +52,8 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 	if response.ResourceID != "" {
 		resourceID = response.ResourceID
 	}
-	batch.Queue(completeSQL, req.Principal, req.Key, response.Status, nonNil(response.Body), headers,
+	batch.Queue(completeSQL, req.Principal, req.Key, response.Status, nonNil(response.Body),
+		headers,
 		resourceID, response.OneTimeSecret)
 	batch.Queue("COMMIT")
 	if err := runBatch(ctx, conn, batch, "COMMIT"); err != nil {

@@ -118,8 +118,9 @@ func (c *Client) Counters() Counters {
 		Started: atomic.LoadInt64(&n.Started), Replayed: atomic.LoadInt64(&n.Replayed),
 		Mismatched: atomic.LoadInt64(&n.Mismatched), InProgress: atomic.LoadInt64(&n.InProgress),
 		SecretReplayed: atomic.LoadInt64(&n.SecretReplayed),
-		RejectedKeys:   atomic.LoadInt64(&n.RejectedKeys), NotStored: atomic.LoadInt64(&n.NotStored),
-		StoredErrors: atomic.LoadInt64(&n.StoredErrors), Retries: atomic.LoadInt64(&n.Retries),
+		RejectedKeys:   atomic.LoadInt64(&n.RejectedKeys),
+		NotStored:      atomic.LoadInt64(&n.NotStored),
+		StoredErrors:   atomic.LoadInt64(&n.StoredErrors), Retries: atomic.LoadInt64(&n.Retries),
 	}
 }
 
@@ -134,7 +135,8 @@ func (c *Client) problem(p Problem, detail string) Response {
 // deadlocks (40P01) rerun the whole attempt, handler included, with a fresh
 // response, up to MaxAttempts; then the error is returned (map it to 503). A
 // commit whose outcome is unknown (a lost connection) is never retried.
-func (c *Client) Handle(ctx context.Context, conn *pgx.Conn, req Request, handler Handler) (Response, error) {
+func (c *Client) Handle(ctx context.Context, conn *pgx.Conn, req Request,
+	handler Handler) (Response, error) {
 	for attempt := 1; ; attempt++ {
 		response, err := c.attempt(ctx, conn, req, handler)
 		if err == nil || !Retryable(err) || attempt >= c.options.MaxAttempts {
@@ -145,7 +147,8 @@ func (c *Client) Handle(ctx context.Context, conn *pgx.Conn, req Request, handle
 }
 
 // attempt is one pass: check the key, begin, the handler, settle.
-func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request, handler Handler) (Response, error) {
+func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
+	handler Handler) (Response, error) {
 	if status := conn.PgConn().TxStatus(); status != 'I' {
 		return Response{}, fmt.Errorf("idempotency: the connection must be idle (status %q): "+
 			"the attempt opens and ends its own transaction", status)
@@ -161,7 +164,8 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request, handl
 	if !validKey(req.Key, c.options.MaxKeyLength) {
 		atomic.AddInt64(&c.counters.RejectedKeys, 1)
 		return c.problem(ProblemKeyMalformed, fmt.Sprintf(
-			"The Idempotency-Key must be 1 to %d visible ASCII characters.", c.options.MaxKeyLength)), nil
+			"The Idempotency-Key must be 1 to %d visible ASCII characters.",
+			c.options.MaxKeyLength)), nil
 	}
 	if err := c.final.load(ctx, conn); err != nil { // known before any transaction starts
 		return Response{}, err
@@ -264,7 +268,8 @@ func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, sto
 	case "secret_replay":
 		atomic.AddInt64(&c.counters.SecretReplayed, 1)
 	}
-	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase, c.options.RetryAfter)
+	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase,
+		c.options.RetryAfter)
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		return Response{}, err
 	}

@@ -18,8 +18,9 @@ const order = `{"item":"book","quantity":2}`
 const orderRespelled = "{ \"quantity\" : 2.0e0,\n \"item\" : \"b\\u006fok\" }"
 
 func ordersTable(t *testing.T) {
-	exec1(t, "CREATE TABLE IF NOT EXISTS go_orders (id bigserial PRIMARY KEY, principal text NOT NULL,"+
-		" item text NOT NULL)")
+	exec1(t,
+		"CREATE TABLE IF NOT EXISTS go_orders (id bigserial PRIMARY KEY, principal text NOT NULL,"+
+			" item text NOT NULL)")
 }
 
 func newClient(t *testing.T, options Options) *Client {
@@ -40,13 +41,15 @@ func createOrder(who string, status int, calls *int) Handler {
 	return func(ctx context.Context, tx pgx.Tx) (Response, error) {
 		*calls++
 		var id int64
-		err := tx.QueryRow(ctx, "INSERT INTO go_orders (principal, item) VALUES ($1, 'book') RETURNING id",
+		err := tx.QueryRow(ctx,
+			"INSERT INTO go_orders (principal, item) VALUES ($1, 'book') RETURNING id",
 			who).Scan(&id)
 		if err != nil {
 			return Response{}, err
 		}
 		return Response{Status: status, Headers: Headers{{"Content-Type", "application/json"},
-			{"Location", "/orders/1"}, {"X-Not-Kept", "1"}}, Body: []byte(`{"id":1}`), ResourceID: "1"}, nil
+			{"Location", "/orders/1"}, {"X-Not-Kept", "1"}}, Body: []byte(`{"id":1}`),
+			ResourceID: "1"}, nil
 	}
 }
 
@@ -56,14 +59,18 @@ func orders(t *testing.T, who string) int64 {
 
 func TestDuplicateIsReplayedAndMismatchIs422(t *testing.T) {
 	ordersTable(t)
-	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t), context.Background()
+	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t),
+		context.Background()
 	calls := 0
-	first, err := client.Handle(ctx, conn, orderRequest(who, "k1", order), createOrder(who, 201, &calls))
+	first, err := client.Handle(ctx, conn, orderRequest(who, "k1", order), createOrder(who, 201,
+		&calls))
 	if err != nil || first.Status != 201 || first.Replayed {
 		t.Fatalf("first: %+v %v", first, err)
 	}
-	again, err := client.Handle(ctx, conn, orderRequest(who, "k1", orderRespelled), createOrder(who, 201, &calls))
-	if err != nil || again.Status != 201 || !again.Replayed || !bytes.Equal(again.Body, first.Body) {
+	again, err := client.Handle(ctx, conn, orderRequest(who, "k1", orderRespelled), createOrder(who,
+		201, &calls))
+	if err != nil || again.Status != 201 || !again.Replayed || !bytes.Equal(again.Body,
+		first.Body) {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
 	if v, _ := again.Headers.Get(ReplayHeader); v != "true" {
@@ -75,7 +82,8 @@ func TestDuplicateIsReplayedAndMismatchIs422(t *testing.T) {
 	if _, found := again.Headers.Get("X-Not-Kept"); found {
 		t.Errorf("a header that is not kept was replayed: %+v", again.Headers)
 	}
-	other, err := client.Handle(ctx, conn, orderRequest(who, "k1", `{"item":"pen"}`), createOrder(who, 201, &calls))
+	other, err := client.Handle(ctx, conn, orderRequest(who, "k1", `{"item":"pen"}`),
+		createOrder(who, 201, &calls))
 	want := ProblemBody(422, "/problems/idempotency-key-reuse", ProblemKeyReuse.Title,
 		Outcomes["mismatch"].Detail)
 	if err != nil || other.Status != 422 || !bytes.Equal(other.Body, want) {
@@ -103,13 +111,15 @@ func TestHeldKeyIs409WithRetryAfter(t *testing.T) {
 	defer tx.Rollback(ctx)
 	var outcome string
 	err = tx.QueryRow(ctx, "SELECT outcome FROM idempotency.begin($1, 'held', 'test',"+
-		" idempotency.fingerprint('POST', '/orders', $2::bytea))", who, []byte(order)).Scan(&outcome)
+		" idempotency.fingerprint('POST', '/orders', $2::bytea))", who,
+		[]byte(order)).Scan(&outcome)
 	if err != nil || outcome != "started" {
 		t.Fatalf("holder: %s %v", outcome, err)
 	}
 	client := newClient(t, Options{Wait: 200 * time.Millisecond, RetryAfter: 2})
 	calls := 0
-	busy, err := client.Handle(ctx, connect(t), orderRequest(who, "held", order), createOrder(who, 201, &calls))
+	busy, err := client.Handle(ctx, connect(t), orderRequest(who, "held", order), createOrder(who,
+		201, &calls))
 	if err != nil || busy.Status != 409 || calls != 0 {
 		t.Fatalf("busy: %+v %v", busy, err)
 	}
@@ -120,7 +130,8 @@ func TestHeldKeyIs409WithRetryAfter(t *testing.T) {
 		t.Errorf("body %s", busy.Body)
 	}
 	_ = tx.Rollback(ctx)
-	retry, err := client.Handle(ctx, connect(t), orderRequest(who, "held", order), createOrder(who, 201, &calls))
+	retry, err := client.Handle(ctx, connect(t), orderRequest(who, "held", order), createOrder(who,
+		201, &calls))
 	if err != nil || retry.Status != 201 || retry.Replayed || calls != 1 {
 		t.Fatalf("after rollback: %+v %v", retry, err)
 	}
@@ -158,21 +169,26 @@ func TestConcurrentDuplicateWaitsAndReplays(t *testing.T) {
 
 func TestFinalErrorIsStoredAndNonFinalIsNot(t *testing.T) {
 	ordersTable(t)
-	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t), context.Background()
+	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t),
+		context.Background()
 	calls := 0
-	failed, err := client.Handle(ctx, conn, orderRequest(who, "e", order), createOrder(who, 500, &calls))
+	failed, err := client.Handle(ctx, conn, orderRequest(who, "e", order), createOrder(who, 500,
+		&calls))
 	if err != nil || failed.Status != 500 || orders(t, who) != 0 {
 		t.Fatalf("500: %+v %v, %d orders", failed, err, orders(t, who))
 	}
-	retry, err := client.Handle(ctx, conn, orderRequest(who, "e", order), createOrder(who, 201, &calls))
+	retry, err := client.Handle(ctx, conn, orderRequest(who, "e", order), createOrder(who, 201,
+		&calls))
 	if err != nil || retry.Status != 201 || retry.Replayed || calls != 2 || orders(t, who) != 1 {
 		t.Fatalf("retry after 500: %+v %v", retry, err)
 	}
-	bad, err := client.Handle(ctx, conn, orderRequest(who, "f", order), createOrder(who, 404, &calls))
+	bad, err := client.Handle(ctx, conn, orderRequest(who, "f", order), createOrder(who, 404,
+		&calls))
 	if err != nil || bad.Status != 404 || orders(t, who) != 1 {
 		t.Fatalf("404: %+v %v", bad, err)
 	}
-	replayed, err := client.Handle(ctx, conn, orderRequest(who, "f", order), createOrder(who, 201, &calls))
+	replayed, err := client.Handle(ctx, conn, orderRequest(who, "f", order), createOrder(who, 201,
+		&calls))
 	if err != nil || replayed.Status != 404 || !replayed.Replayed || calls != 3 {
 		t.Fatalf("stored 404: %+v %v", replayed, err)
 	}
@@ -182,7 +198,8 @@ func TestFinalErrorIsStoredAndNonFinalIsNot(t *testing.T) {
 }
 
 func TestOneTimeSecretIsNotStored(t *testing.T) {
-	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t), context.Background()
+	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t),
+		context.Background()
 	secret := func(ctx context.Context, tx pgx.Tx) (Response, error) {
 		return Response{Status: 201, Body: []byte(`{"secret":"sk_1"}`), OneTimeSecret: true}, nil
 	}
@@ -191,30 +208,36 @@ func TestOneTimeSecretIsNotStored(t *testing.T) {
 		t.Fatalf("%+v %v", first, err)
 	}
 	again, err := client.Handle(ctx, conn, orderRequest(who, "s", "{}"), secret)
-	if err != nil || again.Status != 409 || !again.Replayed || bytes.Contains(again.Body, []byte("sk_")) ||
+	if err != nil || again.Status != 409 || !again.Replayed || bytes.Contains(again.Body,
+		[]byte("sk_")) ||
 		!strings.Contains(string(again.Body), "/problems/one-time-secret") {
 		t.Fatalf("%+v %v", again, err)
 	}
-	if n := scalarInt(t, "SELECT count(*) FROM idempotency.lookup($1, 's') WHERE response_status = 201"+
-		" AND one_time_secret", who); n != 1 {
+	if n := scalarInt(t,
+		"SELECT count(*) FROM idempotency.lookup($1, 's') WHERE response_status = 201"+
+			" AND one_time_secret", who); n != 1 {
 		t.Errorf("stored row: %d", n)
 	}
 }
 
 func TestMissingAndMalformedKeys(t *testing.T) {
-	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t), context.Background()
+	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t),
+		context.Background()
 	calls := 0
-	cases := map[string]string{"": "idempotency-key-missing", strings.Repeat("k", 256): "idempotency-key-malformed",
+	cases := map[string]string{"": "idempotency-key-missing", strings.Repeat("k",
+		256): "idempotency-key-malformed",
 		"cl\u00e9": "idempotency-key-malformed"}
 	for key, slug := range cases {
-		got, err := client.Handle(ctx, conn, orderRequest(who, key, order), createOrder(who, 201, &calls))
+		got, err := client.Handle(ctx, conn, orderRequest(who, key, order), createOrder(who, 201,
+			&calls))
 		if err != nil || got.Status != 400 || !strings.Contains(string(got.Body), slug) {
 			t.Errorf("key %q: %+v %v", key, got, err)
 		}
 	}
 	get := Request{Principal: who, Method: "GET", Path: "/orders"}
 	ran := false
-	got, err := client.Handle(ctx, conn, get, func(ctx context.Context, tx pgx.Tx) (Response, error) {
+	got, err := client.Handle(ctx, conn, get, func(ctx context.Context, tx pgx.Tx) (Response,
+		error) {
 		ran = true
 		return Response{Status: 200}, nil
 	})
@@ -225,28 +248,34 @@ func TestMissingAndMalformedKeys(t *testing.T) {
 
 func TestSerializationFailureIsRetriedWithAFreshResponse(t *testing.T) {
 	ordersTable(t)
-	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t), context.Background()
+	conn, client, who, ctx := connect(t), newClient(t, Options{}), principal(t),
+		context.Background()
 	runs := 0
 	handler := func(ctx context.Context, tx pgx.Tx) (Response, error) {
 		runs++
-		if _, err := tx.Exec(ctx, "INSERT INTO go_orders (principal, item) VALUES ($1, 'x')", who); err != nil {
+		if _, err := tx.Exec(ctx, "INSERT INTO go_orders (principal, item) VALUES ($1, 'x')",
+			who); err != nil {
 			return Response{}, err
 		}
 		if runs == 1 { // as a concurrent serializable transaction would make it fail
-			_, _ = tx.Exec(ctx, "DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
-			return Response{Status: 500, Body: []byte("partial")}, nil // the error was noted by the Tx
+			_, _ = tx.Exec(ctx,
+				"DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+			return Response{Status: 500, Body: []byte("partial")},
+				nil // the error was noted by the Tx
 		}
 		return Response{Status: 201, Body: []byte("fresh")}, nil
 	}
 	got, err := client.Handle(ctx, conn, orderRequest(who, "r", order), handler)
-	if err != nil || got.Status != 201 || string(got.Body) != "fresh" || runs != 2 || orders(t, who) != 1 {
+	if err != nil || got.Status != 201 || string(got.Body) != "fresh" || runs != 2 || orders(t,
+		who) != 1 {
 		t.Fatalf("%+v %v runs %d orders %d", got, err, runs, orders(t, who))
 	}
 	if client.Counters().Retries != 1 {
 		t.Errorf("retries %d", client.Counters().Retries)
 	}
 	boom := errors.New("boom")
-	_, err = client.Handle(ctx, conn, orderRequest(who, "r2", order), func(ctx context.Context, tx pgx.Tx) (
+	_, err = client.Handle(ctx, conn, orderRequest(who, "r2", order), func(ctx context.Context,
+		tx pgx.Tx) (
 		Response, error) {
 		_, _ = tx.Exec(ctx, "INSERT INTO go_orders (principal, item) VALUES ($1, 'y')", who)
 		return Response{}, boom

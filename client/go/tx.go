@@ -103,12 +103,14 @@ func (t *attemptTx) LargeObjects() pgx.LargeObjects {
 }
 
 // Prepare prepares a statement on the connection.
-func (t *attemptTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+func (t *attemptTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription,
+	error) {
 	return t.conn.Prepare(ctx, name, sql)
 }
 
 // Exec runs a statement in the transaction.
-func (t *attemptTx) Exec(ctx context.Context, sql string, args ...interface{}) (pgconn.CommandTag, error) {
+func (t *attemptTx) Exec(ctx context.Context, sql string, args ...interface{}) (pgconn.CommandTag,
+	error) {
 	tag, err := t.conn.Exec(ctx, sql, args...)
 	return tag, t.note(err)
 }
@@ -125,7 +127,8 @@ func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...interface{
 }
 
 // QueryFunc runs a query and calls f for every row.
-func (t *attemptTx) QueryFunc(ctx context.Context, sql string, args []interface{}, scans []interface{},
+func (t *attemptTx) QueryFunc(ctx context.Context, sql string, args []interface{},
+	scans []interface{},
 	f func(pgx.QueryFuncRow) error) (pgconn.CommandTag, error) {
 	tag, err := t.conn.QueryFunc(ctx, sql, args, scans, f)
 	return tag, t.note(err)

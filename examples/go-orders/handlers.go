@@ -31,7 +31,8 @@ type result struct {
 }
 
 func send(w http.ResponseWriter, r result) {
-	idempotency.WriteResponse(w, idempotency.Response{Status: r.status, Headers: r.headers, Body: r.body})
+	idempotency.WriteResponse(w, idempotency.Response{Status: r.status, Headers: r.headers,
+		Body: r.body})
 }
 
 // dumps is compact JSON with sorted members: the bytes nlohmann_json writes in
@@ -45,7 +46,8 @@ func dumps(document map[string]interface{}) []byte {
 }
 
 func problem(status int, title, detail string) result {
-	return result{status, idempotency.Headers{{Name: "Content-Type", Value: idempotency.ProblemContentType}},
+	return result{status, idempotency.Headers{{Name: "Content-Type",
+		Value: idempotency.ProblemContentType}},
 		idempotency.ProblemBody(status, "about:blank", title, detail)}
 }
 
@@ -98,7 +100,8 @@ func (s *service) flakyOrders(w http.ResponseWriter, r *http.Request) {
 	answer, id := createOrder(r.Context(), state.Tx, state.Request.Principal, body, delayMs(r))
 	state.ResourceID = id
 	if answer.status < 300 && s.firstRun(state.Request.Principal, state.Request.Key) {
-		answer = problem(500, "Internal error", "The request failed; it is safe to retry with the same key.")
+		answer = problem(500, "Internal error",
+			"The request failed; it is safe to retry with the same key.")
 	}
 	send(w, answer)
 }

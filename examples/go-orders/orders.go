@@ -23,11 +23,13 @@ func decodeObject(body []byte) map[string]interface{} {
 }
 
 // createOrder validates the body and inserts the order in tx.
-func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte, delayMs int) (result, string) {
+func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
+	delayMs int) (result, string) {
 	data := decodeObject(body)
 	item, _ := data["item"].(string)
 	if data == nil || item == "" {
-		return problem(400, "Invalid order", `The body must be a JSON object with a non-empty "item" string.`), ""
+		return problem(400, "Invalid order",
+			`The body must be a JSON object with a non-empty "item" string.`), ""
 	}
 	quantity := int64(1)
 	if raw, present := data["quantity"]; present {
@@ -50,7 +52,8 @@ func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte, 
 	if err != nil {
 		return problem(500, "Internal error", err.Error()), ""
 	}
-	document := map[string]interface{}{"id": id, "item": item, "quantity": quantity, "created_at": createdAt}
+	document := map[string]interface{}{"id": id, "item": item, "quantity": quantity,
+		"created_at": createdAt}
 	headers := idempotency.Headers{{Name: "Content-Type", Value: "application/json"},
 		{Name: "Location", Value: "/orders/" + strconv.FormatInt(id, 10)}}
 	return result{201, headers, dumps(document)}, strconv.FormatInt(id, 10)
