@@ -30,7 +30,8 @@ if [[ $scope == full ]]; then
   # pgjdbc for tests/languages/JdbcForms.java; a JDK (single-file source launch)
   # ships with the machine too, Debian's only where javac is missing.
   packages+=(libpostgresql-jdbc-java)
-  # Go and pgx v4 for tests/languages/pgx_forms.go (GOPATH mode, nothing downloaded).
+  # Go and pgx v4 (pgxpool included) for tests/languages/pgx_forms.go, client/go and
+  # examples/go-orders (GOPATH mode, nothing downloaded).
   packages+=(golang-go golang-github-jackc-pgx-v4-dev)
   command -v javac >/dev/null || packages+=(default-jdk-headless)
 else

@@ -1,0 +1,234 @@
+package idempotency
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// HeaderField is one HTTP header field; names compare case-insensitively.
+type HeaderField struct {
+	Name  string
+	Value string
+}
+
+// Headers are header fields in order, repeated names (Set-Cookie, Link) included.
+type Headers []HeaderField
+
+// Get returns the value of the first field with this name, and whether there was one.
+func (h Headers) Get(name string) (string, bool) {
+	for _, field := range h {
+		if strings.EqualFold(field.Name, name) {
+			return field.Value, true
+		}
+	}
+	return "", false
+}
+
+// Set replaces every field with this name by one with value, appended last.
+func (h *Headers) Set(name, value string) {
+	kept := (*h)[:0]
+	for _, field := range *h {
+		if !strings.EqualFold(field.Name, name) {
+			kept = append(kept, field)
+		}
+	}
+	*h = append(kept, HeaderField{name, value})
+}
+
+// Response is an HTTP response produced by a handler or by the client.
+type Response struct {
+	// Status is the HTTP status code (100..599).
+	Status int
+	// Headers are the fields to send, in order.
+	Headers Headers
+	// Body is sent and stored byte for byte.
+	Body []byte
+	// Replayed is true for a stored response played back for a retry.
+	Replayed bool
+	// ResourceID is the id of what the request created, stored with the key.
+	ResourceID string
+	// OneTimeSecret marks a response that carries a secret: sent once, never stored.
+	OneTimeSecret bool
+}
+
+// ProblemBody serializes an RFC 9457 problem object byte for byte as the C++
+// client (nlohmann_json) does: members sorted (detail, status, title, type),
+// no whitespace, non-ASCII characters as raw UTF-8.
+func ProblemBody(status int, typeURI, title, detail string) []byte {
+	var b strings.Builder
+	b.WriteString(`{"detail":`)
+	writeJSONString(&b, detail)
+	b.WriteString(`,"status":`)
+	b.WriteString(strconv.Itoa(status))
+	b.WriteString(`,"title":`)
+	writeJSONString(&b, title)
+	b.WriteString(`,"type":`)
+	writeJSONString(&b, typeURI)
+	b.WriteByte('}')
+	return []byte(b.String())
+}
+
+// writeJSONString escapes as nlohmann_json and Python's json (ensure_ascii off)
+// do; encoding/json would also escape <, >, &, U+2028 and U+2029.
+func writeJSONString(b *strings.Builder, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			if c < 0x20 {
+				b.WriteString(`\u00`)
+				b.WriteByte(hex[c>>4])
+				b.WriteByte(hex[c&0xf])
+			} else {
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
+// ProblemResponse is an application/problem+json response whose type is
+// typeBase + the problem's slug.
+func ProblemResponse(p Problem, detail, typeBase string) Response {
+	return Response{
+		Status:  p.Status,
+		Headers: Headers{{"Content-Type", ProblemContentType}},
+		Body:    ProblemBody(p.Status, typeBase+p.Slug, p.Title, detail),
+	}
+}
+
+// outcomeResponse answers an outcome of begin/acquire that does not run the
+// handler, by the table of client/protocol.json (Outcomes).
+func outcomeResponse(outcome string, stored storedRow, typeBase string, retryAfter int) (Response,
+	bool) {
+	rule, ok := Outcomes[outcome]
+	if !ok || rule.RunHandler {
+		return Response{}, false
+	}
+	var response Response
+	if rule.Response == "stored" {
+		response = stored.response()
+	} else {
+		response = ProblemResponse(Problems[rule.Problem], rule.Detail, typeBase)
+	}
+	if rule.Replayed {
+		response.Replayed = true
+		response.Headers.Set(ReplayHeader, "true")
+	}
+	if rule.RetryAfter {
+		if stored.leaseSeconds != nil && *stored.leaseSeconds > 0 {
+			retryAfter = int(*stored.leaseSeconds)
+		}
+		if retryAfter < 1 {
+			retryAfter = 1
+		}
+		response.Headers.Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	return response, true
+}
+
+// storedRow is what begin and acquire return besides the outcome.
+type storedRow struct {
+	status       *int32
+	headers      *string
+	body         []byte
+	resourceID   *string
+	leaseSeconds *int32
+}
+
+// response is the stored response as replayed: kept headers in their order.
+func (s storedRow) response() Response {
+	response := Response{Body: s.body}
+	if s.status != nil {
+		response.Status = int(*s.status)
+	}
+	if response.Body == nil {
+		response.Body = []byte{}
+	}
+	if s.resourceID != nil {
+		response.ResourceID = *s.resourceID
+	}
+	if s.headers != nil {
+		response.Headers = parseStoredHeaders(*s.headers)
+	}
+	return response
+}
+
+// parseStoredHeaders reads the jsonb of a key row: an array of [name, value]
+// pairs (order and repeated names kept) or an object of name -> value.
+func parseStoredHeaders(text string) Headers {
+	var pairs [][]string
+	if json.Unmarshal([]byte(text), &pairs) == nil {
+		headers := Headers{}
+		for _, pair := range pairs {
+			if len(pair) == 2 {
+				headers = append(headers, HeaderField{pair[0], pair[1]})
+			}
+		}
+		return headers
+	}
+	// The object form, in the order of its text (jsonb's own order).
+	decoder := json.NewDecoder(strings.NewReader(text))
+	headers := Headers{}
+	if token, err := decoder.Token(); err != nil || token != json.Delim('{') {
+		return headers
+	}
+	for decoder.More() {
+		var name, value string
+		token, err := decoder.Token()
+		if err != nil {
+			return headers
+		}
+		name, _ = token.(string)
+		if decoder.Decode(&value) != nil {
+			return headers
+		}
+		headers = append(headers, HeaderField{name, value})
+	}
+	return headers
+}
+
+// keptHeadersJSON is the JSON array of [name, value] pairs of the kept headers
+// of a response, in their order.
+func keptHeadersJSON(response Response, kept []string) string {
+	chosen := [][]string{}
+	for _, field := range response.Headers {
+		for _, wanted := range kept {
+			if strings.EqualFold(field.Name, wanted) {
+				chosen = append(chosen, []string{field.Name, field.Value})
+				break
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, pair := range chosen {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('[')
+		writeJSONString(&b, pair[0])
+		b.WriteByte(',')
+		writeJSONString(&b, pair[1])
+		b.WriteByte(']')
+	}
+	b.WriteByte(']')
+	return b.String()
+}

@@ -1,0 +1,199 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// The statements of the lease protocol; each commits on its own.
+const (
+	acquireSQL = "SELECT outcome, fence, response_status::integer, response_headers::text," +
+		" response_body, resource_id," +
+		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
+		" FROM idempotency.acquire($1, $2, $3," +
+		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval," +
+		" $10::interval)"
+	renewSQL    = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
+	markDoneSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer)"
+	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint," +
+		" status => $4::integer," +
+		" body => $5::bytea, headers => $6::jsonb, resource_id => $7::text," +
+		" one_time_secret => $8::boolean)"
+	releaseSQL = "SELECT idempotency.release($1, $2, $3::bigint)"
+)
+
+// Policy says what happens to the key after the effect ran.
+type Policy int
+
+const (
+	// Remember stores a final response and replays it; a non-final one or an
+	// error releases the key.
+	Remember Policy = iota
+	// Once is at most once: the key is marked done whether the body succeeded or failed.
+	Once
+	// CommitOnSuccess marks the key done on success (status below 400); a
+	// failure or an error releases it for a retry.
+	CommitOnSuccess
+)
+
+// LeaseOutcome is how a LeaseRunner.Run call ended.
+type LeaseOutcome string
+
+// The outcomes of LeaseRunner.Run.
+const (
+	// Fresh: the body ran under this call and the key was settled with its fence.
+	Fresh LeaseOutcome = "fresh"
+	// Replayed: policy Remember, the stored response of an earlier call.
+	Replayed LeaseOutcome = "replayed"
+	// InProgress: another holder's lease is live (or a transaction holds the key): 409.
+	InProgress LeaseOutcome = "in_progress"
+	// Duplicate: policies Once and CommitOnSuccess, an earlier call already did it: 409.
+	Duplicate LeaseOutcome = "duplicate"
+	// Mismatch: the key was used for another request: 422.
+	Mismatch LeaseOutcome = "mismatch"
+	// FreshUnfenced: the body ran, but the lease was lost meanwhile: nothing was stored.
+	FreshUnfenced LeaseOutcome = "fresh_unfenced"
+	// Rejected: missing or malformed key: 400.
+	Rejected LeaseOutcome = "rejected"
+)
+
+// LeaseOptions are the settings of a LeaseRunner; zero values take the defaults.
+type LeaseOptions struct {
+	// Policy is Remember unless set.
+	Policy Policy
+	// Lease is the lease length (30 s), renewed every third of it, at least every 50 ms.
+	Lease time.Duration
+	// NoRenew turns the renewal goroutine off.
+	NoRenew bool
+	// MaxRenewFailures: consecutive renewal errors after which renewing stops
+	// without declaring the lease lost (3).
+	MaxRenewFailures int
+	// TTL and Wait as in Options (0: the server's defaults).
+	TTL, Wait time.Duration
+	// KeptHeaders, FinalStatuses, ProblemTypeBase, MaxKeyLength as in Options.
+	KeptHeaders     []string
+	FinalStatuses   []int
+	ProblemTypeBase string
+	MaxKeyLength    int
+}
+
+// LeaseResult is the result of one run.
+type LeaseResult struct {
+	Outcome LeaseOutcome
+	// Response is what to send: the body's, the stored one, or a problem response.
+	Response Response
+	// Fence is the fence this call held (0 when it held none).
+	Fence int64
+	// Renewals counts the successful renewals while the body ran.
+	Renewals int
+}
+
+// Effect is the work outside the database. It runs outside any transaction and
+// is never cancelled by the runner, not even when the lease is lost.
+type Effect func(ctx context.Context) (Response, error)
+
+// LeaseRunner runs external effects under leases. Safe for concurrent use: every
+// statement takes a connection from the pool (renewals too).
+type LeaseRunner struct {
+	pool    *pgxpool.Pool
+	options LeaseOptions
+	final   *finalStatuses
+}
+
+// NewLeaseRunner makes a runner on a pool.
+func NewLeaseRunner(pool *pgxpool.Pool, options LeaseOptions) (*LeaseRunner, error) {
+	if options.Lease < 0 {
+		return nil, errors.New("idempotency: Lease must be positive")
+	}
+	if options.Lease == 0 {
+		options.Lease = 30 * time.Second
+	}
+	if options.MaxRenewFailures == 0 {
+		options.MaxRenewFailures = 3
+	}
+	if options.KeptHeaders == nil {
+		options.KeptHeaders = DefaultKeptHeaders
+	}
+	if options.ProblemTypeBase == "" {
+		options.ProblemTypeBase = DefaultProblemTypeBase
+	}
+	if options.MaxKeyLength == 0 {
+		options.MaxKeyLength = 255
+	}
+	final, err := newFinalStatuses(options.FinalStatuses)
+	if err != nil {
+		return nil, err
+	}
+	return &LeaseRunner{pool: pool, options: options, final: final}, nil
+}
+
+func (r *LeaseRunner) problem(p Problem, detail string) Response {
+	return ProblemResponse(p, detail, r.options.ProblemTypeBase)
+}
+
+// Run acquires the key, runs effect while renewing the lease, and settles the
+// key by the policy; every statement that settles it is fenced. An error of
+// the effect is returned after the key was settled (Once: marked done; the
+// other policies: released).
+func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (LeaseResult, error) {
+	options := r.options
+	if !validKey(req.Key, options.MaxKeyLength) {
+		problem := ProblemKeyMalformed
+		if req.Key == "" {
+			problem = ProblemKeyMissing
+		}
+		return LeaseResult{Outcome: Rejected, Response: r.problem(problem, fmt.Sprintf(
+			"An Idempotency-Key of 1 to %d visible ASCII characters is required.",
+			options.MaxKeyLength))}, nil
+	}
+	if options.Policy == Remember {
+		if err := r.final.load(ctx, r.pool); err != nil { // known before holding anything
+			return LeaseResult{}, err
+		}
+	}
+	var outcome string
+	var fence int64
+	var stored storedRow
+	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
+		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(options.TTL),
+		interval(options.Wait)).Scan(&outcome, &fence, &stored.status, &stored.headers,
+		&stored.body,
+		&stored.resourceID, &stored.leaseSeconds)
+	if sqlState(err) == stateKeyRefused {
+		return LeaseResult{Outcome: Rejected, Response: r.problem(ProblemKeyMalformed,
+			"The Idempotency-Key was refused by the server.")}, nil
+	}
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	if outcome != "started" {
+		return r.answer(outcome, stored)
+	}
+	return r.runHeld(ctx, req, fence, effect)
+}
+
+// answer maps an outcome that does not run the effect.
+func (r *LeaseRunner) answer(outcome string, stored storedRow) (LeaseResult, error) {
+	duplicate := outcome == "replay" || outcome == "secret_replay"
+	if duplicate && r.options.Policy != Remember {
+		return LeaseResult{Outcome: Duplicate,
+			Response: r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)}, nil
+	}
+	response, known := outcomeResponse(outcome, stored, r.options.ProblemTypeBase,
+		DefaultRetryAfterSeconds)
+	if !known {
+		return LeaseResult{}, fmt.Errorf("idempotency: acquire returned an unknown outcome %q",
+			outcome)
+	}
+	switch outcome {
+	case "mismatch":
+		return LeaseResult{Outcome: Mismatch, Response: response}, nil
+	case "in_progress":
+		return LeaseResult{Outcome: InProgress, Response: response}, nil
+	}
+	return LeaseResult{Outcome: Replayed, Response: response}, nil
+}

@@ -1,0 +1,134 @@
+package idempotency
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// runHeld runs the effect under the lease (fence) and settles the key.
+func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, effect Effect) (
+	LeaseResult, error) {
+	options := r.options
+	var renew *renewer
+	if !options.NoRenew {
+		renew = startRenewer(r.pool, req.Principal, req.Key, fence, options)
+	}
+	response, failure := effect(ctx)
+	lost, renewals := false, 0
+	if renew != nil {
+		lost, renewals = renew.stop()
+	}
+	settled, err := r.settle(ctx, req, fence, response, failure)
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	if failure != nil {
+		return LeaseResult{Fence: fence, Renewals: renewals}, failure
+	}
+	outcome := Fresh
+	if !settled || lost {
+		outcome = FreshUnfenced
+	}
+	return LeaseResult{Outcome: outcome, Response: response, Fence: fence, Renewals: renewals}, nil
+}
+
+// settle marks the key done, stores the response or releases the key, by the
+// policy; false when the fence no longer holds the key.
+func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, response Response,
+	failure error) (bool, error) {
+	p, k := req.Principal, req.Key
+	var settled bool
+	run := func(sql string, args ...interface{}) error {
+		return r.pool.QueryRow(ctx, sql, append([]interface{}{p, k, fence},
+			args...)...).Scan(&settled)
+	}
+	var err error
+	switch {
+	case failure != nil && r.options.Policy == Once:
+		err = run(markDoneSQL, 500)
+	case failure != nil:
+		err = run(releaseSQL)
+	case r.options.Policy == Once:
+		err = run(markDoneSQL, response.Status)
+	case r.options.Policy == CommitOnSuccess && response.Status < 400:
+		err = run(markDoneSQL, response.Status)
+	case r.options.Policy == CommitOnSuccess:
+		err = run(releaseSQL)
+	case r.final.final(response.Status):
+		var resourceID interface{}
+		if response.ResourceID != "" {
+			resourceID = response.ResourceID
+		}
+		err = run(rememberSQL, response.Status, nonNil(response.Body),
+			keptHeadersJSON(response, r.options.KeptHeaders), resourceID, response.OneTimeSecret)
+	default:
+		err = run(releaseSQL)
+	}
+	return settled, err
+}
+
+// renewer renews a lease from its own goroutine every third of the lease (at
+// least every 50 ms) until stopped. renew() answering false means the fence
+// lost the key: renewing stops and the lease counts as lost. An error
+// (network, restart) is retried at the next tick; after MaxRenewFailures in a
+// row renewing stops without declaring the lease lost.
+type renewer struct {
+	done     chan struct{}
+	finished sync.WaitGroup
+	lost     bool
+	renewals int
+}
+
+func startRenewer(pool *pgxpool.Pool, principal, key string, fence int64,
+	options LeaseOptions) *renewer {
+	period := options.Lease / 3
+	if period < 50*time.Millisecond {
+		period = 50 * time.Millisecond
+	}
+	r := &renewer{done: make(chan struct{})}
+	r.finished.Add(1)
+	go func() {
+		defer r.finished.Done()
+		ticker := time.NewTicker(period)
+		defer ticker.Stop()
+		failures := 0
+		for {
+			select {
+			case <-r.done:
+				return
+			case <-ticker.C:
+			}
+			// Not the caller's context: the effect is never cancelled, and its
+			// lease is kept for as long as it runs.
+			ctx, cancel := context.WithTimeout(context.Background(), options.Lease)
+			var held bool
+			err := pool.QueryRow(ctx, renewSQL, principal, key, fence, options.Lease).Scan(&held)
+			cancel()
+			switch {
+			case err != nil:
+				failures++
+				if failures >= options.MaxRenewFailures {
+					return
+				}
+			case held:
+				failures = 0
+				r.renewals++
+			default:
+				r.lost = true
+				return
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the renewals and reports whether the lease was lost and how many
+// renewals succeeded.
+func (r *renewer) stop() (bool, int) {
+	close(r.done)
+	r.finished.Wait()
+	return r.lost, r.renewals
+}

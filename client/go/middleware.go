@@ -1,0 +1,203 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// ConnSource hands the middleware an idle connection for one request and a
+// function that gives it back.
+type ConnSource func(ctx context.Context) (conn *pgx.Conn, release func(), err error)
+
+// FromPool is a ConnSource on a pgxpool.Pool.
+func FromPool(pool *pgxpool.Pool) ConnSource {
+	return func(ctx context.Context) (*pgx.Conn, func(), error) {
+		held, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return held.Conn(), held.Release, nil
+	}
+}
+
+// MiddlewareOptions configure Middleware.
+type MiddlewareOptions struct {
+	// Client runs the protocol (required).
+	Client *Client
+	// Connections gives a connection per request (required; FromPool(pool)).
+	Connections ConnSource
+	// Principal returns the authenticated principal; false passes the request
+	// to the handler untouched (it must refuse unauthenticated writes itself).
+	Principal func(r *http.Request) (string, bool)
+	// Applies selects the requests the middleware handles (default: all).
+	Applies func(r *http.Request) bool
+	// MaxBodyBytes bounds the request body read for the fingerprint (10 MiB);
+	// a longer body is answered 413.
+	MaxBodyBytes int64
+	// OnError sees errors the middleware answers with 500 or 503 (default: none).
+	OnError func(r *http.Request, err error)
+}
+
+// RequestContext is what the middleware hands the handler in the request's context.
+type RequestContext struct {
+	// Tx is the transaction that holds the key: do the request's writes here,
+	// and do not commit.
+	Tx pgx.Tx
+	// Request is the request as fingerprinted.
+	Request Request
+	// OneTimeSecret: set it when the response carries a secret; it is sent once, not stored.
+	OneTimeSecret bool
+	// ResourceID: the id of what the request created, stored with the key.
+	ResourceID string
+}
+
+type contextKey struct{}
+
+// FromContext returns the middleware's RequestContext of a request, or nil
+// when the middleware did not handle it.
+func FromContext(ctx context.Context) *RequestContext {
+	value, _ := ctx.Value(contextKey{}).(*RequestContext)
+	return value
+}
+
+// Middleware wraps an http.Handler in the transactional protocol: it reads the
+// body once, runs the handler inside the transaction that holds the key
+// (retrying serialization failures with a fresh response buffer and a fresh
+// body), stores the final response, and answers replays (Idempotent-Replay:
+// true), 400, 409 (Retry-After) and 422 itself.
+func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
+	if options.Client == nil || options.Connections == nil || options.Principal == nil {
+		panic("idempotency: Middleware needs Client, Connections and Principal")
+	}
+	if options.MaxBodyBytes == 0 {
+		options.MaxBodyBytes = 10 << 20
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			principal, ok := options.Principal(r)
+			if !ok || (options.Applies != nil && !options.Applies(r)) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			serveKeyed(options, next, w, r, principal)
+		})
+	}
+}
+
+func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWriter,
+	r *http.Request,
+	principal string) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, options.MaxBodyBytes+1))
+	if err != nil {
+		fail(options, w, r, http.StatusBadRequest, err)
+		return
+	}
+	if int64(len(body)) > options.MaxBodyBytes {
+		fail(options, w, r, http.StatusRequestEntityTooLarge, errors.New("request body too large"))
+		return
+	}
+	request := Request{Principal: principal, Key: r.Header.Get(KeyHeader), Method: r.Method,
+		Path: r.URL.Path}
+	if len(body) > 0 {
+		request.Body = body
+	}
+	conn, release, err := options.Connections(r.Context())
+	if err != nil {
+		fail(options, w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	defer release()
+	handler := func(ctx context.Context, tx pgx.Tx) (Response, error) {
+		state := &RequestContext{Tx: tx, Request: request}
+		inner := r.WithContext(context.WithValue(ctx, contextKey{}, state))
+		inner.Body = io.NopCloser(bytes.NewReader(body)) // fresh for every attempt
+		capture := &captureWriter{header: http.Header{}}
+		next.ServeHTTP(capture, inner)
+		response := capture.response()
+		response.OneTimeSecret = state.OneTimeSecret
+		response.ResourceID = state.ResourceID
+		return response, nil
+	}
+	response, err := options.Client.Handle(r.Context(), conn, request, handler)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if Retryable(err) {
+			status = http.StatusServiceUnavailable
+		}
+		fail(options, w, r, status, err)
+		return
+	}
+	WriteResponse(w, response)
+}
+
+// fail answers an error the middleware cannot map to the protocol.
+func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, status int,
+	err error) {
+	if options.OnError != nil {
+		options.OnError(r, err)
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(DefaultRetryAfterSeconds))
+	}
+	http.Error(w, http.StatusText(status), status)
+}
+
+// WriteResponse sends a Response on a ResponseWriter.
+func WriteResponse(w http.ResponseWriter, response Response) {
+	for _, field := range response.Headers {
+		w.Header().Add(field.Name, field.Value)
+	}
+	w.WriteHeader(response.Status)
+	_, _ = w.Write(response.Body)
+}
+
+// captureWriter collects a handler's response instead of sending it.
+type captureWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+
+func (c *captureWriter) WriteHeader(status int) {
+	if c.status == 0 {
+		c.status = status
+	}
+}
+
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.body.Write(p)
+}
+
+// response is the captured response; header names sorted, so what is stored
+// does not depend on Go's map order.
+func (c *captureWriter) response() Response {
+	status := c.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	names := make([]string, 0, len(c.header))
+	for name := range c.header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	headers := Headers{}
+	for _, name := range names {
+		for _, value := range c.header[name] {
+			headers = append(headers, HeaderField{name, value})
+		}
+	}
+	return Response{Status: status, Headers: headers, Body: c.body.Bytes()}
+}

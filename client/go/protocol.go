@@ -1,0 +1,97 @@
+package idempotency
+
+// The one protocol table of every client (client/protocol.json in the
+// repository), written out in Go. protocol_test.go compares each field with the
+// JSON file, so a change on either side fails the tests until both agree.
+
+// Problem is one RFC 9457 problem type the client answers with.
+type Problem struct {
+	// Slug is appended to the type base ("/problems/" + "idempotency-key-reuse").
+	Slug string
+	// Status is the HTTP status of responses of this type.
+	Status int
+	// Title is the fixed, human-readable title.
+	Title string
+}
+
+// The problem types, named as in client/protocol.json.
+var (
+	ProblemKeyMissing = Problem{"idempotency-key-missing", 400,
+		"Idempotency-Key header is missing"}
+	ProblemKeyMalformed = Problem{"idempotency-key-malformed", 400,
+		"Idempotency-Key header is malformed"}
+	ProblemBodyInvalid = Problem{"request-body-invalid", 400,
+		"Request body cannot be fingerprinted"}
+	ProblemKeyReuse = Problem{"idempotency-key-reuse", 422,
+		"Idempotency-Key was used for another request"}
+	ProblemRequestInProgress = Problem{
+		"request-in-progress", 409, "A request with this Idempotency-Key is in progress"}
+	ProblemOneTimeSecret = Problem{
+		"one-time-secret", 409, "The response to this request was sent once and not kept"}
+	ProblemAlreadyProcessed = Problem{"request-already-processed", 409,
+		"This request was already processed"}
+)
+
+// Problems maps the names of client/protocol.json's "problems" to the types.
+var Problems = map[string]Problem{
+	"key_missing":         ProblemKeyMissing,
+	"key_malformed":       ProblemKeyMalformed,
+	"body_invalid":        ProblemBodyInvalid,
+	"key_reuse":           ProblemKeyReuse,
+	"request_in_progress": ProblemRequestInProgress,
+	"one_time_secret":     ProblemOneTimeSecret,
+	"already_processed":   ProblemAlreadyProcessed,
+}
+
+// Constants of the HTTP mapping shared by every client.
+const (
+	// ProblemContentType is the Content-Type of every problem response.
+	ProblemContentType = "application/problem+json"
+	// DefaultProblemTypeBase prefixes the slug of a problem's type URI.
+	DefaultProblemTypeBase = "/problems/"
+	// ReplayHeader marks a response played back from the key store.
+	ReplayHeader = "Idempotent-Replay"
+	// KeyHeader is the request header that carries the key.
+	KeyHeader = "Idempotency-Key"
+	// DefaultRetryAfterSeconds is the Retry-After of a 409 for a key held by a transaction.
+	DefaultRetryAfterSeconds = 1
+)
+
+// DefaultKeptHeaders are the response headers stored with a key and replayed.
+var DefaultKeptHeaders = []string{"Content-Type", "Location", "ETag", "Content-Location",
+	"Last-Modified"}
+
+// OutcomeRule says how one outcome of begin/acquire becomes an HTTP response.
+type OutcomeRule struct {
+	// RunHandler is true when the application's handler runs (outcome "started").
+	RunHandler bool
+	// Response is "stored" when the stored response is replayed, "" otherwise.
+	Response string
+	// Problem names the problem type (a key of Problems), "" when none.
+	Problem string
+	// Replayed is true when the answer carries Idempotent-Replay: true.
+	Replayed bool
+	// RetryAfter is true when the answer carries Retry-After.
+	RetryAfter bool
+	// Detail is the problem's detail text.
+	Detail string
+}
+
+// Outcomes maps every outcome of idempotency.begin and idempotency.acquire to its answer.
+var Outcomes = map[string]OutcomeRule{
+	"started": {RunHandler: true},
+	"replay":  {Response: "stored", Replayed: true},
+	"mismatch": {Problem: "key_reuse",
+		Detail: "This Idempotency-Key was used for a different request;" +
+			" use a new key for a new request."},
+	"in_progress": {Problem: "request_in_progress", RetryAfter: true,
+		Detail: "A request with this Idempotency-Key is still being processed; retry later."},
+	"secret_replay": {Problem: "one_time_secret", Replayed: true,
+		Detail: "The first response to this request carried a secret and was not kept;" +
+			" create a new one with a new key."},
+}
+
+// detailAlreadyProcessed answers a duplicate under the lease policies once and
+// commit_on_success, whose results are not kept (not an outcome of the table).
+const detailAlreadyProcessed = "A request with this Idempotency-Key was already processed; " +
+	"its result is not kept."

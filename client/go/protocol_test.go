@@ -1,0 +1,111 @@
+package idempotency
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"testing"
+)
+
+// protocolFile is client/protocol.json, the one table every client follows;
+// read from the repository at test time.
+type protocolFile struct {
+	ProblemContentType       string   `json:"problem_content_type"`
+	ProblemTypeBase          string   `json:"problem_type_base"`
+	ReplayHeader             string   `json:"replay_header"`
+	KeyHeader                string   `json:"key_header"`
+	DefaultRetryAfterSeconds int      `json:"default_retry_after_seconds"`
+	KeptHeaders              []string `json:"kept_headers"`
+	Problems                 map[string]struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+		Title  string `json:"title"`
+	} `json:"problems"`
+	Outcomes map[string]struct {
+		RunHandler bool   `json:"run_handler"`
+		Response   string `json:"response"`
+		Problem    string `json:"problem"`
+		Replayed   bool   `json:"replayed"`
+		RetryAfter bool   `json:"retry_after"`
+		Detail     string `json:"detail"`
+	} `json:"outcomes"`
+}
+
+func TestTableMatchesProtocolJSONFieldByField(t *testing.T) {
+	text, err := os.ReadFile("../protocol.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file protocolFile
+	decoder := json.NewDecoder(bytesReader(text))
+	if err := decoder.Decode(&file); err != nil {
+		t.Fatal(err)
+	}
+	same := func(what string, got, want interface{}) {
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Go has %#v, protocol.json %#v", what, got, want)
+		}
+	}
+	same("problem_content_type", ProblemContentType, file.ProblemContentType)
+	same("problem_type_base", DefaultProblemTypeBase, file.ProblemTypeBase)
+	same("replay_header", ReplayHeader, file.ReplayHeader)
+	same("key_header", KeyHeader, file.KeyHeader)
+	same("default_retry_after_seconds", DefaultRetryAfterSeconds, file.DefaultRetryAfterSeconds)
+	same("kept_headers", DefaultKeptHeaders, file.KeptHeaders)
+	same("number of problems", len(Problems), len(file.Problems))
+	for name, want := range file.Problems {
+		got, ok := Problems[name]
+		if !ok {
+			t.Errorf("problem %s is missing in Go", name)
+			continue
+		}
+		same(name+".type", got.Slug, want.Type)
+		same(name+".status", got.Status, want.Status)
+		same(name+".title", got.Title, want.Title)
+	}
+	same("number of outcomes", len(Outcomes), len(file.Outcomes))
+	for name, want := range file.Outcomes {
+		got, ok := Outcomes[name]
+		if !ok {
+			t.Errorf("outcome %s is missing in Go", name)
+			continue
+		}
+		same(name+".run_handler", got.RunHandler, want.RunHandler)
+		same(name+".response", got.Response, want.Response)
+		same(name+".problem", got.Problem, want.Problem)
+		same(name+".replayed", got.Replayed, want.Replayed)
+		same(name+".retry_after", got.RetryAfter, want.RetryAfter)
+		same(name+".detail", got.Detail, want.Detail)
+		if got.Problem != "" {
+			if _, ok := Problems[got.Problem]; !ok {
+				t.Errorf("outcome %s names an unknown problem %s", name, got.Problem)
+			}
+		}
+	}
+}
+
+// Every outcome that does not run the handler is answered by the table itself.
+func TestOutcomeResponsesFollowTheTable(t *testing.T) {
+	status := int32(201)
+	headers := `[["Location","/o/1"]]`
+	stored := storedRow{status: &status, headers: &headers, body: []byte("b")}
+	for name, rule := range Outcomes {
+		response, ok := outcomeResponse(name, stored, "/p/", 1)
+		if ok == rule.RunHandler {
+			t.Errorf("%s: answered %v", name, ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		_, replayed := response.Headers.Get(ReplayHeader)
+		_, retry := response.Headers.Get("Retry-After")
+		if replayed != rule.Replayed || response.Replayed != rule.Replayed ||
+			retry != rule.RetryAfter {
+			t.Errorf("%s: %+v", name, response)
+		}
+		if rule.Problem != "" && response.Status != Problems[rule.Problem].Status {
+			t.Errorf("%s: status %d", name, response.Status)
+		}
+	}
+}

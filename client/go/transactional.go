@@ -1,0 +1,280 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v4"
+)
+
+// The statements of the transactional protocol. The fingerprint is computed by
+// the server in the same statement, so the client needs no RFC 8785 code.
+const (
+	beginSQL = "SELECT outcome, response_status::integer, response_headers::text, response_body," +
+		" resource_id," +
+		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
+		" FROM idempotency.begin($1, $2, $3," +
+		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval)"
+	// Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+	completeSQL = "SELECT idempotency.complete($1, $2, status => $3::integer, body => $4::bytea," +
+		" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)"
+	saveFinalSQL = "SELECT idempotency.save_final($1, $2, $3," +
+		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), status => $8::integer," +
+		" body => $9::bytea, headers => $10::jsonb, ttl => $11::interval," +
+		" one_time_secret => $12::boolean)"
+)
+
+// Options are the settings of a Client; the zero value of a field takes the default.
+type Options struct {
+	// MethodsRequiringKey are answered 400 without an Idempotency-Key (POST, PATCH).
+	MethodsRequiringKey []string
+	// KeptHeaders are stored with the key and replayed (DefaultKeptHeaders).
+	KeptHeaders []string
+	// Wait is how long begin waits for a transaction that holds the key
+	// (0: idempotency.wait_timeout).
+	Wait time.Duration
+	// TTL is the key's lifetime (0: idempotency.key_ttl).
+	TTL time.Duration
+	// MaxAttempts bounds the runs of Handle on serialization failures and deadlocks (3).
+	MaxAttempts int
+	// RetryAfter is the Retry-After, in seconds, of a 409 for a key held by a transaction (1).
+	RetryAfter int
+	// FinalStatuses are the statuses that are stored; nil: ask the server once.
+	FinalStatuses []int
+	// ProblemTypeBase prefixes problem type URIs ("/problems/").
+	ProblemTypeBase string
+	// MaxKeyLength is the longest key accepted before asking the server (255).
+	MaxKeyLength int
+	// TxOptions are the isolation level, access mode and deferrable mode of the transaction.
+	TxOptions pgx.TxOptions
+}
+
+func (o Options) withDefaults() Options {
+	if o.MethodsRequiringKey == nil {
+		o.MethodsRequiringKey = []string{"POST", "PATCH"}
+	}
+	if o.KeptHeaders == nil {
+		o.KeptHeaders = DefaultKeptHeaders
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 3
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfterSeconds
+	}
+	if o.ProblemTypeBase == "" {
+		o.ProblemTypeBase = DefaultProblemTypeBase
+	}
+	if o.MaxKeyLength == 0 {
+		o.MaxKeyLength = 255
+	}
+	return o
+}
+
+// Counters say what a Client did, for metrics.
+type Counters struct {
+	Started, Replayed, Mismatched, InProgress, SecretReplayed int64
+	RejectedKeys, NotStored, StoredErrors, Retries            int64
+}
+
+// Handler is the application's work. It runs inside the transaction that holds
+// the key and must do its writes through tx; it must not commit or roll back.
+// Its response is stored when it is final; an error rolls back and stores nothing.
+type Handler func(ctx context.Context, tx pgx.Tx) (Response, error)
+
+// Client runs handlers through the transactional protocol and maps outcomes to
+// HTTP. Safe for concurrent use; a *pgx.Conn is not (pgx's rule): one request
+// per connection at a time.
+type Client struct {
+	options  Options
+	final    *finalStatuses
+	counters Counters
+}
+
+// NewClient makes a client; it fails only on an invalid FinalStatuses list.
+func NewClient(options Options) (*Client, error) {
+	options = options.withDefaults()
+	if options.MaxAttempts < 1 {
+		return nil, errors.New("idempotency: MaxAttempts must be at least 1")
+	}
+	final, err := newFinalStatuses(options.FinalStatuses)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{options: options, final: final}, nil
+}
+
+// Options are the client's settings, defaults filled in.
+func (c *Client) Options() Options { return c.options }
+
+// Counters is a snapshot of the client's counters.
+func (c *Client) Counters() Counters {
+	n := &c.counters
+	return Counters{
+		Started: atomic.LoadInt64(&n.Started), Replayed: atomic.LoadInt64(&n.Replayed),
+		Mismatched: atomic.LoadInt64(&n.Mismatched), InProgress: atomic.LoadInt64(&n.InProgress),
+		SecretReplayed: atomic.LoadInt64(&n.SecretReplayed),
+		RejectedKeys:   atomic.LoadInt64(&n.RejectedKeys),
+		NotStored:      atomic.LoadInt64(&n.NotStored),
+		StoredErrors:   atomic.LoadInt64(&n.StoredErrors), Retries: atomic.LoadInt64(&n.Retries),
+	}
+}
+
+func (c *Client) problem(p Problem, detail string) Response {
+	return ProblemResponse(p, detail, c.options.ProblemTypeBase)
+}
+
+// Handle runs handler through the protocol on conn, which must be idle (not in
+// a transaction), and returns the response to send. The round trips are those
+// of a plain transaction: BEGIN travels with idempotency.begin in one batch,
+// idempotency.complete with COMMIT. Serialization failures (40001) and
+// deadlocks (40P01) rerun the whole attempt, handler included, with a fresh
+// response, up to MaxAttempts; then the error is returned (map it to 503). A
+// commit whose outcome is unknown (a lost connection) is never retried.
+func (c *Client) Handle(ctx context.Context, conn *pgx.Conn, req Request,
+	handler Handler) (Response, error) {
+	for attempt := 1; ; attempt++ {
+		response, err := c.attempt(ctx, conn, req, handler)
+		if err == nil || !Retryable(err) || attempt >= c.options.MaxAttempts {
+			return response, err
+		}
+		atomic.AddInt64(&c.counters.Retries, 1)
+	}
+}
+
+// attempt is one pass: check the key, begin, the handler, settle.
+func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
+	handler Handler) (Response, error) {
+	if status := conn.PgConn().TxStatus(); status != 'I' {
+		return Response{}, fmt.Errorf("idempotency: the connection must be idle (status %q): "+
+			"the attempt opens and ends its own transaction", status)
+	}
+	method := strings.ToUpper(req.Method)
+	if req.Key == "" {
+		if !c.requiresKey(method) {
+			return c.unkeyed(ctx, conn, handler)
+		}
+		atomic.AddInt64(&c.counters.RejectedKeys, 1)
+		return c.problem(ProblemKeyMissing, method+" requests need an Idempotency-Key header."), nil
+	}
+	if !validKey(req.Key, c.options.MaxKeyLength) {
+		atomic.AddInt64(&c.counters.RejectedKeys, 1)
+		return c.problem(ProblemKeyMalformed, fmt.Sprintf(
+			"The Idempotency-Key must be 1 to %d visible ASCII characters.",
+			c.options.MaxKeyLength)), nil
+	}
+	if err := c.final.load(ctx, conn); err != nil { // known before any transaction starts
+		return Response{}, err
+	}
+	outcome, stored, answer, err := c.begin(ctx, conn, req)
+	if err != nil || answer != nil {
+		return answerOrZero(answer), err
+	}
+	if outcome != "started" {
+		return c.answer(ctx, conn, outcome, stored)
+	}
+	atomic.AddInt64(&c.counters.Started, 1)
+	tx := &attemptTx{conn: conn}
+	response, err := handler(ctx, tx)
+	if err == nil && tx.retryable != nil {
+		err = tx.retryable // rerun by Handle with a fresh response
+	}
+	if err != nil {
+		rollbackQuietly(ctx, conn) // nothing is stored; the error is the caller's
+		return Response{}, err
+	}
+	return c.settle(ctx, conn, req, response)
+}
+
+func answerOrZero(r *Response) Response {
+	if r == nil {
+		return Response{}
+	}
+	return *r
+}
+
+func (c *Client) requiresKey(method string) bool {
+	for _, m := range c.options.MethodsRequiringKey {
+		if strings.EqualFold(m, method) {
+			return true
+		}
+	}
+	return false
+}
+
+// unkeyed runs a request that needs no key in a plain transaction; nothing is stored.
+func (c *Client) unkeyed(ctx context.Context, conn *pgx.Conn, handler Handler) (Response, error) {
+	tx, err := conn.BeginTx(ctx, c.options.TxOptions)
+	if err != nil {
+		return Response{}, err
+	}
+	response, err := handler(ctx, tx)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return Response{}, err
+	}
+	return response, tx.Commit(ctx)
+}
+
+// begin sends BEGIN and idempotency.begin in one batch (one round trip). A key
+// the server refuses or a body it cannot fingerprint comes back as an answer.
+func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
+	string, storedRow, *Response, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(beginCommand(c.options.TxOptions))
+	batch.Queue(beginSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path, req.Body,
+		excludeArg(req.Exclude), interval(c.options.TTL), interval(c.options.Wait))
+	results := conn.SendBatch(ctx, batch)
+	var outcome string
+	var stored storedRow
+	_, err := results.Exec()
+	if err == nil {
+		err = results.QueryRow().Scan(&outcome, &stored.status, &stored.headers, &stored.body,
+			&stored.resourceID, &stored.leaseSeconds)
+	}
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		return outcome, stored, nil, nil
+	}
+	rollbackQuietly(ctx, conn)
+	switch sqlState(err) {
+	case stateKeyRefused:
+		atomic.AddInt64(&c.counters.RejectedKeys, 1)
+		answer := c.problem(ProblemKeyMalformed, "The Idempotency-Key was refused by the server.")
+		return "", stored, &answer, nil
+	case stateBodyTooDeep, stateBodyTooDeep2:
+		answer := c.problem(ProblemBodyInvalid, serverMessage(err))
+		return "", stored, &answer, nil
+	}
+	return "", stored, nil, err
+}
+
+// answer ends the transaction of an outcome that does not run the handler.
+func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, stored storedRow) (
+	Response, error) {
+	switch outcome {
+	case "replay":
+		atomic.AddInt64(&c.counters.Replayed, 1)
+	case "mismatch":
+		atomic.AddInt64(&c.counters.Mismatched, 1)
+	case "in_progress":
+		atomic.AddInt64(&c.counters.InProgress, 1)
+	case "secret_replay":
+		atomic.AddInt64(&c.counters.SecretReplayed, 1)
+	}
+	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase,
+		c.options.RetryAfter)
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return Response{}, err
+	}
+	if !known {
+		return Response{}, fmt.Errorf("idempotency: begin returned an unknown outcome %q", outcome)
+	}
+	return response, nil
+}

@@ -1,0 +1,102 @@
+// go-orders: the orders service of examples/orders-service in Go (net/http,
+// pgx v4), idempotent through pg_idempotency's middleware (client/go).
+//
+//	go-orders --port 8080 --dsn "host=... dbname=..." [--threads 8]
+//
+// Same routes, bodies and headers as the C++ and Python services:
+//
+//	POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
+//	                      Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+//	POST /plain/orders    the same handler without the middleware (baseline)
+//	POST /classic/orders  the same as /orders
+//	POST /flaky/orders    the first run for each (principal, key) inserts the order,
+//	                      then answers 500: rolled back, not stored, the retry runs again
+//	POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
+//	GET  /orders/count    {"orders": n}
+//	GET  /health          ok
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
+
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL,
+  item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL,
+  name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`
+
+func main() {
+	port := flag.Int("port", 8080, "HTTP port on 127.0.0.1")
+	dsn := flag.String("dsn", "", "libpq connection string of the database")
+	threads := flag.Int("threads", 8, "database connections")
+	flag.Parse()
+	if err := serve(*port, *dsn, *threads); err != nil {
+		fmt.Fprintln(os.Stderr, "go-orders:", err)
+		os.Exit(1)
+	}
+}
+
+func serve(port int, dsn string, connections int) error {
+	ctx := context.Background()
+	config, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	config.MaxConns = int32(connections)
+	pool, err := pgxpool.ConnectConfig(ctx, config)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, schema); err != nil {
+		return fmt.Errorf("cannot prepare the database: %w", err)
+	}
+	client, err := idempotency.NewClient(idempotency.Options{})
+	if err != nil {
+		return err
+	}
+	keyed := idempotency.Middleware(idempotency.MiddlewareOptions{
+		Client:      client,
+		Connections: idempotency.FromPool(pool),
+		Principal:   principalOf,
+		Applies:     func(r *http.Request) bool { return r.Method == http.MethodPost },
+		OnError: func(r *http.Request, err error) {
+			fmt.Fprintf(os.Stderr, "go-orders: %s %s: %v\n", r.Method, r.URL.Path, err)
+		},
+	})
+	s := &service{pool: pool, flakyFailed: map[[2]string]bool{}}
+	routes := http.NewServeMux()
+	routes.HandleFunc("/health", s.health)
+	routes.HandleFunc("/orders/count", s.count)
+	routes.Handle("/orders", keyed(http.HandlerFunc(s.orders)))
+	routes.Handle("/classic/orders", keyed(http.HandlerFunc(s.orders)))
+	routes.Handle("/flaky/orders", keyed(http.HandlerFunc(s.flakyOrders)))
+	routes.Handle("/api-keys", keyed(http.HandlerFunc(s.apiKeys)))
+	routes.HandleFunc("/plain/orders", s.plainOrders)
+	routes.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		send(w, problem(404, "Not found", "No such route."))
+	})
+	address := fmt.Sprintf("127.0.0.1:%d", port)
+	fmt.Fprintln(os.Stderr, "go-orders: listening on", address)
+	return http.ListenAndServe(address, routes)
+}
+
+// principalOf is the bearer token: the example's whole authentication.
+func principalOf(r *http.Request) (string, bool) {
+	auth := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(auth) > len(prefix) && strings.HasPrefix(auth, prefix) {
+		return auth[len(prefix):], true
+	}
+	return "", false
+}
