@@ -31,8 +31,12 @@ import psycopg  # noqa: E402
 
 from cluster import Cluster  # noqa: E402
 from model import INVARIANTS, Model, Op  # noqa: E402
-from workload import Client, Faults, Settings, fingerprint  # noqa: E402
+from faults import Faults, ProxyFaults  # noqa: E402
+from transport_direct import DirectTransport  # noqa: E402
+from transport_proxy import ProxyTransport  # noqa: E402
+from workload import Client, Settings, fingerprint  # noqa: E402
 import proxy  # noqa: E402
+import roles  # noqa: E402
 
 DEFAULT_OPS = "txn=30,lease=18,save_final=10,claim=4,forget=3,cleanup=6,inspect=8,wait=4"
 ALL_FAULTS = "kill,restart,timeout,disconnect"
@@ -156,15 +160,15 @@ class Run:
         deadline = time.time() + self.duration if self.duration is not None else None
         per_client = None if self.steps is None else max(1, self.steps // self.clients)
         conninfo = self.cluster.conninfo(self.dbname)
-        client_class = proxy.ProxyClient if proxied else Client
-        clients = [client_class(n, self.seed, settings, self.model, conninfo, self.stop, per_client, deadline,
-                                self.stats)
+        transport = ProxyTransport if proxied else DirectTransport
+        clients = [Client(n, self.seed, settings, self.model, transport, conninfo, self.stop, per_client, deadline,
+                          self.stats)
                    for n in range(self.clients)]
         watch = threading.Thread(target=self.watch_violations, args=(clients,), daemon=True)
         fault_stop = threading.Event()
         if proxied:
-            fault_thread = proxy.ProxyFaults(self.seed, self.cluster, self.dbname, faults, self.args.fault_interval,
-                                             fault_stop, self.stats, self.log, self.model)
+            fault_thread = ProxyFaults(self.seed, self.cluster, self.dbname, faults, self.args.fault_interval,
+                                       fault_stop, self.stats, self.log, self.model)
         else:
             fault_thread = Faults(self.seed, self.cluster, self.cluster.admin_conninfo(), self.dbname, faults,
                                   self.args.fault_interval, fault_stop, self.stats, self.log, self.model)
