@@ -93,6 +93,13 @@ def parse_args(argv):
                    help="mean seconds between server faults (default 6)")
     p.add_argument("--fault-rate", type=float, default=0.05,
                    help="chance of a client fault where one can happen (default 0.05)")
+    p.add_argument("--roles", action="store_true",
+                   help="the role dimension: clients connect as principal roles bound by "
+                        "idempotency.principal_binding = current_user, by random paths; invariant BIND (roles.py)")
+    p.add_argument("--hostile", type=float, default=0.25,
+                   help="with --roles: share of calls naming another role's principal (default 0.25)")
+    p.add_argument("--no-preload", action="store_true",
+                   help="start the checker's own cluster without idempotency in shared_preload_libraries")
     p.add_argument("--keep-going", action="store_true", help="do not stop the run at the first violation")
     p.add_argument("--reduce-seconds", type=float, default=150,
                    help="time budget for reducing a failure (default 150; 0: no reduction)")
@@ -110,6 +117,10 @@ def parse_args(argv):
     args.faults = sorted(faults)
     if args.proxy_shards and (args.dsn or args.cluster_dir):
         p.error("--proxy-shards starts its own clusters: no --dsn or --cluster-dir")
+    if args.roles and args.proxy_shards:
+        p.error("--roles runs in the direct form only (the proxy connects to the shards as one role)")
+    if args.no_preload and (args.dsn or args.cluster_dir or args.proxy_shards):
+        p.error("--no-preload is for the cluster the checker starts itself")
     if args.principals is None:
         args.principals = args.proxy_shards or 2
     if args.seconds is None and args.steps is None:
@@ -148,6 +159,14 @@ class Run:
         version = self.cluster.fresh_database(self.dbname)
         self.version = version
         settings = Settings(self.args)
+        if settings.roles:
+            with self.admin() as conn:
+                how = random.Random("%s:binding" % self.seed).choice(["role", "role_in_database"])
+                roles.prepare(conn, settings.principals, self.dbname, how)
+                self.preloaded = conn.execute("SHOW shared_preload_libraries").fetchone()[0]
+            self.log("roles %s bound by ALTER ROLE%s; shared_preload_libraries = '%s'"
+                     % (", ".join(settings.principals), " ... IN DATABASE" if how != "role" else "",
+                        self.preloaded))
         settings.header_arrays = tuple(int(p) for p in version.split(".")[:2]) >= (0, 6)
         proxied = isinstance(self.cluster, proxy.ProxyTopology)
         if proxied:
@@ -238,10 +257,15 @@ class Run:
         keys = [(p, k) for p in settings.principals for k in settings.keys]
         with self.admin() as conn:
             conn.execute("SET statement_timeout = '10s'")
-            effects = conn.execute("SELECT op_id, kind, principal, key, fence FROM model_effects").fetchall()
+            effects = conn.execute("SELECT op_id, kind, principal, key, fence, writer::text FROM model_effects"
+                                   ).fetchall()
             present = {}
-            for op_id, kind, principal, key, fence in effects:
+            for op_id, kind, principal, key, fence, writer in effects:
                 present.setdefault(op_id, []).append((kind, principal, key, fence))
+                if settings.roles and writer != principal:
+                    model.violation("BIND", (principal, key), "the effect of %s for principal %s was written by "
+                                    "role %s" % (op_id, principal, writer), [model.ops.get(op_id)],
+                                    "effect of another role's principal")
             with model.lock:
                 for op in list(model.ops.values()):
                     if op.kind == "txn" and op.commit == "unknown":
@@ -468,7 +492,8 @@ def main(argv):
         elif args.proxy_shards:
             cluster = proxy.ProxyTopology.start(args.proxy_shards, args.proxy_port)
         else:
-            cluster = Cluster.start(args.port or random.SystemRandom().randrange(20000, 40000))
+            cluster = Cluster.start(args.port or random.SystemRandom().randrange(20000, 40000),
+                                    preload="pg_cron" if args.no_preload else None)
     except Exception as error:
         out("cannot start: %s" % error)
         out("0 steps, 0 faults, 0 violations")
@@ -490,6 +515,10 @@ def main(argv):
                 print_violations(small.model, small.seed, out, limit=1,
                                  match=(target.invariant, target.signature))
         summarize(run.model, out)
+        if args.roles:
+            out("roles (shared_preload_libraries = '%s'): %s" % (
+                getattr(run, "preloaded", "?"), ", ".join("%s %d" % item for item in
+                                                          sorted(run.stats.get("roles", {}).items())) or "-"))
         out("")
         out("%d steps, %d faults, %d violations" % (run.stats["steps"], run.stats["faults"],
                                                      len(run.model.violations)))

@@ -122,9 +122,9 @@ def prepare(conn, principals, dbname, how):
             conn.execute('CREATE ROLE "%s" LOGIN' % role)
         conn.execute('ALTER ROLE "%s" RESET ALL' % role)
         if how == "role":
-            conn.execute('ALTER ROLE "%s" SET idempotency.principal_binding = current_user' % role)
+            conn.execute("ALTER ROLE \"%s\" SET idempotency.principal_binding = 'current_user'" % role)
         else:
-            conn.execute('ALTER ROLE "%s" IN DATABASE "%s" SET idempotency.principal_binding = current_user'
+            conn.execute("ALTER ROLE \"%s\" IN DATABASE \"%s\" SET idempotency.principal_binding = 'current_user'"
                          % (role, dbname))
     conn.execute('GRANT %s TO "%s"' % (", ".join('"%s"' % p for p in principals), GATEWAY))
     conn.execute(DEFINER)
@@ -165,7 +165,8 @@ def connect(transport, client):
     except psycopg.OperationalError as error:
         if extra or "conninfo" in steps:
             if refused_at_connect(error):
-                count(client.stats, "connections refused (%s)" % client.path)
+                count(client.stats, "connections refused (%s)" % (
+                    "startup option" if extra else "connection-string option"))
                 raise Refused(str(error)) from None
         raise
     for step, sql in (("set", "SET idempotency.principal_binding = off"),
