@@ -13,6 +13,7 @@ smaller failing run, prints that, and exits 1. The last line of every run is
     /usr/bin/python3 tests/model/checker.py --seed 7 --steps 3000
     /usr/bin/python3 tests/model/checker.py --cluster-dir /tmp/x/pg  # a scripts/pgcluster.sh cluster
     /usr/bin/python3 tests/model/checker.py --proxy-shards 4         # function calls through PL/Proxy
+    /usr/bin/python3 tests/model/checker.py --roles --no-preload     # hostile roles (invariant BIND)
 """
 
 import argparse
