@@ -98,12 +98,15 @@ class ProxyTransport:
             failure.detail = detail[len("Remote detail: "):] if detail.startswith("Remote detail: ") else detail
             raise failure from None
 
-    def call(self, op, sql, params, short=True):
+    def call(self, op, sql, params, short=True, writes=None):
         """One function call = one transaction on a shard. Returns its rows, or
         raises: ServerError (op.commit no), RemoteLost or ConnectionLost
         (op.commit unknown). A cancel (57014) may come after the shard
         committed: unknown too, and RemoteLost for a `short` call (the
-        transactional request's timeout fault asks for it: ServerError there)."""
+        transactional request's timeout fault asks for it: ServerError there).
+        `writes(rows)` says whether the answer wrote a key row: op.writes is set
+        from it together with the commit, under the model's lock, so that no
+        check sees a committed writer that the answer says wrote nothing."""
         op.commit_sent = op.sent  # the shard may commit at any moment of the call
         try:
             rows = self.q(sql, params)
@@ -124,13 +127,16 @@ class ProxyTransport:
             op.acked = time.time()
             op.commit, op.outcome = "unknown", "lost"
             raise
-        op.acked = op.commit_acked = time.time()
-        op.commit = "yes"
+        with self.client.model.lock:
+            if writes is not None:
+                op.writes = bool(writes(rows))
+            op.acked = op.commit_acked = time.time()
+            op.commit = "yes"
         return rows
 
-    def one(self, op, sql, params):
+    def one(self, op, sql, params, writes=None):
         """call() of a short operation: its one row."""
-        return self.call(op, sql, params)[0]
+        return self.call(op, sql, params, writes=writes)[0]
 
     # -- the two steps: the call did both --------------------------------------
 
@@ -175,7 +181,8 @@ class ProxyTransport:
             op.note = "statement_timeout %d ms fault" % plan.timeout_ms
             self.q("SET statement_timeout = %d" % plan.timeout_ms)
         try:
-            return self.call(op, sql, params, short=False)[0]
+            return self.call(op, sql, params, short=False,
+                             writes=lambda rows: op.writes and rows[0][0] == "started")[0]
         except ServerError as error:
             if error.sqlstate in ("MR001", "22012") and variant in ("rollback", "stmt_error"):
                 fence, expires, now, clock = error.detail.split()
@@ -206,7 +213,7 @@ class ProxyTransport:
                             "       now_at, clock_at, usable"
                             "  FROM model.acquire(%s, %s, %s, %s, %s, %s, %s)",
                         (principal, key, "l:" + op.id, fingerprint(fp), seconds(lease), seconds(ttl),
-                         seconds(wait)))
+                         seconds(wait)), writes=lambda rows: rows[0][0] == "started")
 
     def lease_effect(self, op, principal, key, fence, holder_id):
         """model.lease_effect: the external effect of a lease holder."""
@@ -231,12 +238,12 @@ class ProxyTransport:
         """model.save_final: (now, saved, clock)."""
         return self.one(op, "SELECT now_at, saved, clock_at FROM model.save_final(%s, %s, %s, %s, %s, %s, %s, %s)",
                         (principal, key, "s:" + op.id, fingerprint(fp), status, body, jsonb(headers),
-                         seconds(ttl)))
+                         seconds(ttl)), writes=lambda rows: rows[0][1])
 
     def claim(self, op, principal, key, ttl, iso):
         """model.claim: (now, claimed, clock)."""
         return self.one(op, "SELECT now_at, claimed, clock_at FROM model.claim(%s, %s, %s)",
-                        (principal, key, seconds(ttl)))
+                        (principal, key, seconds(ttl)), writes=lambda rows: rows[0][1])
 
     def forget(self, op, principal, key):
         """model.forget: (deleted,)."""
