@@ -13,6 +13,7 @@ smaller failing run, prints that, and exits 1. The last line of every run is
     /usr/bin/python3 tests/model/checker.py --seed 7 --steps 3000
     /usr/bin/python3 tests/model/checker.py --cluster-dir /tmp/x/pg  # a scripts/pgcluster.sh cluster
     /usr/bin/python3 tests/model/checker.py --proxy-shards 4         # function calls through PL/Proxy
+    /usr/bin/python3 tests/model/checker.py --roles --no-preload     # hostile roles (invariant BIND)
 """
 
 import argparse
@@ -31,8 +32,12 @@ import psycopg  # noqa: E402
 
 from cluster import Cluster  # noqa: E402
 from model import INVARIANTS, Model, Op  # noqa: E402
-from workload import Client, Faults, Settings, fingerprint  # noqa: E402
+from faults import Faults, ProxyFaults  # noqa: E402
+from transport_direct import DirectTransport  # noqa: E402
+from transport_proxy import ProxyTransport  # noqa: E402
+from workload import Client, Settings, fingerprint  # noqa: E402
 import proxy  # noqa: E402
+import roles  # noqa: E402
 
 DEFAULT_OPS = "txn=30,lease=18,save_final=10,claim=4,forget=3,cleanup=6,inspect=8,wait=4"
 ALL_FAULTS = "kill,restart,timeout,disconnect"
@@ -89,6 +94,13 @@ def parse_args(argv):
                    help="mean seconds between server faults (default 6)")
     p.add_argument("--fault-rate", type=float, default=0.05,
                    help="chance of a client fault where one can happen (default 0.05)")
+    p.add_argument("--roles", action="store_true",
+                   help="the role dimension: clients connect as principal roles bound by "
+                        "idempotency.principal_binding = current_user, by random paths; invariant BIND (roles.py)")
+    p.add_argument("--hostile", type=float, default=0.25,
+                   help="with --roles: share of calls naming another role's principal (default 0.25)")
+    p.add_argument("--no-preload", action="store_true",
+                   help="start the checker's own cluster without idempotency in shared_preload_libraries")
     p.add_argument("--keep-going", action="store_true", help="do not stop the run at the first violation")
     p.add_argument("--reduce-seconds", type=float, default=150,
                    help="time budget for reducing a failure (default 150; 0: no reduction)")
@@ -106,6 +118,10 @@ def parse_args(argv):
     args.faults = sorted(faults)
     if args.proxy_shards and (args.dsn or args.cluster_dir):
         p.error("--proxy-shards starts its own clusters: no --dsn or --cluster-dir")
+    if args.roles and args.proxy_shards:
+        p.error("--roles runs in the direct form only (the proxy connects to the shards as one role)")
+    if args.no_preload and (args.dsn or args.cluster_dir or args.proxy_shards):
+        p.error("--no-preload is for the cluster the checker starts itself")
     if args.principals is None:
         args.principals = args.proxy_shards or 2
     if args.seconds is None and args.steps is None:
@@ -144,6 +160,14 @@ class Run:
         version = self.cluster.fresh_database(self.dbname)
         self.version = version
         settings = Settings(self.args)
+        if settings.roles:
+            with self.admin() as conn:
+                how = random.Random("%s:binding" % self.seed).choice(["role", "role_in_database"])
+                roles.prepare(conn, settings.principals, self.dbname, how)
+                self.preloaded = conn.execute("SHOW shared_preload_libraries").fetchone()[0]
+            self.log("roles %s bound by ALTER ROLE%s; shared_preload_libraries = '%s'"
+                     % (", ".join(settings.principals), " ... IN DATABASE" if how != "role" else "",
+                        self.preloaded))
         settings.header_arrays = tuple(int(p) for p in version.split(".")[:2]) >= (0, 6)
         proxied = isinstance(self.cluster, proxy.ProxyTopology)
         if proxied:
@@ -156,15 +180,15 @@ class Run:
         deadline = time.time() + self.duration if self.duration is not None else None
         per_client = None if self.steps is None else max(1, self.steps // self.clients)
         conninfo = self.cluster.conninfo(self.dbname)
-        client_class = proxy.ProxyClient if proxied else Client
-        clients = [client_class(n, self.seed, settings, self.model, conninfo, self.stop, per_client, deadline,
-                                self.stats)
+        transport = ProxyTransport if proxied else DirectTransport
+        clients = [Client(n, self.seed, settings, self.model, transport, conninfo, self.stop, per_client, deadline,
+                          self.stats)
                    for n in range(self.clients)]
         watch = threading.Thread(target=self.watch_violations, args=(clients,), daemon=True)
         fault_stop = threading.Event()
         if proxied:
-            fault_thread = proxy.ProxyFaults(self.seed, self.cluster, self.dbname, faults, self.args.fault_interval,
-                                             fault_stop, self.stats, self.log, self.model)
+            fault_thread = ProxyFaults(self.seed, self.cluster, self.dbname, faults, self.args.fault_interval,
+                                       fault_stop, self.stats, self.log, self.model)
         else:
             fault_thread = Faults(self.seed, self.cluster, self.cluster.admin_conninfo(), self.dbname, faults,
                                   self.args.fault_interval, fault_stop, self.stats, self.log, self.model)
@@ -234,10 +258,15 @@ class Run:
         keys = [(p, k) for p in settings.principals for k in settings.keys]
         with self.admin() as conn:
             conn.execute("SET statement_timeout = '10s'")
-            effects = conn.execute("SELECT op_id, kind, principal, key, fence FROM model_effects").fetchall()
+            effects = conn.execute("SELECT op_id, kind, principal, key, fence, writer::text FROM model_effects"
+                                   ).fetchall()
             present = {}
-            for op_id, kind, principal, key, fence in effects:
+            for op_id, kind, principal, key, fence, writer in effects:
                 present.setdefault(op_id, []).append((kind, principal, key, fence))
+                if settings.roles and writer != principal:
+                    model.violation("BIND", (principal, key), "the effect of %s for principal %s was written by "
+                                    "role %s" % (op_id, principal, writer), [model.ops.get(op_id)],
+                                    "effect of another role's principal")
             with model.lock:
                 for op in list(model.ops.values()):
                     if op.kind == "txn" and op.commit == "unknown":
@@ -464,7 +493,8 @@ def main(argv):
         elif args.proxy_shards:
             cluster = proxy.ProxyTopology.start(args.proxy_shards, args.proxy_port)
         else:
-            cluster = Cluster.start(args.port or random.SystemRandom().randrange(20000, 40000))
+            cluster = Cluster.start(args.port or random.SystemRandom().randrange(20000, 40000),
+                                    preload="pg_cron" if args.no_preload else None)
     except Exception as error:
         out("cannot start: %s" % error)
         out("0 steps, 0 faults, 0 violations")
@@ -486,6 +516,10 @@ def main(argv):
                 print_violations(small.model, small.seed, out, limit=1,
                                  match=(target.invariant, target.signature))
         summarize(run.model, out)
+        if args.roles:
+            out("roles (shared_preload_libraries = '%s'): %s" % (
+                getattr(run, "preloaded", "?"), ", ".join("%s %d" % item for item in
+                                                          sorted(run.stats.get("roles", {}).items())) or "-"))
         out("")
         out("%d steps, %d faults, %d violations" % (run.stats["steps"], run.stats["faults"],
                                                      len(run.model.violations)))

@@ -3,10 +3,16 @@
 # cluster started here with scripts/pgcluster.sh (PGBIN from the environment,
 # default /usr/lib/postgresql/15/bin; the extension must be installed there):
 #   - a few fixed seeds plus one random seed (printed), MODEL_SECONDS each
-#     (default 40; about 3 minutes);
+#     (default 30);
 #   - the random seed again in the distributed mode (sessions with
 #     idempotency.distributed = on), MODEL_DISTRIBUTED_SECONDS (default 20; 0
 #     leaves it out), on the same cluster;
+#   - the role dimension (--roles: principal roles bound by
+#     idempotency.principal_binding, hostile calls, every path of a value to a
+#     session), seed MODEL_ROLES_SEED (default the random seed) for
+#     MODEL_ROLES_SECONDS (default 20; 0 leaves it out) twice: on the same
+#     cluster (library preloaded) and on a second one started here without
+#     idempotency in shared_preload_libraries (port MODEL_PORT + 1);
 #   - the function-call form through PL/Proxy (4 shards and a proxy, started by
 #     the checker on ports MODEL_PROXY_PORT..+4, default 26600), seed
 #     MODEL_PROXY_SEED (default 53) for MODEL_PROXY_SECONDS (default 30, about
@@ -16,12 +22,12 @@
 # history and a reduced run, and the command that replays it is printed).
 #
 #   tests/model/ci.sh                 MODEL_SEEDS="1 2 3" MODEL_SECONDS=40 MODEL_PORT=...
-#                                     MODEL_DISTRIBUTED_SECONDS=20
+#                                     MODEL_DISTRIBUTED_SECONDS=20 MODEL_ROLES_SECONDS=20 MODEL_ROLES_SEED=...
 #                                     MODEL_PROXY_SEED=53 MODEL_PROXY_SECONDS=30 MODEL_PROXY_PORT=26600
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-seconds=${MODEL_SECONDS:-40}
+seconds=${MODEL_SECONDS:-30}
 seeds=${MODEL_SEEDS:-"11 23 37"}
 random_seed=$((RANDOM * 32768 + RANDOM + 1))
 # Beside the cluster of scripts/test.sh when it runs there (PGPORT + 40), below
@@ -29,12 +35,14 @@ random_seed=$((RANDOM * 32768 + RANDOM + 1))
 port=${MODEL_PORT:-$((${PGPORT:-$((20000 + RANDOM % 6000))} + 40))}
 python=${PYTHON:-/usr/bin/python3}
 distributed_seconds=${MODEL_DISTRIBUTED_SECONDS:-20}
+roles_seconds=${MODEL_ROLES_SECONDS:-20}
+roles_seed=${MODEL_ROLES_SEED:-$random_seed}
 proxy_seconds=${MODEL_PROXY_SECONDS:-30}
 proxy_seed=${MODEL_PROXY_SEED:-53}
 proxy_port=${MODEL_PROXY_PORT:-26600}
 
 work=$(mktemp -d /tmp/idem-model-ci.XXXXXX)
-trap 'scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
+trap 'scripts/pgcluster.sh stop "$work/pg"; scripts/pgcluster.sh stop "$work/nopreload"; rm -rf "$work"' EXIT
 scripts/pgcluster.sh start "$work/pg" "$port" >/dev/null || exit 1
 
 runs=0
@@ -70,6 +78,19 @@ if [[ $distributed_seconds != 0 ]]; then
   one_run "distributed mode (idempotency.distributed = on), seed $random_seed" \
     PGOPTIONS="-c idempotency.distributed=on" -- \
     --cluster-dir "$work/pg" --seed "$random_seed" --seconds "$distributed_seconds" --reduce-seconds 90
+fi
+if [[ $roles_seconds != 0 ]]; then
+  one_run "role dimension, library preloaded, seed $roles_seed" -- \
+    --cluster-dir "$work/pg" --roles --seed "$roles_seed" --seconds "$roles_seconds" --reduce-seconds 60
+  if PGCLUSTER_PRELOAD=pg_cron scripts/pgcluster.sh start "$work/nopreload" "$((port + 1))" >/dev/null; then
+    one_run "role dimension, library not preloaded, seed $roles_seed" -- \
+      --cluster-dir "$work/nopreload" --roles --seed "$roles_seed" --seconds "$roles_seconds" --reduce-seconds 60
+  else
+    echo "--- role dimension, library not preloaded: FAILED, cannot start a cluster on port $((port + 1))"
+    runs=$((runs + 1))
+    failed=$((failed + 1))
+  fi
+  scripts/pgcluster.sh stop "$work/nopreload"
 fi
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
 major=$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')

@@ -22,6 +22,7 @@ CREATE TABLE model_effects (
     client integer NOT NULL,
     op_id text NOT NULL,
     kind text NOT NULL,
+    writer name NOT NULL DEFAULT current_user,
     at timestamptz NOT NULL DEFAULT clock_timestamp())
 """
 
@@ -42,11 +43,14 @@ class Cluster:
         self.pgbin = os.environ.get("PGBIN", PGBIN_DEFAULT)
 
     @classmethod
-    def start(cls, port):
-        """Starts a throwaway cluster with scripts/pgcluster.sh in a new temporary folder."""
+    def start(cls, port, preload=None):
+        """Starts a throwaway cluster with scripts/pgcluster.sh in a new temporary folder
+        (`preload`: its shared_preload_libraries, default the script's)."""
         parent = tempfile.mkdtemp(prefix="idem-model.")
         directory = os.path.join(parent, "pg")
         env = dict(os.environ, PGBIN=os.environ.get("PGBIN", PGBIN_DEFAULT))
+        if preload is not None:
+            env["PGCLUSTER_PRELOAD"] = preload
         result = subprocess.run([os.path.join(REPO, "scripts", "pgcluster.sh"), "start", directory, str(port)],
                                 env=env, capture_output=True, text=True)
         if result.returncode != 0:

@@ -42,6 +42,8 @@ INVARIANTS = {
     "I5": "after in_progress the caller's transaction is still usable",
     "I6": "once every ttl and lease has passed, one cleanup leaves nothing expired or stuck",
     "I7": "any other fingerprint gets mismatch while the key lives, from every entry point",
+    "BIND": "no call reads, writes, renews, releases or completes a row of a principal its role is not bound to "
+            "(--roles)",
     "ROUTE": "every key row and effect lives only on the shard that owns its principal (function-call form)",
     "ERR": "an unexpected error (SQLSTATE outside what the operation may raise)",
 }
@@ -79,6 +81,8 @@ class Op:
         self.completed_by = []  # for acquire: complete ops of this holder
         self.released_by = []  # for acquire: release ops of this holder
         self.renewed_by = []  # for acquire: renew ops of this holder
+        self.role = None  # the role the call ran as (--roles), None: the superuser
+        self.path = None  # how the binding reached that session (roles.py)
         self.note = ""
 
     def key_id(self):
@@ -118,6 +122,8 @@ class Op:
             parts.append("commit=%s" % self.commit)
             if self.commit_acked is not None:
                 parts.append("@%s" % rel(self.commit_acked).strip())
+        if self.role is not None:
+            parts.append("as %s via %s" % (self.role, self.path))
         if self.note:
             parts.append("(%s)" % self.note)
         return " ".join(parts)
@@ -408,6 +414,8 @@ class Model:
                                % (op.id, writer.id), [writer, op])
                 return
             gen = writer.holder if writer.kind == "complete" else writer
+            if gen is None:
+                return  # a complete with a fence taken from another key's holder (--roles): BIND flags it
             if gen.fp != op.fp:
                 self.violation("I7", key, "%s (fingerprint %s) got %s of %s, whose fingerprint is %s"
                                % (op.id, op.fp, outcome, gen.id, gen.fp), [gen, op])
@@ -461,6 +469,10 @@ class Model:
                     self.violation("I4", key, "%s: row with action %r written by no op of this run"
                                    % (op.id, row["action"]), [op])
                 return
+            if writer.role is not None and writer.role != key[0]:
+                self.violation("BIND", key, "%s: the row of principal %s was written by %s as role %s (path %s)"
+                               % (op.id, key[0], writer.id, writer.role, writer.path), [writer, op],
+                               "row of a principal written by another role")
             if writer.commit == "no":
                 self.violation("I4", key, "%s: the row was written by %s, whose transaction did not commit"
                                % (op.id, writer.id), [writer, op])

@@ -1,26 +1,28 @@
-"""The clients of a run: each draws random operations over a small key space
-and records every call in the model; and the fault thread.
+"""The workload of a run: clients that decide what to do and what to check.
 
-A client is a thread with one connection (autocommit off on the server side:
-every transaction is opened with an explicit BEGIN and closed with COMMIT or
-ROLLBACK, so the checker always knows whether COMMIT was in flight when a
-connection broke). Clients ride out faults: a broken connection is reopened
-(waiting for the server to come back), an in-doubt commit is recorded as
-`unknown` and resolved later from the effect table when it can be.
+A client is a thread that draws random operations over a small key space from
+its own random stream, records every call in the model and checks every
+answer against it. How a call reaches the server is its transport's business
+(direct.py: SQL statements on one connection; proxy.py: one PL/Proxy function
+call per operation): the transport only sends what the client decided and
+stamps on the op when things were sent, answered and committed. Operations
+follow the same two steps in both forms: `send` (the call; for the direct form
+the open transaction) and `settle` (its COMMIT; nothing for a function call,
+which committed when it answered), with the checks in between.
+
+Clients ride out faults: a broken connection is reopened (waiting for the
+server to come back); an in-doubt commit is recorded as `unknown` and settled
+later, when it can be, from the effect table.
 """
 
 import datetime
 import hashlib
-import os
 import random
-import signal
 import threading
 import time
 
-import psycopg
-from psycopg.types.json import Jsonb
-
 from model import Op
+import roles
 
 PRINCIPALS = ["alice", "bob", "carol", "dave"]
 ISOLATION = ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
@@ -28,6 +30,7 @@ ISOLATION = ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
 RETRYABLE = {"40001", "40P01"}
 # Connection-level failures after a backend was killed or the server restarted.
 CONNECTION_LOST = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"}
+TXN_VARIANTS = {"complete": 70, "rollback": 8, "no_complete": 6, "stmt_error": 6, "secret": 5}
 
 
 def fingerprint(number):
@@ -49,16 +52,22 @@ class ConnectionLost(Exception):
     """The connection broke (server crash, restart, killed backend)."""
 
 
+class RemoteLost(Exception):
+    """The call's outcome is unknown but the client's connection is fine (the
+    function-call form: PL/Proxy lost its shard, or a cancel came back)."""
+
+
 class ServerError(Exception):
     """The server answered an error; `sqlstate` says which."""
 
     def __init__(self, sqlstate, message):
         super().__init__(message)
         self.sqlstate = sqlstate
+        self.detail = ""
 
 
 class Settings:
-    """What a run draws from: key space, timings, operation weights, faults."""
+    """What a run draws from: key space, timings, operation weights, faults, roles."""
 
     def __init__(self, args):
         self.principals = PRINCIPALS[: args.principals]
@@ -73,88 +82,37 @@ class Settings:
         self.header_arrays = False  # set per run from the extension version (0.6.0 stores [name, value] pairs)
         self.fault_rate = args.fault_rate
         self.owners = {}  # principal -> owning shard (the function-call form through PL/Proxy)
+        self.roles = getattr(args, "roles", False)  # the role dimension (roles.py)
+        self.hostile = getattr(args, "hostile", 0.25)  # share of calls naming another role's principal
+        if self.roles:
+            self.weights.setdefault("steal", roles.STEAL_WEIGHT)
+
+
+class TxnPlan:
+    """What a transactional request does: drawn by the client, sent by the transport."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
 
 
 class Client(threading.Thread):
-    """One client: a connection, a random stream from (seed, number), a step budget."""
+    """One client: a transport, a random stream from (seed, number), a step budget."""
 
-    def __init__(self, number, seed, settings, model, conninfo, stop, steps, deadline, stats):
+    def __init__(self, number, seed, settings, model, transport_class, conninfo, stop, steps, deadline, stats):
         super().__init__(name="model-c%d" % number, daemon=True)
         self.number = number
         self.rng = random.Random("%s:client:%d" % (seed, number))
         self.settings = settings
         self.model = model
-        self.conninfo = conninfo
         self.stop = stop
         self.steps_left = steps
         self.deadline = deadline
         self.stats = stats
-        self.conn = None
         self.counter = 0
         self.steps = 0
-        self.unresolved = []  # txn ops whose commit is unknown
-
-    # -- connection ---------------------------------------------------------
-
-    def connect(self):
-        """Opens the connection, waiting (up to 90 s) while the server restarts."""
-        give_up = time.time() + 90
-        while not self.stop.is_set():
-            try:
-                self.conn = psycopg.connect(self.conninfo, autocommit=True, application_name=self.name,
-                                            connect_timeout=5)
-                self.conn.execute("SET idempotency.wait_timeout = '300ms'")
-                self.conn.execute("SET statement_timeout = '20s'")
-                self.resolve_unknown()
-                return True
-            except psycopg.Error:
-                self.conn = None
-                if time.time() > give_up:
-                    raise
-                time.sleep(0.2)
-        return False
-
-    def drop_connection(self):
-        """Closes the connection (if any) and forgets it; the loop reconnects."""
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except Exception:
-                pass
-        self.conn = None
-
-    def q(self, sql, params=None):
-        """Runs one statement; returns its rows (or None). Raises ConnectionLost or ServerError."""
-        try:
-            cur = self.conn.execute(sql, params)
-            return cur.fetchall() if cur.description is not None else None
-        except psycopg.Error as error:
-            state = getattr(error, "sqlstate", None)
-            if self.conn is None or self.conn.broken or self.conn.closed or state in CONNECTION_LOST or (
-                    state is None and isinstance(error, psycopg.OperationalError)):
-                self.drop_connection()
-                raise ConnectionLost(str(error)) from None
-            raise ServerError(state, str(error).strip()) from None
-
-    def rollback_quietly(self):
-        """ROLLBACK, ignoring errors (the connection may be gone)."""
-        if self.conn is None:
-            return
-        try:
-            self.q("ROLLBACK")
-        except (ConnectionLost, ServerError):
-            pass
-
-    def resolve_unknown(self):
-        """In-doubt transactional commits: the effect row commits with the key row."""
-        still = []
-        for op in self.unresolved:
-            rows = self.conn.execute("SELECT 1 FROM model_effects WHERE op_id = %s", (op.id,)).fetchall()
-            with self.model.lock:
-                op.commit = "yes" if rows else "no"
-                op.commit_acked = time.time()
-                op.note = (op.note + " in-doubt commit resolved").strip()
-        self.unresolved = still
+        self.role = roles.role_of(settings, number)  # None without the role dimension
+        self.path = None  # how the binding reached this connection (roles.py), drawn per connection
+        self.transport = transport_class(self, conninfo)
 
     # -- the loop -----------------------------------------------------------
 
@@ -166,18 +124,18 @@ class Client(threading.Thread):
                     break
                 if self.deadline is not None and time.time() >= self.deadline:
                     break
-                if self.conn is None and not self.connect():
+                if not self.transport.connected() and not self.transport.connect():
                     break
                 kind = self.pick(self.settings.weights)
                 try:
                     getattr(self, "op_" + kind)()
                 except ConnectionLost:
-                    self.drop_connection()
+                    self.transport.drop()
         except Exception as error:  # a bug in the checker itself: report, do not hang the run
             self.model.violation("ERR", None, "client %d crashed: %r" % (self.number, error))
             self.stop.set()
         finally:
-            self.drop_connection()
+            self.transport.drop()
 
     def pick(self, weights):
         """A name drawn from {name: weight}."""
@@ -198,12 +156,18 @@ class Client(threading.Thread):
         op = Op("c%d.%d" % (self.number, self.counter), self.number, kind, principal, key, fp)
         # Until its answer says otherwise, a call that can write a key row may have.
         op.writes = kind in ("acquire", "save_final", "claim")
+        op.role, op.path = self.role, self.path
         op.sent = time.time()
         self.model.add(op)
         return op
 
     def draw_key(self):
-        """A (principal, key) from the small key space."""
+        """A (principal, key) from the small key space; with roles, mostly the
+        client's own principal, sometimes another role's (a hostile call)."""
+        if self.role is not None:
+            others = [p for p in self.settings.principals if p != self.role]
+            hostile = others and self.rng.random() < self.settings.hostile
+            return (self.rng.choice(others) if hostile else self.role), self.rng.choice(self.settings.keys)
         return self.rng.choice(self.settings.principals), self.rng.choice(self.settings.keys)
 
     def draw_ttl_lease(self):
@@ -213,6 +177,10 @@ class Client(threading.Thread):
         if self.settings.lease_within_ttl:
             ttl = max(ttl, 6 * lease + 100)  # longer than any lease with its renewals
         return ttl / 1000.0, lease / 1000.0
+
+    def draw_isolation(self):
+        """An isolation level (the function-call form has none to choose: it ignores it)."""
+        return self.rng.choice(ISOLATION)
 
     def response(self, op, statuses):
         """A status from `statuses` and a body and headers unique to `op`."""
@@ -237,27 +205,64 @@ class Client(threading.Thread):
         with self.stats["lock"]:
             self.stats["faults"] += 1
 
+    # -- what an answer may be ----------------------------------------------
+
     def unexpected(self, op, error):
         """Records an error the operation may not raise (ERR)."""
         op.outcome = "error " + str(error.sqlstate)
         self.model.violation("ERR", op.key_id(), "%s %s raised %s: %s" % (op.kind, op.id, error.sqlstate, error),
                              [op])
 
-    def commit(self, op):
-        """COMMIT; sets op.commit to yes, no (the server refused) or unknown (connection lost)."""
-        op.commit_sent = time.time()
+    def expect(self, op, error, allowed=()):
+        """An error answered to `op`: fine when retryable, in `allowed`, or the
+        refusal the role dimension asks for; an ERR violation otherwise."""
+        if error.sqlstate in RETRYABLE or error.sqlstate in allowed:
+            return
+        if roles.refusal_is_right(op, error.sqlstate):
+            roles.count_refusal(self.stats, op)
+            return
+        self.unexpected(op, error)
+
+    def answered(self, op):
+        """An answer (no error) came back to `op`: with roles, a call for another
+        role's principal must never get one."""
+        if roles.is_foreign(op):
+            roles.foreign_answered(self.model, op)
+
+    def send(self, op, method, *args, allowed=()):
+        """One call through the transport: its row, or None when it failed (an
+        unexpected SQLSTATE is recorded; a lost answer stays in doubt)."""
         try:
-            self.q("COMMIT")
-            op.commit_acked = time.time()
-            op.commit = "yes"
+            row = getattr(self.transport, method)(op, *args)
         except ServerError as error:
-            op.commit_acked = time.time()
-            op.commit = "no"
-            return error
-        except ConnectionLost:
-            op.commit = "unknown"
-            raise
-        return None
+            if op.commit != "unknown":  # a cancel may come after the commit: then it may have written
+                op.writes = False
+            if op.outcome is None:
+                op.outcome = "error " + str(error.sqlstate)
+            self.expect(op, error, allowed)
+            return None
+        except RemoteLost:
+            return None
+        if row is not None:
+            self.answered(op)
+        return row
+
+    def settle(self, op):
+        """The COMMIT of a call's transaction (nothing in the function-call form);
+        raises ConnectionLost (then op.commit is unknown)."""
+        error = self.transport.settle(op)
+        if error is not None:
+            self.expect(op, error)
+
+    def check_usable(self, op, row):
+        """I5: after in_progress the caller's transaction is still usable; false
+        (the transaction was rolled back) when it was not."""
+        usable = self.transport.still_usable(op, row)
+        if usable is None:
+            return True
+        self.model.violation("I5", op.key_id(), "%s: after %s answered in_progress, SELECT 1 raised %s"
+                             % (op.id, op.kind, usable), [op])
+        return False
 
     # -- operations ---------------------------------------------------------
 
@@ -267,149 +272,48 @@ class Client(threading.Thread):
         fp = self.rng.randrange(self.settings.fingerprints)
         ttl, _ = self.draw_ttl_lease()
         wait = self.rng.choice([0, 0.02, 0.1, 0.3])
-        iso = self.rng.choice(ISOLATION)
-        variant = self.pick({"complete": 70, "rollback": 8, "no_complete": 6, "stmt_error": 6, "secret": 5,
-                             "timeout": 3 if "timeout" in self.settings.faults else 0,
-                             "disconnect": 3 if "disconnect" in self.settings.faults else 0})
+        iso = self.draw_isolation()
+        variant = self.pick(dict(TXN_VARIANTS, timeout=3 if "timeout" in self.settings.faults else 0,
+                                 disconnect=3 if "disconnect" in self.settings.faults else 0))
         op = self.new_op("txn", principal, key, fp)
-        op.params = {"iso": iso.split()[0], "ttl": ttl, "wait": wait, "variant": variant}
-        try:
-            self.q("BEGIN ISOLATION LEVEL " + iso)
-            rows = self.q(
-                "SELECT o.outcome, o.response_status, o.response_headers, o.response_body, o.resource_id,"
-                "       o.expires_at, o.fence, now(), clock_timestamp()"
-                "  FROM idempotency.begin(%s, %s, %s, %s, ttl => %s, wait => %s) AS o",
-                (principal, key, "t:" + op.id, fingerprint(fp), seconds(ttl), seconds(wait)))
-        except ServerError as error:
-            op.acked = time.time()
-            op.commit = "no"
-            op.outcome = "error " + error.sqlstate
-            self.rollback_quietly()
-            if error.sqlstate not in RETRYABLE:
-                self.unexpected(op, error)
+        op.params = {"ttl": ttl, "wait": wait, "variant": variant}
+        if self.transport.isolation:
+            op.params = dict(iso=iso.split()[0], **op.params)
+        status, headers, body = self.response(op, [200, 201, 202, 204])
+        plan = TxnPlan(principal=principal, key=key, fp=fp, ttl=ttl, wait=wait, iso=iso, variant=variant,
+                       status=status, headers=headers, body=body,
+                       pause=self.rng.uniform(0.05, 0.2) if variant in ("timeout", "disconnect") else 0.0,
+                       timeout_ms=self.rng.choice([20, 60, 150]) if variant == "timeout" else None,
+                       cut=self.rng.random())
+        if variant in ("complete", "secret", "timeout", "disconnect"):
+            # What a call that completes stores (the transport marks op.writes when it sends that).
+            op.secret = variant == "secret"
+            op.response = (status, None, None) if op.secret else (status, headers, body)
+        # 55000: COMMIT without complete must fail; 57014: the cancel the timeout fault asks for.
+        allowed = {"no_complete": {"55000"}, "timeout": {"57014"}}.get(variant, ())
+        row = self.send(op, "txn_begin", plan, allowed=allowed)
+        if row is None:
             return
-        except ConnectionLost:
-            op.acked = time.time()
-            op.commit = "no"
-            op.outcome = "lost"
-            raise
-        outcome, status, headers, body, resource_id, expires, fence, now, clock = rows[0]
-        op.acked = time.time()
+        outcome, r_status, r_headers, r_body, resource_id, expires, fence, now, clock = row[:9]
         op.outcome = outcome
         op.now, op.clock = epoch(now), epoch(clock)
         if outcome != "started":
-            if outcome == "in_progress":
-                try:
-                    self.q("SELECT 1")  # I5: the transaction must still be usable
-                except ServerError as error:
-                    self.model.violation("I5", op.key_id(), "%s: after begin answered in_progress, SELECT 1 "
-                                         "raised %s" % (op.id, error.sqlstate), [op])
-                    self.rollback_quietly()
-                    return
-            elif outcome in ("replay", "secret_replay", "mismatch"):
-                self.model.check_answer(op, outcome, status, headers, body and bytes(body),
+            op.writes = False
+            if outcome == "in_progress" and not self.check_usable(op, row):
+                return
+            if outcome in ("replay", "secret_replay", "mismatch"):
+                self.model.check_answer(op, outcome, r_status, r_headers, r_body and bytes(r_body),
                                         resource_id, fence)
-            self.commit(op)
+            self.transport.settle(op)
             return
         op.fence, op.expires = fence, epoch(expires)
-        op.holds_lock = True
         self.model.check_start(op)
-        try:
-            op.last_sent = time.time()
-            self.q("INSERT INTO model_effects (principal, key, fence, client, op_id, kind)"
-                   " VALUES (%s, %s, %s, %s, %s, 'txn')", (principal, key, fence, self.number, op.id))
-            if variant in ("complete", "secret"):
-                status, headers, body = self.response(op, [200, 201, 202, 204])
-                secret = variant == "secret"
-                op.writes = True
-                op.secret = secret
-                op.response = (status, None, None) if secret else (status, headers, body)
-                op.last_sent = time.time()
-                self.q("SELECT idempotency.complete(%s, %s, status => %s, body => %s, headers => %s,"
-                       " resource_id => %s, one_time_secret => %s)",
-                       (principal, key, status, body, Jsonb(headers) if headers is not None else None, op.id,
-                        secret))
-                error = self.commit(op)
-                if error is not None and error.sqlstate not in RETRYABLE:
-                    self.unexpected(op, error)
-            elif variant == "rollback":
-                op.last_sent = time.time()
-                self.q("ROLLBACK")
-                op.commit = "no"
-            elif variant == "no_complete":
-                error = self.commit(op)
-                if error is None:
-                    self.model.violation("I1", op.key_id(), "%s: COMMIT without complete() succeeded: an effect "
-                                         "committed without its key" % op.id, [op])
-                elif error.sqlstate not in {"55000"} | RETRYABLE:
-                    self.unexpected(op, error)
-            elif variant == "stmt_error":
-                try:
-                    op.last_sent = time.time()
-                    self.q("SELECT 1 / 0")
-                except ServerError:
-                    pass
-                self.q("ROLLBACK")
-                op.commit = "no"
-            elif variant == "timeout":
-                self.count_fault()
-                op.note = "statement_timeout fault"
-                try:
-                    self.q("SET LOCAL statement_timeout = '5ms'")
-                    op.last_sent = time.time()
-                    self.q("SELECT pg_sleep(0.2)")
-                except ServerError:
-                    pass
-                self.q("ROLLBACK")
-                op.commit = "no"
-            elif variant == "disconnect":
-                self.count_fault()
-                op.note = "disconnect fault"
-                op.commit = "no"
-                op.last_sent = time.time()
-                self.drop_connection()
-        except ServerError as error:
-            if op.commit is None:
-                op.commit = "no"
-            self.rollback_quietly()
-            if error.sqlstate not in RETRYABLE:
-                self.unexpected(op, error)
-        except ConnectionLost:
-            if op.commit is None:
-                op.commit = "no"  # COMMIT was never sent: the server rolls it back
-            elif op.commit == "unknown":
-                self.unresolved.append(op)
-            raise
-        finally:
-            # The lock goes with the transaction: at COMMIT/ROLLBACK, or at the first error.
-            op.lock_until = op.commit_sent if op.commit_sent is not None else op.last_sent
-
-    def short_txn(self, op, sql, params, iso=None):
-        """One call in a transaction of its own; returns its row or None after an error."""
-        try:
-            self.q("BEGIN ISOLATION LEVEL " + (iso or self.rng.choice(ISOLATION)))
-            rows = self.q(sql, params)
-        except ServerError as error:
-            op.acked = time.time()
-            op.outcome = "error " + error.sqlstate
-            op.commit = "no"
-            self.rollback_quietly()
-            if error.sqlstate not in RETRYABLE:
-                self.unexpected(op, error)
-            return None
-        except ConnectionLost:
-            op.acked = time.time()
-            op.outcome = "lost"
-            op.commit = "no"
-            raise
-        op.acked = time.time()
-        return rows[0]
-
-    def finish(self, op):
-        """COMMIT of a short transaction; raises ConnectionLost (then op.commit is unknown)."""
-        error = self.commit(op)
-        if error is not None and error.sqlstate not in RETRYABLE:
-            self.unexpected(op, error)
+        error = self.transport.txn_end(op, plan)
+        if error is not None:
+            self.expect(op, error, allowed)
+        elif variant == "no_complete" and op.commit == "yes":
+            self.model.violation("I1", op.key_id(), "%s: COMMIT without complete() succeeded: an effect "
+                                 "committed without its key" % op.id, [op])
 
     def op_save_final(self):
         """save_final of a final 4xx (or a non-final 500, which must answer false)."""
@@ -419,22 +323,18 @@ class Client(threading.Thread):
         op = self.new_op("save_final", principal, key, fp)
         status, headers, body = self.response(op, [404, 409, 422, 422, 500])
         op.params = {"ttl": ttl, "status": status}
-        row = self.short_txn(op, "SELECT now(), idempotency.save_final(%s, %s, %s, %s, %s, %s, %s, %s),"
-                                 " clock_timestamp()",
-                             (principal, key, "s:" + op.id, fingerprint(fp), status, body,
-                              Jsonb(headers) if headers is not None else None, seconds(ttl)))
+        op.response = (status, headers, body)  # what a call whose answer is lost may have stored
+        row = self.send(op, "save_final", principal, key, fp, status, headers, body, ttl, self.draw_isolation())
         if row is None:
-            op.writes = False
             return
         now, saved, clock = row
         op.outcome = saved
         op.now, op.clock = epoch(now), epoch(clock)
         op.writes = bool(saved)
         if saved:
-            op.response = (status, headers, body)
             op.expires = op.now + ttl
             self.model.check_start(op)
-        self.finish(op)
+        self.settle(op)
 
     def op_claim(self):
         """claim with a short ttl."""
@@ -442,10 +342,8 @@ class Client(threading.Thread):
         ttl, _ = self.draw_ttl_lease()
         op = self.new_op("claim", principal, key, "claim")
         op.params = {"ttl": ttl}
-        row = self.short_txn(op, "SELECT now(), idempotency.claim(%s, %s, %s), clock_timestamp()",
-                             (principal, key, seconds(ttl)))
+        row = self.send(op, "claim", principal, key, ttl, self.draw_isolation())
         if row is None:
-            op.writes = False
             return
         now, claimed, clock = row
         op.outcome = claimed
@@ -454,52 +352,55 @@ class Client(threading.Thread):
         if claimed:
             op.expires = op.now + ttl
             self.model.check_start(op)
-        self.finish(op)
+        self.settle(op)
 
     def op_forget(self):
         """forget (the operator tool)."""
         principal, key = self.draw_key()
         op = self.new_op("forget", principal, key)
-        row = self.short_txn(op, "SELECT idempotency.forget(%s, %s)", (principal, key), iso="READ COMMITTED")
+        row = self.send(op, "forget", principal, key)
         if row is None:
             return
         op.outcome = row[0]
-        self.finish(op)
+        self.settle(op)
 
     def op_cleanup(self):
-        """CALL idempotency.cleanup() (outside a transaction block)."""
+        """cleanup: CALL idempotency.cleanup() (one batch on every shard through PL/Proxy)."""
         op = self.new_op("cleanup")
-        try:
-            rows = self.q("CALL idempotency.cleanup()")
-            op.outcome = rows[0][0] if rows else None
-        except ServerError as error:
-            op.outcome = "error " + error.sqlstate
-            if error.sqlstate not in RETRYABLE:
-                self.unexpected(op, error)
-        op.acked = time.time()
+        row = self.send(op, "cleanup")
+        if row is not None:
+            op.outcome = row[0]
 
     def op_inspect(self):
-        """Reads the key's row directly and checks it against the model."""
+        """Reads the key's row directly (on every shard through PL/Proxy) and
+        checks it against the model; a row on a shard that does not own the
+        principal is a ROUTE violation."""
         principal, key = self.draw_key()
         op = self.new_op("inspect", principal, key)
-        rows = self.q("SELECT k.action, k.fence, k.state, k.response_status, k.response_headers, k.response_body,"
-                      "       now(), clock_timestamp()"
-                      "  FROM (SELECT 1) AS one LEFT JOIN idempotency.keys AS k"
-                      "    ON k.principal = %s AND k.key = %s", (principal, key))
-        op.acked = time.time()
-        action, fence, state, status, headers, body, now, clock = rows[0]
-        op.now, op.clock = epoch(now), epoch(clock)
-        if action is None:
-            op.outcome = "absent"
-            self.model.check_row(op, None)
+        rows = self.send(op, "inspect", principal, key)
+        if rows is None:
             return
-        op.outcome = "%s/%s/fence %s" % (action, state, fence)
-        self.model.check_row(op, {"action": action, "fence": fence, "state": state, "status": status,
-                                  "headers": headers, "body": body and bytes(body)})
+        owner = self.settings.owners.get(principal)
+        for shard, row, now, clock in rows:
+            if owner is not None and shard != owner:
+                if row is not None:
+                    self.model.violation("ROUTE", op.key_id(), "%s: shard %d holds a row of the key (%s/%s/fence "
+                                         "%s), but the key belongs to shard %d" % (
+                                             op.id, shard, row["action"], row["state"], row["fence"], owner),
+                                         [op], "key on a foreign shard")
+                continue
+            op.now, op.clock = epoch(now), epoch(clock)
+            op.outcome = "absent" if row is None else "%s/%s/fence %s" % (row["action"], row["state"], row["fence"])
+            self.model.check_row(op, row)
 
     def op_wait(self):
         """A pause of 10-200 ms."""
         time.sleep(self.rng.uniform(0.01, 0.2))
+
+    def op_steal(self):
+        """The role dimension: a call for another role's principal with a fence
+        taken from the model (as if leaked): renew, complete, release or lookup."""
+        roles.steal(self)
 
     def op_lease(self):
         """acquire -> record the external effect -> renew(s) -> complete(fence), release or abandon."""
@@ -509,69 +410,59 @@ class Client(threading.Thread):
         wait = self.rng.choice([0, 0.02, 0.1])
         acq = self.new_op("acquire", principal, key, fp)
         acq.params = {"ttl": ttl, "lease": lease, "wait": wait}
-        row = self.short_txn(acq, "SELECT o.outcome, o.response_status, o.response_headers, o.response_body,"
-                                  "       o.resource_id, o.expires_at, o.fence, extract(epoch FROM o.lease_until)::float8, now(),"
-                                  "       clock_timestamp()"
-                                  "  FROM idempotency.acquire(%s, %s, %s, %s, lease => %s, ttl => %s,"
-                                  "                           wait => %s) AS o",
-                             (principal, key, "l:" + acq.id, fingerprint(fp), seconds(lease), seconds(ttl),
-                              seconds(wait)))
+        row = self.send(acq, "acquire", principal, key, fp, lease, ttl, wait, self.draw_isolation())
         if row is None:
-            acq.writes = False
             return
-        outcome, status, headers, body, resource_id, expires, fence, lease_until, now, clock = row
+        outcome, status, headers, body, resource_id, expires, fence, lease_until, now, clock = row[:10]
         acq.outcome = outcome
         acq.now, acq.clock = epoch(now), epoch(clock)
         acq.writes = outcome == "started"
         if outcome != "started":
             if outcome in ("replay", "secret_replay", "mismatch"):
-                self.model.check_answer(acq, outcome, status, headers, body and bytes(body),
-                                        resource_id, fence)
-            elif outcome == "in_progress":
-                try:
-                    self.q("SELECT 1")  # I5: the transaction must still be usable
-                except ServerError as error:
-                    self.model.violation("I5", acq.key_id(), "%s: after acquire answered in_progress, SELECT 1 "
-                                         "raised %s" % (acq.id, error.sqlstate), [acq])
-                    self.rollback_quietly()
-                    acq.commit = "no"
-                    return
-            self.finish(acq)
+                self.model.check_answer(acq, outcome, status, headers, body and bytes(body), resource_id, fence)
+            elif outcome == "in_progress" and not self.check_usable(acq, row):
+                return
+            self.settle(acq)
             return
         acq.fence, acq.expires, acq.lease_min = fence, epoch(expires), lease_until
         acq.holds_lock = True  # until its COMMIT (commit_sent)
         self.model.check_start(acq)
-        self.finish(acq)
+        self.settle(acq)
         if acq.commit != "yes":
             return
         # The external effect, recorded in a transaction of its own.
         effect = self.new_op("effect", principal, key, fp)
         effect.holder, effect.fence = acq, fence
-        if self.short_txn(effect, "INSERT INTO model_effects (principal, key, fence, client, op_id, kind)"
-                                  " VALUES (%s, %s, %s, %s, %s, 'lease') RETURNING 1",
-                          (principal, key, fence, self.number, acq.id), iso="READ COMMITTED") is not None:
-            self.finish(effect)
+        if self.send(effect, "lease_effect", principal, key, fence, acq.id) is not None:
+            self.settle(effect)
         for _ in range(self.rng.choice([0, 0, 1, 1, 2, 3])):
             # Work between renewals; sometimes a stall past the lease.
             time.sleep(lease * self.rng.choice([0.2, 0.3, 0.5, 0.8, 1.3]))
-            renewal = self.new_op("renew", principal, key, fp)
-            renewal.holder, renewal.fence = acq, fence
-            renewal.params = {"lease_s": lease}
-            with self.model.lock:
-                acq.renewed_by.append(renewal)
-            row = self.short_txn(renewal, "SELECT now(), idempotency.renew(%s, %s, %s, %s), clock_timestamp()",
-                                 (principal, key, fence, seconds(lease)))
-            if row is None:
-                break
-            now, renewed, clock = row
-            renewal.outcome = renewed
-            renewal.now, renewal.clock = epoch(now), epoch(clock)
-            if renewed:
-                self.model.check_fenced_success(renewal)
-            self.finish(renewal)
-            if not renewed:
+            if not self.renew(acq, principal, key, fp, fence, lease):
                 break
         time.sleep(lease * self.rng.choice([0.1, 0.3, 0.6, 1.2]))
+        self.lease_end(acq, principal, key, fp, fence)
+
+    def renew(self, acq, principal, key, fp, fence, lease):
+        """One renew of holder `acq`; whether it renewed."""
+        renewal = self.new_op("renew", principal, key, fp)
+        renewal.holder, renewal.fence = acq, fence
+        renewal.params = {"lease_s": lease}
+        with self.model.lock:
+            acq.renewed_by.append(renewal)
+        row = self.send(renewal, "renew", principal, key, fence, lease, self.draw_isolation())
+        if row is None:
+            return False
+        now, renewed, clock = row
+        renewal.outcome = renewed
+        renewal.now, renewal.clock = epoch(now), epoch(clock)
+        if renewed:
+            self.model.check_fenced_success(renewal)
+        self.settle(renewal)
+        return bool(renewed)
+
+    def lease_end(self, acq, principal, key, fp, fence):
+        """The end of a lease: complete(fence), release, or walk away."""
         last = self.pick({"complete": 60, "release": 25, "abandon": 15})
         if last == "abandon":
             acq.note = "abandoned"
@@ -586,24 +477,20 @@ class Client(threading.Thread):
             done.secret = secret
             done.response = (status, None, None) if secret else (status, headers, body)
             done.params = {"status": status}
-            row = self.short_txn(done, "SELECT idempotency.complete(%s, %s, status => %s, body => %s,"
-                                       " headers => %s, resource_id => %s, one_time_secret => %s, fence => %s)",
-                                 (principal, key, status, body, Jsonb(headers) if headers is not None else None,
-                                  done.id, secret, fence))
+            row = self.send(done, "complete_fenced", principal, key, fence, status, headers, body, secret,
+                            self.draw_isolation())
         else:
-            row = self.short_txn(done, "SELECT idempotency.release(%s, %s, %s)", (principal, key, fence))
+            row = self.send(done, "release", principal, key, fence, self.draw_isolation())
         if row is None:
             return
         done.outcome = row[0]
         if done.outcome:
             self.model.check_fenced_success(done)
-        if self.fault("disconnect"):
+        if self.fault("disconnect") and self.transport.abandon(done):
             self.count_fault()
             done.note = "disconnect fault before COMMIT"
-            done.commit = "no"
-            self.drop_connection()
             return
-        self.finish(done)
+        self.settle(done)
         if last == "complete" and done.outcome is True and done.commit == "yes" and self.rng.random() < 0.15:
             self.complete_again(acq, principal, key, fp, fence)
 
@@ -615,10 +502,8 @@ class Client(threading.Thread):
         status, headers, body = self.response(again, [200, 201])
         again.response = (status, headers, body)
         again.note = "second complete of one generation"
-        row = self.short_txn(again, "SELECT idempotency.complete(%s, %s, status => %s, body => %s,"
-                                    " headers => %s, resource_id => %s, fence => %s)",
-                             (principal, key, status, body, Jsonb(headers) if headers is not None else None,
-                              again.id, fence))
+        row = self.send(again, "complete_fenced", principal, key, fence, status, headers, body, False,
+                        self.draw_isolation())
         if row is None:
             return
         again.outcome = row[0]
@@ -628,66 +513,4 @@ class Client(threading.Thread):
                                  "lease generation completed twice")
             with self.model.lock:
                 acq.completed_by.append(again)
-        self.finish(again)
-
-
-class Faults(threading.Thread):
-    """Server faults at random moments: SIGKILL of a client backend (crash
-    recovery of the whole cluster) and an immediate restart."""
-
-    def __init__(self, seed, cluster, admin_conninfo, dbname, kinds, mean_interval, stop, stats, log, model):
-        super().__init__(name="model-faults", daemon=True)
-        self.rng = random.Random("%s:faults" % seed)
-        self.cluster = cluster
-        self.admin_conninfo = admin_conninfo
-        self.dbname = dbname
-        self.kinds = [k for k in ("kill", "restart") if k in kinds]
-        self.mean = mean_interval
-        self.stop = stop
-        self.stats = stats
-        self.log = log
-        self.model = model
-
-    def note(self):
-        """Records that a server fault starts now (it lets every key lock go)."""
-        with self.model.lock:
-            self.model.fault_times.append(time.time())
-
-    def run(self):
-        """Injects a fault at random moments until stopped."""
-        if not self.kinds:
-            return
-        while not self.stop.wait(self.rng.uniform(0.3 * self.mean, 1.7 * self.mean)):
-            kind = self.rng.choice(self.kinds * 3 if len(self.kinds) == 1 else ["kill", "kill", "kill", "restart"])
-            try:
-                if kind == "kill" and self.kill_backend():
-                    self.count()
-                elif kind == "restart":
-                    self.note()
-                    self.cluster.restart()
-                    self.count()
-                    self.log("fault: immediate restart")
-            except Exception as error:  # keep injecting; the clients notice what happened
-                self.log("fault %s failed: %s" % (kind, error))
-
-    def count(self):
-        """Counts one injected fault."""
-        with self.stats["lock"]:
-            self.stats["faults"] += 1
-
-    def kill_backend(self):
-        """SIGKILL of a random client backend of this run; false when there was none."""
-        with psycopg.connect(self.admin_conninfo, autocommit=True, connect_timeout=5) as conn:
-            pids = [r[0] for r in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE 'model-c%%'",
-                (self.dbname,)).fetchall()]
-        if not pids:
-            return False
-        pid = self.rng.choice(sorted(pids))
-        self.note()
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return False
-        self.log("fault: SIGKILL backend %d" % pid)
-        return True
+        self.settle(again)
