@@ -9,6 +9,7 @@ the C++ client's) and a WSGI middleware (``pg_idempotency.wsgi``).
 from ._common import Request
 from .http import Headers, Problem, Response, problem_body, problem_response
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
+from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
 __version__ = "0.6.0"
