@@ -204,7 +204,7 @@ class ClientBase:
         attempt.outcome = "rejected"
         return True
 
-    def enter_gen(self, attempt: AttemptBase) -> _wire.Gen:
+    def _enter_gen(self, attempt: AttemptBase) -> _wire.Gen:
         """Opens the attempt: BEGIN + begin() in one flight (plus the final-status
         table on a client's first request). Sets ``started`` or ``response``."""
         conn, request = attempt.conn, attempt.request
@@ -309,7 +309,7 @@ class ClientBase:
         self._count(counter)
         return response
 
-    def exit_gen(self, attempt: AttemptBase, exc: Optional[BaseException]) -> _wire.Gen:
+    def _exit_gen(self, attempt: AttemptBase, exc: Optional[BaseException]) -> _wire.Gen:
         """Ends a started attempt: stores a final response with the commit (or
         alone after the rollback for a final error), rolls back anything else."""
         if not attempt.started:

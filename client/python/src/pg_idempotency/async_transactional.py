@@ -39,7 +39,7 @@ class AsyncAttempt(AttemptBase):
     async def __aenter__(self) -> "AsyncAttempt":
         self.client._check_idle(self.conn)
         async with self.conn.lock:
-            await self.conn.wait(self.client.enter_gen(self))
+            await self.conn.wait(self.client._enter_gen(self))
         return self
 
     async def __aexit__(
@@ -50,7 +50,7 @@ class AsyncAttempt(AttemptBase):
     ) -> None:
         if self.started:
             async with self.conn.lock:
-                await self.conn.wait(self.client.exit_gen(self, exc))
+                await self.conn.wait(self.client._exit_gen(self, exc))
 
 
 class AsyncClient(ClientBase):

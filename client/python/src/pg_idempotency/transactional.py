@@ -47,7 +47,7 @@ class Attempt(AttemptBase):
     def __enter__(self) -> "Attempt":
         self.client._check_idle(self.conn)
         with self.conn.lock:
-            self.conn.wait(self.client.enter_gen(self))
+            self.conn.wait(self.client._enter_gen(self))
         return self
 
     def __exit__(
@@ -58,7 +58,7 @@ class Attempt(AttemptBase):
     ) -> None:
         if self.started:
             with self.conn.lock:
-                self.conn.wait(self.client.exit_gen(self, exc))
+                self.conn.wait(self.client._exit_gen(self, exc))
 
 
 class Client(ClientBase):
