@@ -5,7 +5,10 @@
 # synchronous_commit on, fresh key per request, wrk with 8 connections on
 # loopback, order rotated each round, medians. Same method as bench/http/run.sh.
 #
-#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node" by default
+#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node" by default
+#
+# python: examples/python-orders (WSGI, Client); asgi: examples/asgi-orders
+# (Starlette on uvicorn, ASGI middleware, AsyncClient).
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # /usr/bin/python3 with psycopg, and client/node built (npm install there).
@@ -46,9 +49,10 @@ rps() {  # rps PATH RUN-ID -> requests/s
 source bench/lib.sh  # median
 
 printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
-for lang in ${LANGS:-python node}; do
+for lang in ${LANGS:-python asgi node}; do
   case $lang in
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
+    asgi) start_service /usr/bin/python3 examples/asgi-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
   esac
   rps /orders "warm-keyed-$lang" >/dev/null
