@@ -151,10 +151,13 @@ TEST(ProtocolTable, OutcomesMapAsTheTableSays) {
             EXPECT_EQ(body["detail"], want["detail"]) << outcome;
             const std::string* retry = r.header("Retry-After");
             EXPECT_EQ(retry != nullptr, want.value("retry_after", false)) << outcome;
-            if (retry != nullptr) EXPECT_EQ(*retry, std::to_string(retry_default));
+            if (retry != nullptr) {
+                EXPECT_EQ(*retry, std::to_string(retry_default));
+            }
         }
         const std::string* replayed = r.header(replay_header);
-        EXPECT_EQ(replayed != nullptr && *replayed == "true", want["replayed"].get<bool>()) << outcome;
+        EXPECT_EQ(replayed != nullptr && *replayed == "true", want["replayed"].get<bool>())
+            << outcome;
     }
 }
 
