@@ -20,6 +20,7 @@ packages=(
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl bc
   python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv python3-yaml
+  python3-starlette python3-fastapi python3-uvicorn python3-httpx  # client/python ASGI, examples/asgi-orders
 )
 if [[ $scope == full ]]; then
   packages+=(clang-14 libclang-rt-14-dev clang-format wrk debootstrap)  # debootstrap: scripts/test-matrix.sh

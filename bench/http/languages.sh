@@ -5,7 +5,10 @@
 # synchronous_commit on, fresh key per request, wrk with 8 connections on
 # loopback, order rotated each round, medians. Same method as bench/http/run.sh.
 #
-#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node go" by default
+#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node go" by default
+#
+# python: examples/python-orders (WSGI, Client); asgi: examples/asgi-orders
+# (Starlette on uvicorn, ASGI middleware, AsyncClient).
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # /usr/bin/python3 with psycopg, client/node built (npm install there), and for
@@ -46,16 +49,17 @@ rps() {  # rps PATH RUN-ID -> requests/s
 # shellcheck source=../lib.sh
 source bench/lib.sh  # median
 
-if [[ " ${LANGS:-python node go} " == *" go "* ]]; then  # Go: GOPATH mode on Debian's pgx (docs/go.md)
+if [[ " ${LANGS:-python asgi node go} " == *" go "* ]]; then  # Go: GOPATH mode on Debian's pgx (docs/go.md)
   # shellcheck source=../../client/go/gopath.bash
   source client/go/gopath.bash "$work/go"
   go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders"
 fi
 
 printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
-for lang in ${LANGS:-python node go}; do
+for lang in ${LANGS:-python asgi node go}; do
   case $lang in
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
+    asgi) start_service /usr/bin/python3 examples/asgi-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
     go) start_service "$work/go-orders" ;;
   esac

@@ -34,10 +34,17 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import psycopg
+
+# The protocol table every client follows: problem types, titles, statuses,
+# details, the replay header and the problem content type come from it.
+PROTOCOL = json.loads((Path(__file__).resolve().parents[2] / "client" / "protocol.json").read_text("utf-8"))
+PROBLEM_JSON = PROTOCOL["problem_content_type"]
+REPLAY_HEADER = PROTOCOL["replay_header"]
 
 ORDER = b'{"item":"book","quantity":2}'
 # The same document spelled differently: member order, whitespace, number
@@ -50,6 +57,11 @@ def problem(status: int, type_uri: str, title: str, detail: str) -> bytes:
     """A problem body exactly as nlohmann_json serializes it in the C++ client."""
     document = {"detail": detail, "status": status, "title": title, "type": type_uri}
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def status(body: bytes) -> int:
+    """The HTTP status of an expected problem body (the table's status)."""
+    return int(json.loads(body)["status"])
 
 
 @dataclass
@@ -82,18 +94,17 @@ class Suite:
         self.passed = 0
         self.failed = 0
         base = problem_base
-        self.missing = problem(400, base + "idempotency-key-missing", "Idempotency-Key header is missing",
-                               "POST requests need an Idempotency-Key header.")
-        self.malformed = problem(400, base + "idempotency-key-malformed", "Idempotency-Key header is malformed",
-                                 "The Idempotency-Key must be 1 to 255 visible ASCII characters.")
-        self.reuse = problem(422, base + "idempotency-key-reuse", "Idempotency-Key was used for another request",
-                             "This Idempotency-Key was used for a different request; use a new key for a new request.")
-        self.in_progress = problem(409, base + "request-in-progress",
-                                   "A request with this Idempotency-Key is in progress",
-                                   "A request with this Idempotency-Key is still being processed; retry later.")
-        self.secret = problem(409, base + "one-time-secret", "The response to this request was sent once and not kept",
-                              "The first response to this request carried a secret and was not kept;"
-                              " create a new one with a new key.")
+        problems, outcomes = PROTOCOL["problems"], PROTOCOL["outcomes"]
+
+        def expected(name: str, detail: str) -> bytes:
+            kind = problems[name]
+            return problem(kind["status"], base + kind["type"], kind["title"], detail)
+
+        self.missing = expected("key_missing", "POST requests need an Idempotency-Key header.")
+        self.malformed = expected("key_malformed", "The Idempotency-Key must be 1 to 255 visible ASCII characters.")
+        self.reuse = expected(outcomes["mismatch"]["problem"], outcomes["mismatch"]["detail"])
+        self.in_progress = expected(outcomes["in_progress"]["problem"], outcomes["in_progress"]["detail"])
+        self.secret = expected(outcomes["secret_replay"]["problem"], outcomes["secret_replay"]["detail"])
         self.invalid_order = problem(400, "about:blank", "Invalid order",
                                      'The body must be a JSON object with a non-empty "item" string.')
         self.internal = problem(500, "about:blank", "Internal error",
@@ -138,7 +149,7 @@ class Suite:
         if body is not None:
             ok = ok and reply.body == body
         if replay is not None:
-            ok = ok and (reply.header("Idempotent-Replay") == "true") == replay
+            ok = ok and (reply.header(REPLAY_HEADER) == "true") == replay
         if content_type is not None:
             ok = ok and reply.header("Content-Type") == content_type
         expected = f"expected {status}" + (f" {body!r}" if body is not None else "")
@@ -187,28 +198,30 @@ class Suite:
             self.check(f"replay keeps {name}", retry.header(name) == first.header(name) is not None,
                        f"first {first.header(name)!r}, replay {retry.header(name)!r}")
         other = self.post("/orders", OTHER_ORDER, who, key)
-        self.expect("another body under the same key is 422 problem+json", other, 422, body=self.reuse,
-                    content_type="application/problem+json")
+        self.expect("another body under the same key is 422 problem+json", other, status(self.reuse), body=self.reuse,
+                    content_type=PROBLEM_JSON)
         again = self.post("/orders", ORDER, who, key)
         self.expect("the original request still replays after the 422", again, 201, body=first.body, replay=True)
         self.effects("one key, four requests", "orders", who, 1)
 
     def missing_and_malformed_keys(self) -> None:
         who = self.principal("keys")
-        self.expect("no Idempotency-Key is 400", self.post("/orders", ORDER, who, None), 400, body=self.missing,
-                    content_type="application/problem+json")
+        self.expect("no Idempotency-Key is 400", self.post("/orders", ORDER, who, None), status(self.missing),
+                    body=self.missing,
+                    content_type=PROBLEM_JSON)
         # An empty field value: some HTTP servers (cpp-httplib) drop the field,
         # so "missing" is as right as "malformed"; either body, byte for byte.
         empty = self.post("/orders", ORDER, who, "")
         self.check("an empty Idempotency-Key is 400 (missing or malformed)",
-                   empty.status == 400 and empty.body in (self.missing, self.malformed), empty.describe())
+                   empty.status == status(self.missing) and empty.body in (self.missing, self.malformed),
+                   empty.describe())
         cases: Dict[str, Union[str, bytes]] = {
             "256 characters": "k" * 256,
             "non-ASCII": "cl\u00e9".encode("utf-8"),
         }
         for name, key in cases.items():
-            self.expect(f"a {name} Idempotency-Key is 400", self.post("/orders", ORDER, who, key), 400,
-                        body=self.malformed, content_type="application/problem+json")
+            self.expect(f"a {name} Idempotency-Key is 400", self.post("/orders", ORDER, who, key),
+                        status(self.malformed), body=self.malformed, content_type=PROBLEM_JSON)
         self.expect("a 255-character key is accepted", self.post("/orders", ORDER, who, "k" * 255), 201)
         self.effects("rejected keys have no effect", "orders", who, 1)
 
@@ -247,8 +260,9 @@ class Suite:
             busy = self.post("/orders", ORDER, who, key)
             took = time.monotonic() - started
             holder.rollback()
-        self.expect(f"a key held past the wait ({wait}) is 409 problem+json", busy, 409, body=self.in_progress,
-                    content_type="application/problem+json")
+        self.expect(f"a key held past the wait ({wait}) is 409 problem+json", busy, status(self.in_progress),
+                    body=self.in_progress,
+                    content_type=PROBLEM_JSON)
         retry_after = busy.header("Retry-After") or ""
         self.check("the 409 has Retry-After in seconds", retry_after.isdigit() and int(retry_after) >= 1,
                    f"Retry-After {retry_after!r} after {took:.1f} s")
@@ -266,7 +280,8 @@ class Suite:
                 (who, key, ORDER),
             ).fetchone()[0]
             busy = self.post("/orders", ORDER_RESPELLED, who, key)
-            self.expect("a key under a live lease is 409 problem+json", busy, 409, body=self.in_progress)
+            self.expect("a key under a live lease is 409 problem+json", busy, status(self.in_progress),
+                        body=self.in_progress)
             retry_after = busy.header("Retry-After") or ""
             self.check("Retry-After is the rest of the lease (1..30 s)",
                        retry_after.isdigit() and 1 <= int(retry_after) <= 30, f"Retry-After {retry_after!r}")
@@ -289,12 +304,12 @@ class Suite:
         who, key = self.principal("final4xx"), "key-final"
         first = self.post("/orders", b'{"item":""}', who, key)
         self.expect("an invalid order is a final 400", first, 400, body=self.invalid_order, replay=False,
-                    content_type="application/problem+json")
+                    content_type=PROBLEM_JSON)
         retry = self.post("/orders", b'{ "item" : "" }', who, key)
         self.expect("its retry replays the 400 with the same bytes", retry, 400, body=self.invalid_order,
-                    replay=True, content_type="application/problem+json")
+                    replay=True, content_type=PROBLEM_JSON)
         other = self.post("/orders", ORDER, who, key)
-        self.expect("the stored 400 holds the key: another body is 422", other, 422, body=self.reuse)
+        self.expect("the stored 400 holds the key: another body is 422", other, status(self.reuse), body=self.reuse)
         self.effects("a final 4xx", "orders", who, 0)
 
     def one_time_secret(self) -> None:
@@ -305,8 +320,9 @@ class Suite:
         self.check("the response carries the secret", str(document.get("secret", "")).startswith("sk_"),
                    first.describe())
         retry = self.post("/api-keys", b'{"name":"ci"}', who, key)
-        self.expect("a retry of a one-time-secret response is 409", retry, 409, body=self.secret, replay=True,
-                    content_type="application/problem+json")
+        self.expect("a retry of a one-time-secret response is 409", retry, status(self.secret), body=self.secret,
+                    replay=True,
+                    content_type=PROBLEM_JSON)
         self.check("the secret is not in the retry", b"sk_" not in retry.body, retry.describe())
         with psycopg.connect(self.key_dsn(who), autocommit=True) as conn:
             row = conn.execute("SELECT response_status, one_time_secret FROM idempotency.lookup(%s, %s)",
@@ -341,7 +357,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="HTTP conformance suite for pg_idempotency example services")
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--dsn", required=True, help="libpq connection string of the service's database")
-    parser.add_argument("--problem-base", default="/problems/", help="prefix of problem type URIs")
+    parser.add_argument("--problem-base", default=PROTOCOL["problem_type_base"], help="prefix of problem type URIs")
     parser.add_argument("--only", action="append", help="run only this scenario (repeatable)")
     parser.add_argument("--shard-dsn", action="append", default=[],
                         help="DSN of one shard, in partition order (repeatable): count effects over all of them and"

@@ -1,8 +1,11 @@
 // Unit tests of the HTTP mapping: problem bodies, header handling, fingerprint.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../src/detail.hpp"
 #include "fingerprint.hpp"
 #include "idem/client.hpp"
 #include "idem/http.hpp"
@@ -79,6 +82,83 @@ TEST(Fingerprint, BadInputThrows) {
     request.exclude.clear();
     request.body = std::string(5000, '[') + std::string(5000, ']');
     EXPECT_THROW(idem::fingerprint(request), idem::BodyError);
+}
+
+// The protocol table (client/protocol.json, the one source every client follows):
+// this client's problems, details, outcome -> HTTP mapping, kept headers and
+// Retry-After default, field by field. The file is found beside this source.
+nlohmann::json protocol_table() {
+    std::filesystem::path file =
+        std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "protocol.json";
+    std::ifstream in(file);
+    EXPECT_TRUE(in.good()) << file;
+    return nlohmann::json::parse(in);
+}
+
+TEST(ProtocolTable, ProblemsAreTheTables) {
+    nlohmann::json table = protocol_table();
+    const std::vector<std::pair<std::string, idem::Problem>> mine{
+        {"key_missing", idem::Problem::key_missing},
+        {"key_malformed", idem::Problem::key_malformed},
+        {"body_invalid", idem::Problem::body_invalid},
+        {"key_reuse", idem::Problem::key_reuse},
+        {"request_in_progress", idem::Problem::request_in_progress},
+        {"one_time_secret", idem::Problem::one_time_secret},
+        {"already_processed", idem::Problem::already_processed}};
+    EXPECT_EQ(table["problems"].size(), mine.size());
+    const std::string base = table["problem_type_base"];
+    for (const auto& [name, problem] : mine) {
+        ASSERT_TRUE(table["problems"].contains(name)) << name;
+        const nlohmann::json& want = table["problems"][name];
+        EXPECT_EQ(idem::problem_slug(problem), want["type"].get<std::string>()) << name;
+        EXPECT_EQ(idem::problem_status(problem), want["status"].get<int>()) << name;
+        idem::Response r = idem::problem_response(problem, "d", base);
+        nlohmann::json body = nlohmann::json::parse(r.body);
+        EXPECT_EQ(body["title"], want["title"]) << name;
+        EXPECT_EQ(body["type"], base + want["type"].get<std::string>()) << name;
+        EXPECT_EQ(*r.header("Content-Type"), table["problem_content_type"].get<std::string>());
+    }
+}
+
+TEST(ProtocolTable, DefaultsAreTheTables) {
+    nlohmann::json table = protocol_table();
+    idem::Options options;
+    EXPECT_EQ(options.kept_headers, table["kept_headers"].get<std::vector<std::string>>());
+    EXPECT_EQ(options.problem_type_base, table["problem_type_base"].get<std::string>());
+    EXPECT_EQ(options.retry_after.count(), table["default_retry_after_seconds"].get<int>());
+}
+
+TEST(ProtocolTable, OutcomesMapAsTheTableSays) {
+    nlohmann::json table = protocol_table();
+    const std::string base = table["problem_type_base"];
+    const std::string replay_header = table["replay_header"];
+    const int retry_default = table["default_retry_after_seconds"];
+    for (const auto& [outcome, want] : table["outcomes"].items()) {
+        if (want["run_handler"].get<bool>()) continue;  // started: the handler runs
+        idem::Response r;
+        if (want.value("response", "") == "stored") {
+            r = idem::detail::stored_response(201, std::nullopt, std::string("{}"), std::nullopt);
+        } else {
+            auto problem = idem::detail::problem_for_outcome(
+                outcome, std::nullopt, std::chrono::seconds(retry_default), base);
+            ASSERT_TRUE(problem.has_value()) << outcome;
+            r = *problem;
+            const nlohmann::json& kind = table["problems"][want["problem"].get<std::string>()];
+            nlohmann::json body = nlohmann::json::parse(r.body);
+            EXPECT_EQ(r.status, kind["status"].get<int>()) << outcome;
+            EXPECT_EQ(body["type"], base + kind["type"].get<std::string>()) << outcome;
+            EXPECT_EQ(body["title"], kind["title"]) << outcome;
+            EXPECT_EQ(body["detail"], want["detail"]) << outcome;
+            const std::string* retry = r.header("Retry-After");
+            EXPECT_EQ(retry != nullptr, want.value("retry_after", false)) << outcome;
+            if (retry != nullptr) {
+                EXPECT_EQ(*retry, std::to_string(retry_default));
+            }
+        }
+        const std::string* replayed = r.header(replay_header);
+        EXPECT_EQ(replayed != nullptr && *replayed == "true", want["replayed"].get<bool>())
+            << outcome;
+    }
 }
 
 }  // namespace

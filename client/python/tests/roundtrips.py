@@ -20,6 +20,10 @@ def count_round_trips(conn: psycopg.Connection, action: Callable[[], object]) ->
             conn.pgconn.untrace()
         trace.seek(0)
         lines = trace.read().decode("utf-8", "replace").splitlines()
+    return _trips(lines)
+
+
+def _trips(lines) -> int:
     trips, previous = 0, "B"
     for line in lines:
         direction = line.split("\t", 1)[0]
@@ -28,3 +32,17 @@ def count_round_trips(conn: psycopg.Connection, action: Callable[[], object]) ->
         if direction in ("F", "B"):
             previous = direction
     return trips
+
+
+async def count_round_trips_async(conn, action) -> int:
+    """count_round_trips for an async connection: action() returns an awaitable."""
+    with tempfile.TemporaryFile() as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            await action()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        lines = trace.read().decode("utf-8", "replace").splitlines()
+    return _trips(lines)

@@ -2,18 +2,27 @@
 
 A psycopg 3 client for the ``idempotency`` extension: the transactional
 protocol (``Client``), the lease protocol for external effects
-(``LeaseRunner``), the HTTP mapping (``Response``, problem bodies identical to
-the C++ client's) and a WSGI middleware (``pg_idempotency.wsgi``).
+(``LeaseRunner``), their asyncio twins on ``psycopg.AsyncConnection``
+(``AsyncClient``, ``AsyncLeaseRunner``), the HTTP mapping (``Response``,
+problem bodies identical to the C++ client's), a WSGI middleware
+(``pg_idempotency.wsgi``) and an ASGI one (``pg_idempotency.asgi``).
 """
 
 from ._common import Request
 from .http import Headers, Problem, Response, problem_body, problem_response
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
+from .async_lease import AsyncBody, AsyncLeaseRunner
+from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
 __version__ = "0.6.0"
 
 __all__ = [
+    "AsyncAttempt",
+    "AsyncBody",
+    "AsyncClient",
+    "AsyncHandler",
+    "AsyncLeaseRunner",
     "Attempt",
     "Client",
     "Counters",
@@ -29,6 +38,7 @@ __all__ = [
     "Request",
     "Response",
     "fingerprint",
+    "fingerprint_async",
     "problem_body",
     "problem_response",
 ]

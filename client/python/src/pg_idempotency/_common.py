@@ -9,9 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import psycopg
 
-from .http import Response, header_name_equal
-
-DEFAULT_KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Content-Location", "Last-Modified")
+from .http import DEFAULT_KEPT_HEADERS, REPLAY_HEADER, Response, header_name_equal  # noqa: F401
 
 # The server refuses a key it cannot accept (empty, too long, bad characters,
 # not a UUID when idempotency.key_format asks) with 22P02 (since 0.6.0; other
@@ -87,7 +85,7 @@ def stored_response(
         for pair in pairs:
             if len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str):
                 response.headers.append((pair[0], pair[1]))
-    response.set_header("Idempotent-Replay", "true")
+    response.set_header(REPLAY_HEADER, "true")
     return response
 
 
@@ -113,20 +111,33 @@ class FinalStatuses:
         """True once the table has been read (or was given)."""
         return self._table is not None
 
-    def load(self, conn: psycopg.Connection[Any]) -> None:
+    def load_gen(self, conn: Any) -> Any:
         """Reads the server's idempotency.final_statuses through idempotency.is_final
-        (one round trip, once); the connection must be idle."""
+        (one round trip, once); a generator for ``conn.wait`` (see _wire); the
+        connection must be idle."""
         if self._table is not None:
             return
         from . import _wire
 
-        (result,) = _wire.run(conn, [_wire.Statement(FINAL_STATUSES_SQL), _wire.SYNC])
+        (result,) = yield from _wire.pipeline(conn, [_wire.Statement(FINAL_STATUSES_SQL), _wire.SYNC])
         if result.error is not None:
             raise result.error
         table = [False] * 500
         for (status,) in result.rows:
             table[int(status or b"0") - 100] = True
         self._table = table
+
+    def load(self, conn: psycopg.Connection[Any]) -> None:
+        """load_gen on a sync connection."""
+        if self._table is None:
+            with conn.lock:
+                conn.wait(self.load_gen(conn))
+
+    async def load_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """load_gen on an async connection."""
+        if self._table is None:
+            async with conn.lock:
+                await conn.wait(self.load_gen(conn))
 
     def __call__(self, status: int) -> bool:
         if self._table is None:

@@ -1,33 +1,54 @@
-"""Pipelined statements on a psycopg connection's own libpq session.
+"""Pipelined statements on a psycopg connection's own libpq session, sync or async.
 
 psycopg sends ``BEGIN`` as a round trip of its own, even in its pipeline mode.
 The transactional protocol needs ``BEGIN`` + ``idempotency.begin(...)`` and
 ``idempotency.complete(...)`` + ``COMMIT`` to travel together, so this module
-drives libpq's pipeline mode directly (``psycopg.pq``), under the connection's
-lock, and leaves the connection idle or in a transaction exactly as libpq
-reports it; psycopg reads that state from libpq, so its next statement sees
-the open transaction.
+drives libpq's pipeline mode directly (``psycopg.pq``) and leaves the
+connection idle or in a transaction exactly as libpq reports it; psycopg reads
+that state from libpq, so its next statement sees the open transaction.
+
+The work is written once, as psycopg writes its own: generators that yield
+``psycopg.waiting.Wait`` whenever the socket would block (``pipeline``). The
+sync client runs them with ``conn.wait(gen)`` under ``conn.lock``, the async
+client with ``await conn.wait(gen)`` under the async lock, so both send the
+same bytes in the same flights.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Generator, List, Optional, Sequence, Union
 
 import psycopg
-from psycopg import errors, pq
+from psycopg import errors, generators, pq
+from psycopg.waiting import Ready, Wait
 
 TEXT = 0
 BINARY = 1
 BYTEA_OID = 17
 
+Gen = Generator[Wait, Ready, Any]
+"""A generator that yields what it waits for (psycopg's PQGen)."""
+
 
 @dataclass
 class Statement:
-    """One statement of a pipeline: SQL with $n parameters (text unless bytes)."""
+    """One statement of a pipeline: SQL with $n parameters (text unless bytes).
+
+    With ``name``, the statement prepared under that name is executed (``sql``
+    is then only what ``Prepare`` sends)."""
 
     sql: bytes
     params: Sequence[Union[str, bytes, None]] = ()
+    name: Optional[bytes] = None
+
+
+@dataclass
+class Prepare:
+    """Prepares ``sql`` as ``name`` (a Parse message; its result is not returned)."""
+
+    name: bytes
+    sql: bytes
 
 
 class Sync:
@@ -35,6 +56,7 @@ class Sync:
 
 
 SYNC = Sync()
+Step = Union[Statement, Prepare, Sync]
 
 
 @dataclass
@@ -52,71 +74,82 @@ class Result:
         return dict(zip(self.columns, self.rows[0]))
 
 
-def _encode(conn: psycopg.Connection[Any], value: Union[str, bytes, None]):
+def _encode(encoding: str, value: Union[str, bytes, None]):
     if value is None:
         return None, 0, TEXT
     if isinstance(value, bytes):
         return value, BYTEA_OID, BINARY
-    return value.encode(conn.info.encoding), 0, TEXT  # 0: untyped, the server infers
+    return value.encode(encoding), 0, TEXT  # 0: untyped, the server infers
 
 
-def run(conn: psycopg.Connection[Any], steps: Sequence[Union[Statement, Sync]]) -> List[Result]:
+def _queue(pgconn: "pq.abc.PGconn", encoding: str, step: Step) -> None:
+    if isinstance(step, Sync):
+        pgconn.pipeline_sync()
+        return
+    if isinstance(step, Prepare):
+        pgconn.send_prepare(step.name, step.sql)
+        return
+    values, types, formats = [], [], []
+    for param in step.params:
+        v, t, f = _encode(encoding, param)
+        values.append(v)
+        types.append(t)
+        formats.append(f)
+    if step.name is not None:
+        pgconn.send_query_prepared(step.name, values, formats, TEXT)
+    else:
+        pgconn.send_query_params(step.sql, values, types, formats, TEXT)
+
+
+def pipeline(conn: Any, steps: Sequence[Step]) -> Gen:
     """Sends every step in one flight and returns one Result per Statement.
 
     A statement that fails gives a Result with ``error``; the statements after it
-    up to the next Sync are skipped (their Result has the same error). The caller
-    must end with SYNC. The connection must not be in psycopg's pipeline mode.
+    up to the next Sync are skipped (their Result has the same error). A Prepare
+    that fails makes the next Statement's error. The caller must end with SYNC,
+    hold the connection's lock, and run the generator with ``conn.wait``. The
+    connection must not be in psycopg's pipeline mode.
     """
     pgconn = conn.pgconn
     encoding = conn.info.encoding
-    with conn.lock:
-        if pgconn.pipeline_status != pq.PipelineStatus.OFF:
-            raise psycopg.ProgrammingError("pg_idempotency cannot run inside a psycopg pipeline")
-        pgconn.enter_pipeline_mode()
-        try:
-            for step in steps:
-                if isinstance(step, Sync):
-                    pgconn.pipeline_sync()
-                    continue
-                values, types, formats = [], [], []
-                for param in step.params:
-                    v, t, f = _encode(conn, param)
-                    values.append(v)
-                    types.append(t)
-                    formats.append(f)
-                pgconn.send_query_params(step.sql, values, types, formats, TEXT)
-            while pgconn.flush() == 1:  # blocking connection: flush returns 0 when sent
-                pass
-            results: List[Result] = []
-            aborted: Optional[psycopg.Error] = None
-            for step in steps:
-                if isinstance(step, Sync):
-                    res = pgconn.get_result()
-                    while res is not None and res.status != pq.ExecStatus.PIPELINE_SYNC:
-                        res = pgconn.get_result()
-                    if res is None:
-                        raise psycopg.OperationalError(pgconn.error_message.decode(encoding, "replace"))
-                    aborted = None
-                    continue
-                result = _read_statement(pgconn, encoding)
-                if result.error is not None and aborted is None:
-                    aborted = result.error
-                elif aborted is not None and result.error is None:
-                    result.error = aborted
+    if pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        raise psycopg.ProgrammingError("pg_idempotency cannot run inside a psycopg pipeline")
+    pgconn.enter_pipeline_mode()
+    try:
+        for step in steps:
+            _queue(pgconn, encoding, step)
+        yield from generators.send(pgconn)
+        results: List[Result] = []
+        aborted: Optional[psycopg.Error] = None
+        for step in steps:
+            if isinstance(step, Sync):
+                res = yield from generators.fetch(pgconn)
+                while res is not None and res.status != pq.ExecStatus.PIPELINE_SYNC:
+                    res = yield from generators.fetch(pgconn)
+                if res is None:
+                    raise psycopg.OperationalError(pgconn.error_message.decode(encoding, "replace"))
+                aborted = None
+                continue
+            result = yield from _read_statement(pgconn, encoding)
+            if aborted is not None:
+                result.error = aborted  # skipped: the error that aborted the pipeline
+            elif result.error is not None:
+                aborted = result.error
+            if isinstance(step, Statement):
                 results.append(result)
-            return results
-        finally:
-            if pgconn.pipeline_status != pq.PipelineStatus.OFF:
-                try:
-                    pgconn.exit_pipeline_mode()
-                except psycopg.Error:
-                    pass
+        return results
+    finally:
+        if pgconn.pipeline_status != pq.PipelineStatus.OFF:
+            try:
+                pgconn.exit_pipeline_mode()
+            except psycopg.Error:
+                pass
 
 
-def _read_statement(pgconn: "pq.abc.PGconn", encoding: str) -> Result:
+def _read_statement(pgconn: "pq.abc.PGconn", encoding: str) -> Gen:
     result = Result(columns=[], rows=[])
     while True:
-        res = pgconn.get_result()
+        res = yield from generators.fetch(pgconn)
         if res is None:
             if pgconn.status == pq.ConnStatus.BAD:
                 raise psycopg.OperationalError(pgconn.error_message.decode(encoding, "replace"))
@@ -133,7 +166,26 @@ def _read_statement(pgconn: "pq.abc.PGconn", encoding: str) -> Result:
             result.error = psycopg.InterfaceError(f"unexpected result status {status!r}")
 
 
-def begin_command(conn: psycopg.Connection[Any]) -> bytes:
+def raise_first(results: Sequence[Result]) -> None:
+    """Raises the first error among the results, if any."""
+    for result in results:
+        if result.error is not None:
+            raise result.error
+
+
+def run(conn: psycopg.Connection[Any], steps: Sequence[Step]) -> List[Result]:
+    """``pipeline`` on a sync connection, under its lock."""
+    with conn.lock:
+        return conn.wait(pipeline(conn, steps))
+
+
+async def run_async(conn: psycopg.AsyncConnection[Any], steps: Sequence[Step]) -> List[Result]:
+    """``pipeline`` on an async connection, under its lock."""
+    async with conn.lock:
+        return await conn.wait(pipeline(conn, steps))
+
+
+def begin_command(conn: Any) -> bytes:
     """BEGIN with the connection's isolation level, read-only and deferrable settings,
     as psycopg itself would start the transaction."""
     parts = [b"BEGIN"]

@@ -15,7 +15,20 @@ from typing import List, Optional, Tuple
 Headers = List[Tuple[str, str]]
 """HTTP header fields in order; names compare case-insensitively."""
 
+# The protocol table (client/protocol.json is its one source; tests/test_protocol_table.py
+# compares every field of it with the values below).
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+"""The media type of problem bodies."""
+PROBLEM_TYPE_BASE = "/problems/"
+"""The default prefix of problem ``type`` URIs."""
+REPLAY_HEADER = "Idempotent-Replay"
+"""The header (value ``true``) that marks a replayed response."""
+KEY_HEADER = "Idempotency-Key"
+"""The request header that carries the key."""
+DEFAULT_RETRY_AFTER_SECONDS = 1
+"""Retry-After of a 409 when the key's holder has no lease end to tell."""
+DEFAULT_KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Content-Location", "Last-Modified")
+"""Response headers stored with the key and replayed, unless configured otherwise."""
 
 
 def header_name_equal(a: str, b: str) -> bool:
@@ -94,7 +107,46 @@ def problem_body(status: int, type_uri: str, title: str, detail: str) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
 
 
-def problem_response(problem: Problem, detail: str, type_base: str = "/problems/") -> Response:
+def problem_response(problem: Problem, detail: str, type_base: str = PROBLEM_TYPE_BASE) -> Response:
     """An ``application/problem+json`` response with ``type`` = type_base + slug."""
     body = problem_body(problem.status, type_base + problem.slug, problem.title, detail)
     return Response(status=problem.status, headers=[("Content-Type", PROBLEM_CONTENT_TYPE)], body=body)
+
+
+DETAILS = {
+    "key_reuse": "This Idempotency-Key was used for a different request; use a new key for a new request.",
+    "one_time_secret": "The first response to this request carried a secret and was not kept;"
+    " create a new one with a new key.",
+    "in_progress": "A request with this Idempotency-Key is still being processed; retry later.",
+    "already_processed": "A request with this Idempotency-Key was already processed; its result is not kept.",
+    "key_refused": "The Idempotency-Key was refused by the server.",
+}
+"""The problem details the clients (C++, Python, Node) write, word for word."""
+
+OUTCOME_PROBLEMS = {
+    "mismatch": (Problem.KEY_REUSE, DETAILS["key_reuse"]),
+    "in_progress": (Problem.REQUEST_IN_PROGRESS, DETAILS["in_progress"]),
+    "secret_replay": (Problem.ONE_TIME_SECRET, DETAILS["one_time_secret"]),
+}
+"""The outcomes of begin()/acquire() that are answered with a problem, and its detail."""
+
+
+def problem_for_outcome(
+    outcome: str, lease_seconds: Optional[int], retry_after: int, type_base: str = PROBLEM_TYPE_BASE
+) -> Optional[Response]:
+    """The one mapping from an outcome of begin()/acquire() to an HTTP problem
+    response: mismatch 422; in_progress 409 with Retry-After (the rest of the
+    lease when known, else ``retry_after``, at least 1); secret_replay 409 with
+    Idempotent-Replay. None for the outcomes that are not problems."""
+    entry = OUTCOME_PROBLEMS.get(outcome)
+    if entry is None:
+        return None
+    problem, detail = entry
+    response = problem_response(problem, detail, type_base)
+    if outcome == "in_progress":
+        retry = retry_after if lease_seconds is None else lease_seconds
+        response.set_header("Retry-After", str(max(1, int(retry))))
+    if outcome == "secret_replay":
+        response.replayed = True
+        response.set_header(REPLAY_HEADER, "true")
+    return response

@@ -16,7 +16,7 @@ import enum
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import psycopg
 
@@ -30,7 +30,7 @@ from ._common import (
     stored_response,
     valid_key,
 )
-from .http import Problem, Response, problem_response
+from .http import DETAILS, Problem, Response, problem_for_outcome, problem_response
 
 ACQUIRE_SQL = (
     "SELECT outcome, fence, response_status, response_headers::text AS response_headers,"
@@ -165,18 +165,91 @@ Body = Callable[[], Response]
 """The effect: runs outside any database transaction and is never cancelled."""
 
 
-class LeaseRunner:
+class LeaseRunnerBase:
+    """What LeaseRunner and AsyncLeaseRunner share: everything but the I/O."""
+
+    def __init__(self, conninfo: str, options: Optional[LeaseOptions] = None) -> None:
+        self.conninfo = conninfo
+        self.options = options or LeaseOptions()
+        if self.options.lease <= timedelta(0):
+            raise ValueError("lease must be positive")
+        self._final = FinalStatuses(self.options.final_statuses)
+
+    def _problem(self, problem: Problem, detail: str) -> Response:
+        return problem_response(problem, detail, self.options.problem_type_base)
+
+    def _rejected(self, request: Request) -> Optional[LeaseResult]:
+        options = self.options
+        if request.key is not None and valid_key(request.key, options.max_key_length):
+            return None
+        problem = Problem.KEY_MALFORMED if request.key is not None else Problem.KEY_MISSING
+        detail = f"An Idempotency-Key of 1 to {options.max_key_length} visible ASCII characters is required."
+        return LeaseResult(LeaseOutcome.REJECTED, self._problem(problem, detail))
+
+    def _refused(self, error: psycopg.Error) -> LeaseResult:
+        if getattr(error, "sqlstate", None) not in KEY_REFUSED:
+            raise error
+        return LeaseResult(LeaseOutcome.REJECTED, self._problem(Problem.KEY_MALFORMED, DETAILS["key_refused"]))
+
+    def _acquire_params(self, request: Request) -> tuple:
+        options = self.options
+        return (
+            request.principal,
+            request.key,
+            request.action_name(),
+            request.method,
+            request.path,
+            request.body,
+            list(request.exclude) or None,
+            interval(options.lease),
+            interval(options.ttl),
+            interval(options.wait),
+        )
+
+    def _answer(self, row: Any) -> Optional[LeaseResult]:
+        """The result of an acquire that did not start, None when it started."""
+        outcome, fence, status, headers, stored_body, resource_id, lease_seconds = row
+        if outcome == "started":
+            return None
+        if outcome in ("replay", "secret_replay") and self.options.policy != Policy.REMEMBER:
+            response = self._problem(Problem.ALREADY_PROCESSED, DETAILS["already_processed"])
+            return LeaseResult(LeaseOutcome.DUPLICATE, response)
+        if outcome == "replay":
+            body = bytes(stored_body) if stored_body is not None else None
+            return LeaseResult(LeaseOutcome.REPLAYED, stored_response(status, headers, body, resource_id))
+        response = problem_for_outcome(outcome, lease_seconds, 1, self.options.problem_type_base)
+        if response is None:
+            raise psycopg.InterfaceError(f"idempotency.acquire returned an unknown outcome: {outcome}")
+        kind = {"mismatch": LeaseOutcome.MISMATCH, "in_progress": LeaseOutcome.IN_PROGRESS}
+        return LeaseResult(kind.get(outcome, LeaseOutcome.REPLAYED), response)
+
+    def _settlement(self, request: Request, fence: int, failed: bool, response: Response) -> Tuple[str, tuple]:
+        """The fenced statement that settles the key by the policy, with its parameters."""
+        principal, key, policy = request.principal, request.key, self.options.policy
+        done = (MARK_DONE_SQL, (principal, key, fence, 500 if failed else response.status))
+        release = (RELEASE_SQL, (principal, key, fence))
+        if policy == Policy.ONCE:
+            return done
+        if failed:
+            return release
+        if policy == Policy.COMMIT_ON_SUCCESS:
+            return done if response.status < 400 else release
+        if not self._final(response.status):
+            return release
+        headers = kept_headers_json(response, self.options.kept_headers)
+        params = (principal, key, fence, response.status, response.body, headers, response.resource_id,
+                  response.one_time_secret)
+        return REMEMBER_SQL, params
+
+
+class LeaseRunner(LeaseRunnerBase):
     """Runs external effects under leases. Not thread-safe: one runner per thread."""
 
     def __init__(self, conninfo: str, options: Optional[LeaseOptions] = None) -> None:
         """``conninfo`` opens the runner's own connection (acquire, complete,
         release, autocommit) and one per run for the renewal thread."""
-        self.conninfo = conninfo
-        self.options = options or LeaseOptions()
-        if self.options.lease <= timedelta(0):
-            raise ValueError("lease must be positive")
+        super().__init__(conninfo, options)
         self._conn: Optional[psycopg.Connection[Any]] = None
-        self._final = FinalStatuses(self.options.final_statuses)
 
     def connection(self) -> psycopg.Connection[Any]:
         """The runner's own autocommit connection, reopened when it was lost."""
@@ -190,146 +263,42 @@ class LeaseRunner:
             self._conn.close()
             self._conn = None
 
-    def _problem(self, problem: Problem, detail: str) -> Response:
-        return problem_response(problem, detail, self.options.problem_type_base)
-
     def run(self, request: Request, body: Body) -> LeaseResult:
         """Acquires the key, runs ``body`` while renewing the lease, and settles
         the key by the policy. The body's exception propagates after the key was
         settled (once: marked done; the other policies: released)."""
-        options = self.options
-        if request.key is None or not valid_key(request.key, options.max_key_length):
-            problem = Problem.KEY_MALFORMED if request.key is not None else Problem.KEY_MISSING
-            return LeaseResult(
-                LeaseOutcome.REJECTED,
-                self._problem(
-                    problem,
-                    f"An Idempotency-Key of 1 to {options.max_key_length}"
-                    " visible ASCII characters is required.",
-                ),
-            )
+        rejected = self._rejected(request)
+        if rejected is not None:
+            return rejected
         conn = self.connection()
-        if options.policy == Policy.REMEMBER:
+        if self.options.policy == Policy.REMEMBER:
             self._final.load(conn)  # known before holding anything
         try:
-            row = conn.execute(
-                ACQUIRE_SQL,
-                (
-                    request.principal,
-                    request.key,
-                    request.action_name(),
-                    request.method,
-                    request.path,
-                    request.body,
-                    list(request.exclude) or None,
-                    interval(options.lease),
-                    interval(options.ttl),
-                    interval(options.wait),
-                ),
-            ).fetchone()
+            row = conn.execute(ACQUIRE_SQL, self._acquire_params(request)).fetchone()
         except psycopg.Error as error:
-            if getattr(error, "sqlstate", None) in KEY_REFUSED:
-                return LeaseResult(
-                    LeaseOutcome.REJECTED,
-                    self._problem(Problem.KEY_MALFORMED, "The Idempotency-Key was refused by the server."),
-                )
-            raise
+            return self._refused(error)
         assert row is not None
-        outcome, fence, status, headers, stored_body, resource_id, lease_seconds = row
-        if outcome == "mismatch":
-            return LeaseResult(
-                LeaseOutcome.MISMATCH,
-                self._problem(
-                    Problem.KEY_REUSE,
-                    "This Idempotency-Key was used for a different request; use a new key for a new request.",
-                ),
-            )
-        if outcome == "in_progress":
-            response = self._problem(
-                Problem.REQUEST_IN_PROGRESS,
-                "A request with this Idempotency-Key is still being processed; retry later.",
-            )
-            response.set_header("Retry-After", str(1 if lease_seconds is None else max(1, lease_seconds)))
-            return LeaseResult(LeaseOutcome.IN_PROGRESS, response)
-        if outcome in ("replay", "secret_replay"):
-            if options.policy != Policy.REMEMBER:
-                return LeaseResult(
-                    LeaseOutcome.DUPLICATE,
-                    self._problem(
-                        Problem.ALREADY_PROCESSED,
-                        "A request with this Idempotency-Key was already processed; its result is not kept.",
-                    ),
-                )
-            if outcome == "replay":
-                response = stored_response(
-                    status, headers, bytes(stored_body) if stored_body is not None else None, resource_id
-                )
-            else:
-                response = self._problem(
-                    Problem.ONE_TIME_SECRET,
-                    "The first response to this request carried a secret and was not kept;"
-                    " create a new one with a new key.",
-                )
-                response.replayed = True
-                response.set_header("Idempotent-Replay", "true")
-            return LeaseResult(LeaseOutcome.REPLAYED, response)
-        if outcome != "started":
-            raise psycopg.InterfaceError(f"idempotency.acquire returned an unknown outcome: {outcome}")
-
+        answered = self._answer(row)
+        if answered is not None:
+            return answered
+        fence = row[1]
         # Run the body, never cancelled, while a background thread renews the lease.
-        renewer = (
-            _Renewer(self.conninfo, request.principal, request.key, fence, options) if options.renew else None
-        )
+        renewer = None
+        if self.options.renew:
+            renewer = _Renewer(self.conninfo, request.principal, request.key or "", fence, self.options)
         failure: Optional[BaseException] = None
         response = Response()
         try:
             response = body()
         except BaseException as error:  # settled by the policy, then re-raised
             failure = error
-        lost = False
-        renewals = 0
         if renewer is not None:
             renewer.stop()
-            lost = renewer.lost
-            renewals = renewer.renewals
-
         # Settle the key by the policy; every statement is fenced.
-        conn = self.connection()
-        principal, key = request.principal, request.key
-
-        def mark_done(code: int) -> bool:
-            return bool(conn.execute(MARK_DONE_SQL, (principal, key, fence, code)).fetchone()[0])  # type: ignore[index]
-
-        def release() -> bool:
-            return bool(conn.execute(RELEASE_SQL, (principal, key, fence)).fetchone()[0])  # type: ignore[index]
-
+        sql, params = self._settlement(request, fence, failure is not None, response)
+        settled = bool(self.connection().execute(sql, params).fetchone()[0])  # type: ignore[index]
         if failure is not None:
-            if options.policy == Policy.ONCE:
-                mark_done(500)
-            else:
-                release()
             raise failure
-        if options.policy == Policy.ONCE:
-            settled = mark_done(response.status)
-        elif options.policy == Policy.COMMIT_ON_SUCCESS:
-            settled = mark_done(response.status) if response.status < 400 else release()
-        elif self._final(response.status):
-            settled = bool(
-                conn.execute(
-                    REMEMBER_SQL,
-                    (
-                        principal,
-                        key,
-                        fence,
-                        response.status,
-                        response.body,
-                        kept_headers_json(response, options.kept_headers),
-                        response.resource_id,
-                        response.one_time_secret,
-                    ),
-                ).fetchone()[0]  # type: ignore[index]
-            )
-        else:
-            settled = release()
-        outcome_value = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
-        return LeaseResult(outcome_value, response, fence=fence, renewals=renewals)
+        lost, renewals = (renewer.lost, renewer.renewals) if renewer is not None else (False, 0)
+        outcome = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
+        return LeaseResult(outcome, response, fence=fence, renewals=renewals)

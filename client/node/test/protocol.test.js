@@ -1,0 +1,72 @@
+"use strict";
+// The Node client's protocol table against client/protocol.json, field by field:
+// problem types, titles and statuses, the details and the outcome -> HTTP mapping
+// (through the client's own answer()), kept headers, Retry-After default, replay
+// header, problem content type and type base. No database.
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const path = require("node:path");
+const { test } = require("node:test");
+const { pkg } = require("./helpers");
+
+const { Client, Problem, DETAILS, DEFAULT_KEPT_HEADERS, PROBLEM_CONTENT_TYPE, problemResponse } = pkg();
+const table = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "protocol.json"), "utf8"));
+
+test("problem types, statuses and titles are the table's", () => {
+  assert.deepEqual(Object.keys(Problem).sort(), Object.keys(table.problems).map((n) => n.toUpperCase()).sort());
+  for (const [name, want] of Object.entries(table.problems)) {
+    const mine = Problem[name.toUpperCase()];
+    assert.equal(mine.slug, want.type, name);
+    assert.equal(mine.status, want.status, name);
+    assert.equal(mine.title, want.title, name);
+  }
+});
+
+test("content type, type base, kept headers and Retry-After default are the table's", () => {
+  assert.equal(PROBLEM_CONTENT_TYPE, table.problem_content_type);
+  assert.deepEqual([...DEFAULT_KEPT_HEADERS], table.kept_headers);
+  const client = new Client();
+  assert.equal(client.options.problemTypeBase, table.problem_type_base);
+  assert.deepEqual([...client.options.keptHeaders], table.kept_headers);
+  assert.equal(client.options.retryAfter, table.default_retry_after_seconds);
+  const response = problemResponse(Problem.KEY_REUSE, "d");
+  assert.equal(response.header("Content-Type"), table.problem_content_type);
+});
+
+test("every outcome maps to the table's HTTP answer", () => {
+  const client = new Client();
+  const row = {
+    outcome: null,
+    response_status: "201",
+    response_headers: '[["Location","/o/1"]]',
+    response_body: "\\x7b7d",
+    resource_id: null,
+    lease_seconds: null,
+  };
+  for (const [outcome, want] of Object.entries(table.outcomes)) {
+    if (want.run_handler) continue; // started: the handler runs, nothing is answered
+    const response = client.answer(outcome, { ...row, outcome });
+    assert.equal(response.header(table.replay_header) === "true", want.replayed, outcome);
+    if (want.response === "stored") {
+      assert.equal(response.status, 201, outcome);
+      continue;
+    }
+    const problem = table.problems[want.problem];
+    const body = JSON.parse(response.body.toString("utf8"));
+    assert.deepEqual(body, {
+      detail: want.detail,
+      status: problem.status,
+      title: problem.title,
+      type: table.problem_type_base + problem.type,
+    }, outcome);
+    assert.equal(response.status, problem.status, outcome);
+    const retryAfter = want.retry_after ? String(table.default_retry_after_seconds) : undefined;
+    assert.equal(response.header("Retry-After"), retryAfter, outcome);
+  }
+});
+
+test("the details the clients share are the table's", () => {
+  assert.equal(DETAILS.keyReuse, table.outcomes.mismatch.detail);
+  assert.equal(DETAILS.inProgress, table.outcomes.in_progress.detail);
+  assert.equal(DETAILS.oneTimeSecret, table.outcomes.secret_replay.detail);
+});

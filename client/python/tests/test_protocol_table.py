@@ -1,0 +1,67 @@
+"""The Python client's protocol table against client/protocol.json (the one
+source every client follows), field by field: problem types, titles and
+statuses, details, the outcome -> HTTP mapping, kept headers, Retry-After
+default, replay header, problem content type and type base. No database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pg_idempotency import LeaseOptions, Options, Problem, http
+from pg_idempotency._common import stored_response
+
+TABLE = json.loads((Path(__file__).resolve().parents[2] / "protocol.json").read_text(encoding="utf-8"))
+
+
+def test_problem_types_statuses_and_titles():
+    assert {p.name.lower() for p in Problem} == set(TABLE["problems"])
+    for name, want in TABLE["problems"].items():
+        mine = Problem[name.upper()]
+        assert (mine.slug, mine.status, mine.title) == (want["type"], want["status"], want["title"]), name
+
+
+def test_constants_and_defaults():
+    assert http.PROBLEM_CONTENT_TYPE == TABLE["problem_content_type"]
+    assert http.PROBLEM_TYPE_BASE == TABLE["problem_type_base"]
+    assert http.REPLAY_HEADER == TABLE["replay_header"]
+    assert http.KEY_HEADER == TABLE["key_header"]
+    assert http.DEFAULT_RETRY_AFTER_SECONDS == TABLE["default_retry_after_seconds"]
+    assert list(http.DEFAULT_KEPT_HEADERS) == TABLE["kept_headers"]
+    for options in (Options(), LeaseOptions()):
+        assert list(options.kept_headers) == TABLE["kept_headers"]
+        assert options.problem_type_base == TABLE["problem_type_base"]
+    assert Options().retry_after == TABLE["default_retry_after_seconds"]
+
+
+def test_the_outcomes_with_a_problem_are_the_tables():
+    with_problem = {name for name, want in TABLE["outcomes"].items() if "problem" in want}
+    assert set(http.OUTCOME_PROBLEMS) == with_problem
+
+
+@pytest.mark.parametrize("outcome", sorted(TABLE["outcomes"]))
+def test_each_outcome_maps_to_the_tables_answer(outcome):
+    want = TABLE["outcomes"][outcome]
+    default = TABLE["default_retry_after_seconds"]
+    response = http.problem_for_outcome(outcome, None, default, TABLE["problem_type_base"])
+    if want["run_handler"] or want.get("response") == "stored":
+        assert response is None  # started runs the handler; replay sends the stored response
+        if want.get("response") == "stored":
+            replay = stored_response(201, '[["Location","/o/1"]]', b"{}", None)
+            assert (replay.header(TABLE["replay_header"]) == "true") == want["replayed"]
+        return
+    assert response is not None
+    kind = TABLE["problems"][want["problem"]]
+    assert response.status == kind["status"]
+    assert response.header("Content-Type") == TABLE["problem_content_type"]
+    assert json.loads(response.body) == {
+        "detail": want["detail"],
+        "status": kind["status"],
+        "title": kind["title"],
+        "type": TABLE["problem_type_base"] + kind["type"],
+    }
+    assert (response.header(TABLE["replay_header"]) == "true") == want["replayed"]
+    assert response.replayed == want["replayed"]
+    assert response.header("Retry-After") == (str(default) if want.get("retry_after") else None)

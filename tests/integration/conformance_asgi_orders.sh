@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The HTTP conformance suite (tests/conformance) against the ASGI example,
+# examples/asgi-orders (Starlette on uvicorn, the ASGI middleware and
+# AsyncClient of client/python), on a fresh database of the throwaway cluster.
+# PYTHONPATH may point at an installed copy of the package; otherwise the
+# example uses the one in client/python/src.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=lib/service.bash
+source tests/integration/lib/service.bash
+fresh_database idem_conformance_asgi
+port=$((PGPORT + 17))
+start_service "$port" examples/asgi-orders/app.py
+/usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$port" \
+  --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}"
