@@ -210,9 +210,14 @@ Levels levels_of(const config_generic* record) {
     Levels levels;
     if (record == nullptr) return levels;
     levels.present = true;
-    levels.reset = {0, 0, record->reset_source, record->reset_scontext, record->reset_srole,
-                    PGC_INTERNAL, InvalidOid};
-    levels.current = {0, 0, record->source, record->scontext, record->srole, PGC_INTERNAL,
+    levels.reset = {0,
+                    0,
+                    record->reset_source,
+                    record->reset_scontext,
+                    record->reset_srole,
+                    PGC_INTERNAL,
+                    InvalidOid};
+    levels.current = {0,         0, record->source, record->scontext, record->srole, PGC_INTERNAL,
                       InvalidOid};
     for (const GucStack* entry = record->stack; entry != nullptr; entry = entry->prev) {
         if (levels.depth == kMaxLevels) {
@@ -251,7 +256,8 @@ void note_drops(Setting id, const Levels& placeholder, const Levels& defined) {
     }
     if (placeholder.reset.source != PGC_S_DEFAULT && !same_level(placeholder.reset, defined.reset))
         dropped_reset_values |= bit;
-    bool same = placeholder.depth == defined.depth && same_level(placeholder.current, defined.current);
+    bool same =
+        placeholder.depth == defined.depth && same_level(placeholder.current, defined.current);
     for (int i = 0; same && i < placeholder.depth; ++i)
         same = same_level(placeholder.stack[i], defined.stack[i]);
     if (!same || (dropped_reset_values & bit)) unverified_settings |= bit;
@@ -352,16 +358,16 @@ void define_settings() {
         "current_user.",
         "Set by a superuser (postgresql.conf, ALTER ROLE ... SET, ALTER DATABASE ... SET). "
         "Under current_user every function refuses (42501) any other principal.",
-        &principal_binding, kBindingOff, principal_binding_options, PGC_SUSET, 0, nullptr,
-        nullptr, nullptr);
+        &principal_binding, kBindingOff, principal_binding_options, PGC_SUSET, 0, nullptr, nullptr,
+        nullptr);
     DefineCustomEnumVariable(
         "idempotency.distributed",
         "How the protocol reads and writes idempotency.keys: auto or on.",
         "on: by SQL statements only, which Citus routes to the shard of the principal (the "
         "distributed mode). auto: so where Citus distributes idempotency.keys, and directly "
         "through the heap and the primary key of a local table otherwise.",
-        &distributed, kDistributedAuto, distributed_options, PGC_USERSET, 0, nullptr,
-        nullptr, nullptr);
+        &distributed, kDistributedAuto, distributed_options, PGC_USERSET, 0, nullptr, nullptr,
+        nullptr);
     // A server-start setting can only be defined while the library is preloaded.
     if (process_shared_preload_libraries_in_progress)
         DefineCustomIntVariable(
