@@ -1,9 +1,15 @@
--- idempotency.stats counts every call exactly, per database and action (the
--- server of `make installcheck` must preload the library: scripts/test.sh's
--- cluster does; see tests/no_preload for a server that does not). Counters
--- are not transactional: a call counts when it runs, committed or not.
+-- idempotency.stats counts every call exactly, per database and action.
+-- Counters are not transactional: a call counts when it runs, committed or
+-- not. They need the library in shared_preload_libraries: on a server without
+-- it this file checks nothing and says so (expected/counters_1.out);
+-- tests/no_preload/counters_off checks such a server.
 \set VERBOSITY sqlstate
-SHOW shared_preload_libraries;
+SELECT current_setting('shared_preload_libraries') ~ '(^|[ ,])idempotency($|[ ,])' AS preloaded \gset
+\if :preloaded
+\else
+\echo 'counters: NOT RUN, idempotency is not in shared_preload_libraries'
+\quit
+\endif
 SELECT idempotency.stats_reset() AS reset_at \gset
 -- The nonzero counters of this test's actions, one line per action.
 CREATE TEMP VIEW counted AS

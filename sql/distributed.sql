@@ -13,6 +13,9 @@ CREATE FUNCTION lookup_statement_prepared() RETURNS boolean LANGUAGE sql
            WHERE ident LIKE 'SELECT principal, key, action, request_sha256, state%' $$;
 
 -- (The whole suite runs once more with PGOPTIONS setting it on: each step here sets its own.)
+-- The library is loaded first, so that a server without it in
+-- shared_preload_libraries checks the values below as one with it does.
+SELECT idempotency.is_final(200) AS loaded \gset
 SELECT boot_val, vartype, enumvals FROM pg_settings WHERE name = 'idempotency.distributed';
 SET idempotency.distributed = auto;
 SET idempotency.distributed = 'sometimes';

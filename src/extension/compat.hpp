@@ -14,6 +14,7 @@ extern "C" {
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 #include "varatt.h"  // VARSIZE_ANY & co., in postgres.h up to 15
@@ -102,6 +103,22 @@ inline void InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags) {
     ::SetSingleFuncCall(fcinfo, flags);
 #else
     ::InitMaterializedSRF(fcinfo, flags);
+#endif
+}
+
+/// The GUC record of the setting (or placeholder) `name`, or null when there
+/// is none. Since 16 a hash lookup (find_option, declared in guc_tables.h); up
+/// to 15 a scan of the variable array (find_option was static there). Only
+/// called while the library loads, never per call.
+inline config_generic* find_guc_record(const char* name) {
+#if PG_VERSION_NUM >= 160000
+    return ::find_option(name, false, true, ERROR);
+#else
+    config_generic** records = ::get_guc_variables();
+    const int count = ::GetNumConfigOptions();
+    for (int i = 0; i < count; ++i)
+        if (pg_strcasecmp(records[i]->name, name) == 0) return records[i];
+    return nullptr;
 #endif
 }
 

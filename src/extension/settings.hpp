@@ -54,9 +54,12 @@ bool is_final_status(int status);
 /// Defines every setting and reserves the idempotency. prefix (from _PG_init).
 void define_settings();
 
-/// Raises 22023 when a setting was given an invalid value before the library
-/// was loaded (PostgreSQL then fell back to the default): every SQL function
-/// calls it first, so none runs with a setting other than the one chosen.
+/// Refuses to run while a setting may be in effect with a value other than
+/// the one set for it: a value set before the library was loaded that
+/// PostgreSQL dropped when it loaded (invalid, or a superuser-only setting set
+/// by a role that may not set it). 42501 for idempotency.principal_binding,
+/// 22023 for the others; see settings.cpp for how long the refusal lasts.
+/// Every SQL function calls it first; a test of two masks when nothing was dropped.
 void require_valid_settings();
 
 }  // namespace idem::pg

@@ -38,7 +38,10 @@ SHOW idempotency.max_key_length;
 SELECT name, setting, unit, min_val, max_val, context FROM pg_settings
  WHERE name LIKE 'idempotency.%' ORDER BY name;
 -- A role cannot switch principal_binding off before the library is loaded:
--- PostgreSQL re-checks the placeholder as that role when the library loads.
+-- PostgreSQL re-checks the placeholder as that role when the library loads
+-- and drops it; the binding in effect is then not the one the role asked
+-- for, so every call refuses (42501), its own principal too, until a
+-- superuser sets it (tests/integration/binding_paths.sh: every other path).
 SELECT current_user AS admin \gset
 CREATE ROLE settings_app LOGIN;
 GRANT USAGE ON SCHEMA idempotency TO settings_app;
@@ -49,6 +52,9 @@ ALTER ROLE settings_app SET idempotency.principal_binding = 'current_user';
 SET idempotency.principal_binding = off;
 SELECT idempotency.claim('someone_else', 'settings-2');
 SHOW idempotency.principal_binding;
+SELECT idempotency.claim('settings_app', 'settings-2') AS own_principal;
+RESET idempotency.principal_binding;
+DISCARD ALL;
 SELECT idempotency.claim('settings_app', 'settings-2') AS own_principal;
 \c - :admin
 DELETE FROM idempotency.keys;
