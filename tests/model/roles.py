@@ -223,10 +223,14 @@ def is_foreign(op):
 
 def refusal_is_right(op, sqlstate):
     """Whether SQLSTATE `sqlstate` is a correct refusal of `op`: any call for
-    another role's principal, or an honest call on a tampering path."""
-    if op.role is None or sqlstate not in REFUSALS or op.kind not in PROTOCOL:
+    another role's principal, or any call on a tampering path (a session whose
+    binding could not be verified refuses every call of the extension,
+    cleanup included)."""
+    if op.role is None or sqlstate not in REFUSALS:
         return False
-    return is_foreign(op) or any(step in TAMPERING for step in (op.path or "").split("+"))
+    if any(step in TAMPERING for step in (op.path or "").split("+")):
+        return True
+    return op.kind in PROTOCOL and is_foreign(op)
 
 
 def count(stats, what):
