@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Runs or compiles every fenced code block of README.md and docs/*.md (tests/docs/README.md
 says how each language is checked and how a block is marked). Needs a running cluster with
-the extension installed (PGHOST/PGPORT/PGUSER) and, for C++ blocks, the installed client
-library's pkg-config file (PKG_CONFIG_PATH). Prints one line per block, then
+the extension installed (PGHOST/PGPORT/PGUSER) and, for C++ and CMake blocks, the client
+library installed into the prefix IDEM_DOCS_PREFIX (cmake --install; its pkg-config file and
+CMake package are used). Prints one line per block, then
 "N ok, N skipped, N not run, N failed"; exits 1 if any failed.
 
     tests/docs/check.py [FILE.md ...]     (default: README.md docs/*.md)
@@ -35,10 +36,15 @@ class Context:
         self.scope = os.environ.get("IDEM_TEST_SCOPE", "full")
         self.python = "/usr/bin/python3"
         self.cxx = os.environ.get("CXX", "g++")
+        self.prefix = os.environ.get("IDEM_DOCS_PREFIX", "")
         self.cxxflags = self._pkg_config()
 
     def _pkg_config(self):
-        p = subprocess.run(["pkg-config", "--cflags", "idempotency_client"], capture_output=True, text=True)
+        env = dict(os.environ)
+        if self.prefix:
+            env["PKG_CONFIG_PATH"] = os.path.join(self.prefix, "lib/pkgconfig")
+        p = subprocess.run(["pkg-config", "--cflags", "idempotency_client"], capture_output=True, text=True,
+                           env=env)
         return shlex.split(p.stdout) if p.returncode == 0 else None
 
     def absent(self, tool):

@@ -12,10 +12,10 @@ await docSetup.end();
 
 const docOpen = [];
 Object.assign(globalThis, {
-  userId: "user-42", principal: "user-42", key: "doc-check-key-1", item: "book", fence: 1,
+  userId: "node-user", principal: "node-user", key: "doc-check-node-1", item: "book", fence: 1,
   rawBody: Buffer.from('{"item":"book"}'), bodyBuffer: Buffer.from('{"item":"book"}'),
   responseBuffer: Buffer.from('{"id":1}'),
-  req: { headers: { "idempotency-key": "doc-check-key-1" } },
+  req: { headers: { "idempotency-key": "doc-check-node-1" } },
   log: { warn: (...args) => console.error(...args) },
   pool: new docPg.Pool({ database: "shop", max: 2 }),
   authenticatedUser: (req) => req.headers["x-user"] ?? null,
@@ -24,7 +24,7 @@ Object.assign(globalThis, {
     if (!(response instanceof docIdem.Response)) throw new Error(`send() got ${response}`);
   },
 });
-globalThis.request = { principal: "user-42", key: "doc-check-lease-1", method: "POST", path: "/pay",
+globalThis.request = { principal: "node-user", key: "doc-check-lease-1", method: "POST", path: "/pay",
                        body: Buffer.from("{}") };
 globalThis.db = new docPg.Client({ database: "shop" });
 await globalThis.db.connect();

@@ -194,7 +194,26 @@ def run_rust(block, ctx):
     return "ok", "syntax-checked (rustfmt)"
 
 
+def run_cmake(block, ctx):
+    """Configures a project holding the block, against the installed client package;
+    the block's target is `my_service` (the docs' name), built from an empty main."""
+    if not ctx.prefix:
+        return "failed", "no installed client package to configure against (IDEM_DOCS_PREFIX)"
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "main.cpp"), "w") as f:
+            f.write("int main() { return 0; }\n")
+        with open(os.path.join(tmp, "CMakeLists.txt"), "w") as f:
+            f.write("cmake_minimum_required(VERSION 3.25)\nproject(doc_check LANGUAGES CXX)\n"
+                    "add_executable(my_service main.cpp)\n" + block.text)
+        code, out, err = _run(["cmake", "-S", tmp, "-B", os.path.join(tmp, "build"),
+                               f"-DCMAKE_PREFIX_PATH={ctx.prefix}"], ctx)
+    if code:
+        return "failed", f"cmake configure failed:\n{(out + err).strip()[-3000:]}"
+    return "ok", "configured against the installed CMake package"
+
+
 RUNNERS = {
+    "cmake": run_cmake,
     "sql": run_sql,
     "cpp": run_cpp, "c++": run_cpp,
     "python": run_python, "py": run_python,
