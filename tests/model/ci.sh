@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model checker as CI runs it, every fault on, against one throwaway
 # cluster started here with scripts/pgcluster.sh (PGBIN from the environment,
-# default /usr/lib/postgresql/15/bin; the extension must be installed there):
+# default: `${PG_CONFIG:-pg_config} --bindir`; the extension must be installed there):
 #   - a few fixed seeds plus one random seed (printed), MODEL_SECONDS each
 #     (default 40; about 3 minutes);
 #   - the random seed again in the distributed mode (sessions with
@@ -71,7 +71,7 @@ if [[ $distributed_seconds != 0 ]]; then
     PGOPTIONS="-c idempotency.distributed=on" -- \
     --cluster-dir "$work/pg" --seed "$random_seed" --seconds "$distributed_seconds" --reduce-seconds 90
 fi
-pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
+pgbin=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 major=$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')
 sharedir=$("$pgbin/pg_config" --sharedir 2>/dev/null || echo "/usr/share/postgresql/$major")
 if [[ $proxy_seconds != 0 && ! -f $sharedir/extension/plproxy.control ]]; then
