@@ -36,7 +36,9 @@ OBJS = src/extension/module.o \
 UPGRADE_SCRIPTS = $(shell set -- $(RELEASES); prev=$$1; shift; for v; do echo extension/$(EXTENSION)--$$prev--$$v.sql; prev=$$v; done)
 DATA_built = build/$(EXTENSION)--$(EXTVERSION).sql
 DATA = extension/$(EXTENSION)--$(firstword $(RELEASES)).sql $(UPGRADE_SCRIPTS)
-EXTRA_CLEAN = build output_iso
+# Not the folder build/: a CMake build tree may live there too (installation.md's
+# `cmake -B build`); PGXS's clean removes the DATA_built script inside it.
+EXTRA_CLEAN = output_iso
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)

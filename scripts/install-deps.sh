@@ -18,7 +18,7 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
-  curl bc
+  curl bc git  # git: scripts/test-matrix.sh copies the work tree with git ls-files
   python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv python3-yaml
   python3-starlette python3-fastapi python3-uvicorn python3-httpx  # client/python ASGI, examples/asgi-orders
 )

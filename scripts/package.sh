@@ -14,7 +14,9 @@ root=$(pwd)
 out=$(realpath -m "${1:-build-deb}")
 version=$(cat VERSION)
 
-need=(debhelper dpkg-dev postgresql-server-dev-all cmake pkgconf libssl-dev libfast-float-dev libpqxx-dev
+# build-essential: dpkg-checkbuilddeps requires it (build-essential:native) although
+# debian/control cannot name it; a fresh minbase chroot lacks it.
+need=(build-essential debhelper dpkg-dev postgresql-server-dev-all cmake pkgconf libssl-dev libfast-float-dev libpqxx-dev
       libpq-dev nlohmann-json3-dev libgtest-dev)
 missing=()
 for p in "${need[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL cluster for tests, demos and benchmarks (15 unless
-# PGBIN or IDEM_PG_VERSION names another version's binaries).
+# A throwaway PostgreSQL cluster for tests, demos and benchmarks: the server
+# that PG_CONFIG or pg_config on PATH names, unless PGBIN or IDEM_PG_VERSION
+# names another version's binaries.
 #
 #   scripts/pgcluster.sh start DIR [PORT]   initdb into DIR (owned by postgres), start it
 #                                           with pg_cron and idempotency preloaded (the
@@ -14,7 +15,8 @@
 # Source DIR/env to get PGHOST, PGPORT, PGUSER for psql, pg_regress and libpq.
 set -euo pipefail
 
-PGBIN=${PGBIN:-/usr/lib/postgresql/${IDEM_PG_VERSION:-15}/bin}
+PGBIN=${PGBIN:-${IDEM_PG_VERSION:+/usr/lib/postgresql/$IDEM_PG_VERSION/bin}}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}  # the server that pg_config names
 cmd=${1:?usage: pgcluster.sh start|stop DIR [PORT]}
 dir=${2:?usage: pgcluster.sh start|stop DIR [PORT]}
 

@@ -8,7 +8,7 @@
 #
 #   bench/counters/run.sh            # N = 10000 (COUNTERS_N), 1-3 min
 set -euo pipefail
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 n=${COUNTERS_N:-10000}
 dir=$(mktemp -d /tmp/idem-counters-bench.XXXXXX)
 trap 'rm -rf "$dir"' EXIT

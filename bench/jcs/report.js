@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Turns the JSON lines of jcs_bench, node_bench.js and fingerprint_bench.sh into
-// the Markdown table of docs/benchmarks.md.
+// the Markdown table of bench/RESULTS.md.
 //
 //   node bench/jcs/report.js RESULTS.jsonl...
 //

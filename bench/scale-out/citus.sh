@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=../lib.sh
 source bench/lib.sh
-export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 if [[ ! -e $("$PGBIN/pg_config" --pkglibdir)/citus.so ]]; then
   echo "SKIPPED: citus is not installed for $PGBIN"
   exit 77

@@ -11,7 +11,7 @@
 # scripts/test.sh (IDEM_COUNTERS_PORT overrides).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 dir=$(mktemp -d /tmp/idem-counters.XXXXXX)
 sleeper=
 cleanup() {

@@ -6,7 +6,7 @@
 # scripts/test.sh (PGHOST is its folder, the data directory is PGHOST/data).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 db=idem_fences
 restored=idem_fences_restored
 dump=$(mktemp)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model checker as CI runs it, every fault on, against one throwaway
 # cluster started here with scripts/pgcluster.sh (PGBIN from the environment,
-# default /usr/lib/postgresql/15/bin; the extension must be installed there):
+# default: `${PG_CONFIG:-pg_config} --bindir`; the extension must be installed there):
 #   - a few fixed seeds plus one random seed (printed), MODEL_SECONDS each
 #     (default 30);
 #   - the random seed again in the distributed mode (sessions with
@@ -92,7 +92,7 @@ if [[ $roles_seconds != 0 ]]; then
   fi
   scripts/pgcluster.sh stop "$work/nopreload"
 fi
-pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
+pgbin=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 major=$("$pgbin/postgres" -V | sed -E 's/.* ([0-9]+).*/\1/')
 sharedir=$("$pgbin/pg_config" --sharedir 2>/dev/null || echo "/usr/share/postgresql/$major")
 if [[ $proxy_seconds != 0 && ! -f $sharedir/extension/plproxy.control ]]; then

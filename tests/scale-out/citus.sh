@@ -9,15 +9,15 @@
 # two nodes commits both keys, and that cleanup on the coordinator reaches every shard.
 #
 # Citus is not a Debian package, so this is not part of CI: run it by hand
-# with a PostgreSQL that has Citus installed (PGBIN, default
-# /usr/lib/postgresql/15/bin; the extension must be installed there too).
+# with a PostgreSQL that has Citus installed (PGBIN, default: the bindir of
+# PG_CONFIG or of pg_config on PATH; the extension must be installed there too).
 # Without citus it says so and exits 77 (skipped) - never counted as passed.
 #
 #   PGBIN=/path/to/bin tests/scale-out/citus.sh        CITUS_PORT (default 27200)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 libdir=$("$PGBIN/pg_config" --pkglibdir)
 sharedir=$("$PGBIN/pg_config" --sharedir)
 if [[ ! -e $libdir/citus.so || ! -e $sharedir/extension/citus.control ]]; then

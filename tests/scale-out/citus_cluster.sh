@@ -12,7 +12,7 @@
 # PGBIN names a PostgreSQL with Citus and pg_idempotency installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 cmd=${1:?usage: citus_cluster.sh start DIR BASEPORT | stop DIR}
 dir=${2:?usage: citus_cluster.sh start DIR BASEPORT | stop DIR}
 nodes=(coordinator worker1 worker2)
