@@ -68,3 +68,26 @@ SELECT DISTINCT ON (k.action, k.state, k.live)
 COMMENT ON VIEW idempotency.oldest_keys IS
     'The oldest key of each (action, state, live) group of idempotency.status, with its principal: for the operator and support roles, not for monitoring';
 REVOKE ALL ON idempotency.oldest_keys FROM PUBLIC;
+
+-- The pg_cron hint names the package of the server's own major version
+-- (postgresql-17-cron on 17, not postgresql-15-cron everywhere).
+CREATE OR REPLACE FUNCTION idempotency.schedule_cleanup(schedule text DEFAULT '* * * * *') RETURNS bigint
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
+        RAISE EXCEPTION 'pg_cron is not installed in this database'
+            USING ERRCODE = '55000',
+                  HINT = pg_catalog.format(
+                      'Install postgresql-%s-cron (Debian; pg_cron for PostgreSQL %s elsewhere), add pg_cron '
+                      'to shared_preload_libraries, set cron.database_name to this database, restart the '
+                      'server and run CREATE EXTENSION pg_cron. Or call CALL idempotency.cleanup() from '
+                      'any other scheduler.',
+                      pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog./) 10000,
+                      pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog./) 10000);
+    END IF;
+    -- A named job: scheduling again updates it instead of adding a second one.
+    RETURN cron.schedule('idempotency:cleanup', schedule, 'CALL idempotency.cleanup(max_runtime => ''50 seconds'')');
+END
+$$;

@@ -59,6 +59,20 @@ SELECT count(*) AS absent FROM idempotency.lookup('p', 'nope');
 -- Without pg_cron in this database: 55000, with a hint.
 SELECT idempotency.schedule_cleanup();
 SELECT idempotency.unschedule_cleanup();
+-- The hint names the pg_cron package of this server's major version.
+DO $$
+DECLARE
+    hint text;
+BEGIN
+    PERFORM idempotency.schedule_cleanup();
+    RAISE EXCEPTION 'schedule_cleanup ran without pg_cron';
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+    IF strpos(hint, format('postgresql-%s-cron', current_setting('server_version_num')::int / 10000)) = 0 THEN
+        RAISE EXCEPTION 'the hint names another package: %', hint;
+    END IF;
+END
+$$;
 
 -- Each batch resumes at the latest expiry of the one before; rows sharing that
 -- expiry that did not fit are taken by the next batch, rows expiring earlier
