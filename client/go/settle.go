@@ -15,8 +15,8 @@ import (
 // is completed and committed (one batch), a final error is rolled back and then
 // stored alone by save_final (one batch), anything else (401, 429, 3xx, 5xx) is
 // rolled back and not stored, so a retry takes effect once.
-func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, response Response) (
-	Response, error) {
+func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, response Response,
+	expires *int64) (Response, error) {
 	if response.Status < 100 || response.Status > 599 {
 		rollbackQuietly(ctx, conn)
 		return Response{}, fmt.Errorf("idempotency: handler returned HTTP status %d",
@@ -46,7 +46,13 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 			return Response{}, err
 		}
 		atomic.AddInt64(&c.counters.StoredErrors, 1)
-		return response, nil
+		// The stored row's expiry: save_final starts the ttl at its own now().
+		var stored *int64
+		if err := conn.QueryRow(ctx, storedExpirySQL, req.Principal, req.Key).Scan(
+			&stored); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return Response{}, err
+		}
+		return stamped(response, stored), nil
 	}
 	var resourceID interface{}
 	if response.ResourceID != "" {
@@ -59,7 +65,19 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 	if err := runBatch(ctx, conn, batch, "COMMIT"); err != nil {
 		return Response{}, err
 	}
-	return response, nil
+	return stamped(response, expires), nil
+}
+
+const storedExpirySQL = "SELECT floor(extract(epoch FROM expires_at))::bigint" +
+	" FROM idempotency.lookup($1, $2)"
+
+// stamped adds the key's expiry header (when known), replacing any value the
+// handler set, so it appears once.
+func stamped(response Response, expires *int64) Response {
+	if expires != nil {
+		response.Headers.Set(ExpiresHeader, HTTPDate(*expires))
+	}
+	return response
 }
 
 // errCommitRolledBack: COMMIT answered ROLLBACK (the handler left the
