@@ -42,16 +42,13 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 		batch.Queue(saveFinalSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path,
 			req.Body, excludeArg(req.Exclude), response.Status, body, kept, interval(c.options.TTL),
 			response.OneTimeSecret)
-		if err := runBatch(ctx, conn, batch, ""); err != nil {
+		// The stored row's expiry, same flight: save_final starts the ttl at its own now().
+		batch.Queue(storedExpirySQL, req.Principal, req.Key)
+		stored, err := runSaveBatch(ctx, conn, batch)
+		if err != nil {
 			return Response{}, err
 		}
 		atomic.AddInt64(&c.counters.StoredErrors, 1)
-		// The stored row's expiry: save_final starts the ttl at its own now().
-		var stored *int64
-		if err := conn.QueryRow(ctx, storedExpirySQL, req.Principal, req.Key).Scan(
-			&stored); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return Response{}, err
-		}
 		return stamped(response, stored), nil
 	}
 	var resourceID interface{}
@@ -101,6 +98,28 @@ func runBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, lastTag str
 	}
 	rollbackQuietly(ctx, conn)
 	return err
+}
+
+// runSaveBatch sends ROLLBACK, save_final and the expiry lookup, and returns
+// the stored row's expiry (nil when there is no row).
+func runSaveBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch) (*int64, error) {
+	results := conn.SendBatch(ctx, batch)
+	var stored *int64
+	_, err := results.Exec()
+	if err == nil {
+		_, err = results.Exec()
+	}
+	if err == nil {
+		err = results.QueryRow().Scan(&stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	rollbackQuietly(ctx, conn)
+	return stored, err
 }
 
 func nonNil(body []byte) []byte {
