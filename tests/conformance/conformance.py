@@ -12,7 +12,8 @@ provoke 409s. Every scenario uses a principal of its own, so the suite can run
 again against the same database.
 
 Routes every example service provides (examples/orders-service is the
-reference): POST /orders (?delay_ms=N), POST /flaky/orders, POST /api-keys.
+reference): POST /orders (?delay_ms=N), POST /reject/orders (reject mode), POST /flaky/orders,
+POST /api-keys.
 
 A service whose data is spread over shards (tests/scale-out: PL/Proxy) names
 each shard's DSN with --shard-dsn, in partition order: effects are then counted
