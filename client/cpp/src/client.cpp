@@ -39,7 +39,8 @@ namespace {
 
 constexpr const char* begin_sql =
     "SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
-    "       resource_id, expires_at, floor(extract(epoch FROM expires_at))::bigint AS expires_epoch,"
+    "       resource_id, expires_at, floor(extract(epoch FROM expires_at))::bigint AS "
+    "expires_epoch,"
     "       ceil(extract(epoch FROM"
     "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
     "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)";
