@@ -148,7 +148,10 @@ TEST_P(ExpiryTest, RejectIs409AtOnceByOptionOrPerCall) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ExpiryTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Pipelined" : "Work"; });
+std::string path_name(const ::testing::TestParamInfo<bool>& param) {
+    return param.param ? "Pipelined" : "Work";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ExpiryTest, ::testing::Values(false, true), path_name);
 
 }  // namespace
