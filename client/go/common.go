@@ -31,6 +31,8 @@ type Request struct {
 	Exclude []string
 	// Action is the operation name stored with the key; "" means "METHOD path".
 	Action string
+	// Duplicates overrides Options.Duplicates for this call ("" keeps it).
+	Duplicates DuplicateMode
 }
 
 // ActionName is the action stored with the key.

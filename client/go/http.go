@@ -150,6 +150,7 @@ type storedRow struct {
 	headers      *string
 	body         []byte
 	resourceID   *string
+	expiresEpoch *int64
 	leaseSeconds *int32
 }
 
@@ -210,6 +211,9 @@ func parseStoredHeaders(text string) Headers {
 func keptHeadersJSON(response Response, kept []string) string {
 	chosen := [][]string{}
 	for _, field := range response.Headers {
+		if strings.EqualFold(field.Name, ExpiresHeader) {
+			continue // the key's, added to every answer: never stored
+		}
 		for _, wanted := range kept {
 			if strings.EqualFold(field.Name, wanted) {
 				chosen = append(chosen, []string{field.Name, field.Value})

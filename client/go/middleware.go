@@ -42,6 +42,9 @@ type MiddlewareOptions struct {
 	// MaxBodyBytes bounds the request body read for the fingerprint (10 MiB);
 	// a longer body is answered 413.
 	MaxBodyBytes int64
+	// Duplicates chooses, per request, what a duplicate of a running request
+	// does: DuplicatesWait or DuplicatesReject ("" or nil: the Client's option).
+	Duplicates func(r *http.Request) DuplicateMode
 	// OnError sees errors the middleware answers with 500 or 503 (default: none).
 	OnError func(r *http.Request, err error)
 }
@@ -106,6 +109,9 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 	}
 	request := Request{Principal: principal, Key: r.Header.Get(KeyHeader), Method: r.Method,
 		Path: r.URL.Path}
+	if options.Duplicates != nil {
+		request.Duplicates = options.Duplicates(r)
+	}
 	if len(body) > 0 {
 		request.Body = body
 	}

@@ -1,5 +1,10 @@
 package idempotency
 
+import (
+	"net/http"
+	"time"
+)
+
 // The one protocol table of every client (client/protocol.json in the
 // repository), written out in Go. protocol_test.go compares each field with the
 // JSON file, so a change on either side fails the tests until both agree.
@@ -53,9 +58,38 @@ const (
 	ReplayHeader = "Idempotent-Replay"
 	// KeyHeader is the request header that carries the key.
 	KeyHeader = "Idempotency-Key"
+	// ExpiresHeader tells until when the request's key counts: an IMF-fixdate
+	// (RFC 9110), the key row's expires_at rounded down to the second. Never
+	// stored as a kept header; every answer to a keyed request gets the stored
+	// row's value.
+	ExpiresHeader = "Idempotency-Expires"
+	// ExpiresFormat is the format of ExpiresHeader's value.
+	ExpiresFormat = "IMF-fixdate"
+	// DefaultDuplicateMode is the duplicate mode of a client or call that names none.
+	DefaultDuplicateMode = DuplicatesWait
 	// DefaultRetryAfterSeconds is the Retry-After of a 409 for a key held by a transaction.
 	DefaultRetryAfterSeconds = 1
 )
+
+// DuplicateMode is what a duplicate of a running request does.
+type DuplicateMode string
+
+// The duplicate modes.
+const (
+	// DuplicatesWait waits for the first request (up to the wait), then replays.
+	DuplicatesWait DuplicateMode = "wait"
+	// DuplicatesReject answers 409 request-in-progress with Retry-After at once.
+	DuplicatesReject DuplicateMode = "reject"
+)
+
+// DuplicateModes lists the modes, the default first.
+var DuplicateModes = []DuplicateMode{DuplicatesWait, DuplicatesReject}
+
+// HTTPDate formats seconds since the Unix epoch as an IMF-fixdate
+// ("Sun, 06 Nov 1994 08:49:37 GMT").
+func HTTPDate(epochSeconds int64) string {
+	return time.Unix(epochSeconds, 0).UTC().Format(http.TimeFormat)
+}
 
 // DefaultKeptHeaders are the response headers stored with a key and replayed.
 var DefaultKeptHeaders = []string{"Content-Type", "Location", "ETag", "Content-Location",

@@ -15,8 +15,8 @@ import (
 // is completed and committed (one batch), a final error is rolled back and then
 // stored alone by save_final (one batch), anything else (401, 429, 3xx, 5xx) is
 // rolled back and not stored, so a retry takes effect once.
-func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, response Response) (
-	Response, error) {
+func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, response Response,
+	expires *int64) (Response, error) {
 	if response.Status < 100 || response.Status > 599 {
 		rollbackQuietly(ctx, conn)
 		return Response{}, fmt.Errorf("idempotency: handler returned HTTP status %d",
@@ -42,11 +42,14 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 		batch.Queue(saveFinalSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path,
 			req.Body, excludeArg(req.Exclude), response.Status, body, kept, interval(c.options.TTL),
 			response.OneTimeSecret)
-		if err := runBatch(ctx, conn, batch, ""); err != nil {
+		// The stored row's expiry, same flight: save_final starts the ttl at its own now().
+		batch.Queue(storedExpirySQL, req.Principal, req.Key)
+		stored, err := runSaveBatch(ctx, conn, batch)
+		if err != nil {
 			return Response{}, err
 		}
 		atomic.AddInt64(&c.counters.StoredErrors, 1)
-		return response, nil
+		return stamped(response, stored), nil
 	}
 	var resourceID interface{}
 	if response.ResourceID != "" {
@@ -59,7 +62,19 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 	if err := runBatch(ctx, conn, batch, "COMMIT"); err != nil {
 		return Response{}, err
 	}
-	return response, nil
+	return stamped(response, expires), nil
+}
+
+const storedExpirySQL = "SELECT floor(extract(epoch FROM expires_at))::bigint" +
+	" FROM idempotency.lookup($1, $2)"
+
+// stamped adds the key's expiry header (when known), replacing any value the
+// handler set, so it appears once.
+func stamped(response Response, expires *int64) Response {
+	if expires != nil {
+		response.Headers.Set(ExpiresHeader, HTTPDate(*expires))
+	}
+	return response
 }
 
 // errCommitRolledBack: COMMIT answered ROLLBACK (the handler left the
@@ -83,6 +98,28 @@ func runBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, lastTag str
 	}
 	rollbackQuietly(ctx, conn)
 	return err
+}
+
+// runSaveBatch sends ROLLBACK, save_final and the expiry lookup, and returns
+// the stored row's expiry (nil when there is no row).
+func runSaveBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch) (*int64, error) {
+	results := conn.SendBatch(ctx, batch)
+	var stored *int64
+	_, err := results.Exec()
+	if err == nil {
+		_, err = results.Exec()
+	}
+	if err == nil {
+		err = results.QueryRow().Scan(&stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	rollbackQuietly(ctx, conn)
+	return stored, err
 }
 
 func nonNil(body []byte) []byte {

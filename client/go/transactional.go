@@ -15,7 +15,7 @@ import (
 // the server in the same statement, so the client needs no RFC 8785 code.
 const (
 	beginSQL = "SELECT outcome, response_status::integer, response_headers::text, response_body," +
-		" resource_id," +
+		" resource_id, floor(extract(epoch FROM expires_at))::bigint," +
 		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
 		" FROM idempotency.begin($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval)"
@@ -37,6 +37,11 @@ type Options struct {
 	// Wait is how long begin waits for a transaction that holds the key
 	// (0: idempotency.wait_timeout).
 	Wait time.Duration
+	// Duplicates is what a duplicate of a running request does: DuplicatesWait
+	// (the default, "") waits for it (up to Wait), then replays;
+	// DuplicatesReject answers 409 request-in-progress with Retry-After at once
+	// (begin with wait 0). Request.Duplicates overrides it per call.
+	Duplicates DuplicateMode
 	// TTL is the key's lifetime (0: idempotency.key_ttl).
 	TTL time.Duration
 	// MaxAttempts bounds the runs of Handle on serialization failures and deadlocks (3).
@@ -187,7 +192,7 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		rollbackQuietly(ctx, conn) // nothing is stored; the error is the caller's
 		return Response{}, err
 	}
-	return c.settle(ctx, conn, req, response)
+	return c.settle(ctx, conn, req, response, stored.expiresEpoch)
 }
 
 func answerOrZero(r *Response) Response {
@@ -227,14 +232,14 @@ func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
 	batch := &pgx.Batch{}
 	batch.Queue(beginCommand(c.options.TxOptions))
 	batch.Queue(beginSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path, req.Body,
-		excludeArg(req.Exclude), interval(c.options.TTL), interval(c.options.Wait))
+		excludeArg(req.Exclude), interval(c.options.TTL), c.waitArg(req))
 	results := conn.SendBatch(ctx, batch)
 	var outcome string
 	var stored storedRow
 	_, err := results.Exec()
 	if err == nil {
 		err = results.QueryRow().Scan(&outcome, &stored.status, &stored.headers, &stored.body,
-			&stored.resourceID, &stored.leaseSeconds)
+			&stored.resourceID, &stored.expiresEpoch, &stored.leaseSeconds)
 	}
 	if closeErr := results.Close(); err == nil {
 		err = closeErr
@@ -253,6 +258,18 @@ func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
 		return "", stored, &answer, nil
 	}
 	return "", stored, nil, err
+}
+
+// waitArg is begin's wait: 0 in reject mode (409 at once), else Options.Wait.
+func (c *Client) waitArg(req Request) interface{} {
+	mode := req.Duplicates
+	if mode == "" {
+		mode = c.options.Duplicates
+	}
+	if mode == DuplicatesReject {
+		return "0 seconds"
+	}
+	return interval(c.options.Wait)
 }
 
 // answer ends the transaction of an outcome that does not run the handler.
@@ -276,5 +293,5 @@ func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, sto
 	if !known {
 		return Response{}, fmt.Errorf("idempotency: begin returned an unknown outcome %q", outcome)
 	}
-	return response, nil
+	return stamped(response, stored.expiresEpoch), nil
 }

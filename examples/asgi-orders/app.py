@@ -9,6 +9,8 @@ Same routes, bodies and headers as the C++ and the WSGI service:
 
     POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
                           Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+    POST /reject/orders   the same in reject mode: a duplicate of a running request
+                          gets 409 with Retry-After at once instead of waiting
     POST /plain/orders    the same handler without the middleware (baseline)
     POST /flaky/orders    the first run for each (principal, key) inserts the order,
                           then answers 500: rolled back, not stored, the retry runs again
@@ -186,6 +188,7 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
         Route("/orders/count", count, methods=["GET"]),
         Route("/plain/orders", plain_orders, methods=["POST"]),
         Route("/orders", keyed, methods=["POST"]),
+        Route("/reject/orders", keyed, methods=["POST"]),
         Route("/flaky/orders", keyed, methods=["POST"]),
         Route("/api-keys", keyed, methods=["POST"]),
     ]
@@ -193,8 +196,11 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
     def applies(scope) -> bool:
         return scope["method"] == "POST" and scope["path"] != "/plain/orders"
 
+    def duplicates(scope) -> str:
+        return "reject" if scope["path"] == "/reject/orders" else "wait"
+
     return IdempotencyMiddleware(Starlette(routes=routes), AsyncClient(), connection=pool.connection,
-                                 principal=principal_of, applies=applies)
+                                 principal=principal_of, applies=applies, duplicates=duplicates)
 
 
 def main() -> int:

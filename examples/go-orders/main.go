@@ -7,6 +7,8 @@
 //
 //	POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
 //	                      Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+//	POST /reject/orders   the same in reject mode: a duplicate of a running request
+//	                      gets 409 with Retry-After at once instead of waiting
 //	POST /plain/orders    the same handler without the middleware (baseline)
 //	POST /classic/orders  the same as /orders
 //	POST /flaky/orders    the first run for each (principal, key) inserts the order,
@@ -65,7 +67,7 @@ func serve(port int, dsn string, connections int) error {
 	if err != nil {
 		return err
 	}
-	keyed := idempotency.Middleware(idempotency.MiddlewareOptions{
+	options := idempotency.MiddlewareOptions{
 		Client:      client,
 		Connections: idempotency.FromPool(pool),
 		Principal:   principalOf,
@@ -73,12 +75,19 @@ func serve(port int, dsn string, connections int) error {
 		OnError: func(r *http.Request, err error) {
 			fmt.Fprintf(os.Stderr, "go-orders: %s %s: %v\n", r.Method, r.URL.Path, err)
 		},
-	})
+	}
+	keyed := idempotency.Middleware(options)
+	// The same middleware in reject mode: a duplicate gets 409 at once.
+	options.Duplicates = func(*http.Request) idempotency.DuplicateMode {
+		return idempotency.DuplicatesReject
+	}
+	rejecting := idempotency.Middleware(options)
 	s := &service{pool: pool, flakyFailed: map[[2]string]bool{}}
 	routes := http.NewServeMux()
 	routes.HandleFunc("/health", s.health)
 	routes.HandleFunc("/orders/count", s.count)
 	routes.Handle("/orders", keyed(http.HandlerFunc(s.orders)))
+	routes.Handle("/reject/orders", rejecting(http.HandlerFunc(s.orders)))
 	routes.Handle("/classic/orders", keyed(http.HandlerFunc(s.orders)))
 	routes.Handle("/flaky/orders", keyed(http.HandlerFunc(s.flakyOrders)))
 	routes.Handle("/api-keys", keyed(http.HandlerFunc(s.apiKeys)))

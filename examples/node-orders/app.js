@@ -8,6 +8,8 @@
 //
 //   POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
 //                         Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+//   POST /reject/orders   the same in reject mode: a duplicate of a running request
+//                         gets 409 with Retry-After at once instead of waiting
 //   POST /plain/orders    the same handler without the middleware (baseline)
 //   POST /classic/orders  the same as /orders (the C++ service's five-round-trip variant)
 //   POST /flaky/orders    the first run for each (principal, key) inserts the order,
@@ -134,6 +136,7 @@ function makeApp(pool) {
       client: new Client(),
       principal: principalOf,
       applies: (req) => req.method === "POST" && req.path !== "/plain/orders",
+      duplicates: (req) => (req.path === "/reject/orders" ? "reject" : "wait"),
     }),
   );
   app.get("/health", (req, res) => res.type("text/plain").send("ok"));
@@ -177,6 +180,7 @@ function makeApp(pool) {
     send(res, result);
   };
   app.post("/orders", keyed("order"));
+  app.post("/reject/orders", keyed("order"));
   app.post("/classic/orders", keyed("order"));
   app.post("/flaky/orders", keyed("flaky"));
   app.post("/api-keys", keyed("api-key"));

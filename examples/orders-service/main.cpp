@@ -7,6 +7,8 @@
 //                         Idempotency-Key; Authorization: Bearer <principal>.
 //                         ?delay_ms=N makes the handler take N ms longer (to
 //                         show concurrent retries).
+//   POST /reject/orders   the same in reject mode: a duplicate of a running request
+//                         gets 409 with Retry-After at once instead of waiting
 //   POST /plain/orders    the same handler without the idempotency wrapper
 //                         (for the benchmark that measures the wrapper's cost)
 //   POST /classic/orders  the same wrapped handler taking pqxx::work& (five
@@ -170,7 +172,7 @@ std::string principal_of(const httplib::Request& request) {
     return {};
 }
 
-enum class Route { idempotent, plain, classic, flaky, api_key };
+enum class Route { idempotent, reject, plain, classic, flaky, api_key };
 
 void handle_order(const httplib::Request& in, httplib::Response& out, Route route) {
     const std::string principal = principal_of(in);
@@ -195,6 +197,7 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         request.method = in.method;
         request.path = in.path;
         request.body = in.body;
+        if (route == Route::reject) request.duplicates = idem::Duplicates::reject;
         idem::TransactionHandler handler = route == Route::api_key
                                                ? create_api_key(principal, in.body)
                                                : create_order(principal, in.body, delay_ms);
@@ -257,6 +260,9 @@ int main(int argc, char** argv) {
     server.set_keep_alive_max_count(1000);
     server.Post("/orders", [](const httplib::Request& in, httplib::Response& out) {
         handle_order(in, out, Route::idempotent);
+    });
+    server.Post("/reject/orders", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::reject);
     });
     server.Post("/plain/orders", [](const httplib::Request& in, httplib::Response& out) {
         handle_order(in, out, Route::plain);

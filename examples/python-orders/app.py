@@ -8,6 +8,8 @@ Same routes, bodies and headers as the C++ service:
 
     POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
                           Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+    POST /reject/orders   the same in reject mode: a duplicate of a running request
+                          gets 409 with Retry-After at once instead of waiting
     POST /plain/orders    the same handler without the middleware (baseline)
     POST /classic/orders  the same as /orders (the C++ service's five-round-trip variant)
     POST /flaky/orders    the first run for each (principal, key) inserts the order,
@@ -164,7 +166,7 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
                 count = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
                 conn.rollback()
             return send(start_response, (200, [("Content-Type", "application/json")], dumps({"orders": count})))
-        routes = ("/orders", "/plain/orders", "/classic/orders", "/flaky/orders", "/api-keys")
+        routes = ("/orders", "/reject/orders", "/plain/orders", "/classic/orders", "/flaky/orders", "/api-keys")
         if method != "POST" or path not in routes:
             return send(start_response, problem(404, "Not found", "No such route."))
         principal = principal_of(environ)
@@ -196,8 +198,11 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
     def applies(environ: dict) -> bool:
         return environ["REQUEST_METHOD"] == "POST" and environ.get("PATH_INFO") != "/plain/orders"
 
+    def duplicates(environ: dict) -> str:
+        return "reject" if environ.get("PATH_INFO") == "/reject/orders" else "wait"
+
     return IdempotencyMiddleware(business, Client(), connection=pool.connection, principal=principal_of,
-                                 applies=applies)
+                                 applies=applies, duplicates=duplicates)
 
 
 class ThreadingServer(ThreadingMixIn, WSGIServer):

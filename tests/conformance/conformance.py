@@ -12,7 +12,8 @@ provoke 409s. Every scenario uses a principal of its own, so the suite can run
 again against the same database.
 
 Routes every example service provides (examples/orders-service is the
-reference): POST /orders (?delay_ms=N), POST /flaky/orders, POST /api-keys.
+reference): POST /orders (?delay_ms=N), POST /reject/orders (reject mode), POST /flaky/orders,
+POST /api-keys.
 
 A service whose data is spread over shards (tests/scale-out: PL/Proxy) names
 each shard's DSN with --shard-dsn, in partition order: effects are then counted
@@ -26,6 +27,7 @@ any failure.
 from __future__ import annotations
 
 import argparse
+import email.utils
 import http.client
 import json
 import sys
@@ -45,6 +47,8 @@ import psycopg
 PROTOCOL = json.loads((Path(__file__).resolve().parents[2] / "client" / "protocol.json").read_text("utf-8"))
 PROBLEM_JSON = PROTOCOL["problem_content_type"]
 REPLAY_HEADER = PROTOCOL["replay_header"]
+EXPIRES_HEADER = PROTOCOL["expires_header"]
+assert PROTOCOL["expires_format"] == "IMF-fixdate", "the suite checks IMF-fixdate expiry values only"
 
 ORDER = b'{"item":"book","quantity":2}'
 # The same document spelled differently: member order, whitespace, number
@@ -69,6 +73,9 @@ class Reply:
     status: int
     headers: List[Tuple[str, str]]
     body: bytes
+
+    def headers_named(self, name: str) -> List[str]:
+        return [value for field_name, value in self.headers if field_name.lower() == name.lower()]
 
     def header(self, name: str) -> Optional[str]:
         for field_name, value in self.headers:
@@ -312,6 +319,69 @@ class Suite:
         self.expect("the stored 400 holds the key: another body is 422", other, status(self.reuse), body=self.reuse)
         self.effects("a final 4xx", "orders", who, 0)
 
+    def expiry_header(self) -> None:
+        who, key = self.principal("expiry"), "key-expiry"
+        first = self.post("/orders", ORDER, who, key)
+        self.expect("expiry: the first request is 201", first, 201, replay=False)
+        values = first.headers_named(EXPIRES_HEADER)
+        self.check(f"expiry: the first response has one {EXPIRES_HEADER}", len(values) == 1, first.describe())
+        with psycopg.connect(self.key_dsn(who), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT floor(extract(epoch FROM expires_at))::bigint, extract(epoch FROM expires_at - now()),"
+                " extract(epoch FROM expires_at - created_at) FROM idempotency.lookup(%s, %s)", (who, key)
+            ).fetchone()
+        stored_epoch, left, ttl = int(row[0]), float(row[1]), float(row[2])
+        value = values[0] if values else ""
+        self.check("expiry: the value is an IMF-fixdate (RFC 9110)",
+                   email.utils.formatdate(email.utils.parsedate_to_datetime(value).timestamp(), usegmt=True) == value
+                   if value else False, f"{EXPIRES_HEADER}: {value!r}")
+        self.check("expiry: it is the stored row's expires_at (to the second), in the future within the ttl",
+                   value == email.utils.formatdate(stored_epoch, usegmt=True) and 0 < left <= ttl,
+                   f"{EXPIRES_HEADER}: {value!r}, stored {email.utils.formatdate(stored_epoch, usegmt=True)!r},"
+                   f" {left:.1f} s left of a ttl of {ttl:.0f} s")
+        time.sleep(1.1)  # a recomputed now() + ttl would move by a second
+        retry = self.post("/orders", ORDER_RESPELLED, who, key)
+        self.expect("expiry: the retry replays", retry, 201, body=first.body, replay=True)
+        self.check(f"expiry: the replay has one {EXPIRES_HEADER} with the first response's value",
+                   retry.headers_named(EXPIRES_HEADER) == values, retry.describe())
+        other = self.post("/orders", OTHER_ORDER, who, key)
+        self.expect("expiry: another body is 422", other, status(self.reuse), body=self.reuse)
+        self.check(f"expiry: the 422 tells the same {EXPIRES_HEADER}", other.headers_named(EXPIRES_HEADER) == values,
+                   other.describe())
+        with psycopg.connect(self.key_dsn(who), autocommit=True) as conn:
+            stored = conn.execute("SELECT response_headers::text FROM idempotency.keys"
+                                  " WHERE principal = %s AND key = %s", (who, key)).fetchone()
+        self.check(f"expiry: {EXPIRES_HEADER} is not stored with the response",
+                   stored is not None and EXPIRES_HEADER.lower() not in (stored[0] or "").lower(), repr(stored))
+        self.effects("expiry: one key, three requests", "orders", who, 1)
+
+    def reject_mode(self) -> None:
+        who, key = self.principal("reject"), "key-reject"
+        replies: Dict[str, Reply] = {}
+
+        def first() -> None:
+            replies["first"] = self.post("/reject/orders?delay_ms=1500", ORDER, who, key)
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        busy = self.post("/reject/orders?delay_ms=1500", ORDER, who, key)
+        took = time.monotonic() - started
+        thread.join()
+        self.expect("reject: the duplicate is 409 problem+json at once", busy, status(self.in_progress),
+                    body=self.in_progress, content_type=PROBLEM_JSON, replay=False)
+        self.check("reject: it did not wait for the first (well before the delay ends)", took < 0.7,
+                   f"it took {took:.2f} s")
+        retry_after = busy.header("Retry-After") or ""
+        self.check("reject: the 409 has Retry-After in seconds", retry_after.isdigit() and int(retry_after) >= 1,
+                   f"Retry-After {retry_after!r}")
+        a = replies["first"]
+        self.expect("reject: the first is 201", a, 201, replay=False)
+        retry = self.post("/reject/orders", ORDER, who, key)
+        self.expect("reject: a retry after the first finished replays", retry, 201, body=a.body, replay=True)
+        self.effects("reject: two requests at once, then a retry", "orders", who, 1)
+
     def one_time_secret(self) -> None:
         who, key = self.principal("secret"), "key-secret"
         first = self.post("/api-keys", b'{"name":"ci"}', who, key)
@@ -340,6 +410,8 @@ class Suite:
             ("flaky", self.failure_is_not_stored),
             ("final4xx", self.final_error_is_stored),
             ("secret", self.one_time_secret),
+            ("expiry", self.expiry_header),
+            ("reject", self.reject_mode),
         ]
         for name, scenario in scenarios:
             if only and name not in only:

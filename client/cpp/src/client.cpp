@@ -39,7 +39,9 @@ namespace {
 
 constexpr const char* begin_sql =
     "SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
-    "       resource_id, expires_at, ceil(extract(epoch FROM"
+    "       resource_id, expires_at, floor(extract(epoch FROM expires_at))::bigint AS "
+    "expires_epoch,"
+    "       ceil(extract(epoch FROM"
     "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
     "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)";
 constexpr const char* complete_sql =
@@ -53,6 +55,10 @@ constexpr const char* begin_raw_name = "idempotency_begin_p1";
 constexpr const char* complete_raw_name = "idempotency_complete_p1";
 constexpr const char* save_final_sql =
     "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7::jsonb, $8::interval, $9)";
+// The stored row's expiry, read after save_final in its transaction (save_final
+// starts the key's ttl at its own now(), not at begin's).
+constexpr const char* stored_expiry_sql =
+    "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1, $2)";
 
 }  // namespace
 
@@ -123,6 +129,24 @@ std::optional<int> int_column(const PGresult* result, const char* name) {
     return std::stoi(*text);
 }
 
+std::optional<long long> expiry_column(const PGresult* result) {
+    std::optional<std::string> text = column(result, "expires_epoch");
+    if (!text) return std::nullopt;
+    return std::stoll(*text);
+}
+
+std::optional<long long> expiry_column(const pqxx::row& row) {
+    if (row["expires_epoch"].is_null()) return std::nullopt;
+    return row["expires_epoch"].as<long long>();
+}
+
+// Adds the key's expiry header (when known) to an answer; it replaces any
+// value the handler set, so the header appears once.
+Response stamped(Response response, std::optional<long long> expires_epoch) {
+    if (expires_epoch) response.set_header(expires_header, http_date(*expires_epoch));
+    return response;
+}
+
 }  // namespace
 
 Response Client::handle_request(const Request& request, const Handler* handler,
@@ -173,6 +197,8 @@ Response Client::handle_request(const Request& request, const Handler* handler,
               std::nullopt};
     if (options_.ttl) call.ttl = std::to_string(options_.ttl->count()) + " seconds";
     if (options_.wait) call.wait = interval_ms(*options_.wait);
+    if (request.duplicates.value_or(options_.duplicates) == Duplicates::reject)
+        call.wait = interval_ms(std::chrono::milliseconds(0));  // 409 at once, no waiting
 
     for (int attempt = 1;; ++attempt) {
         try {
@@ -238,8 +264,8 @@ Client::Disposition Client::dispose(const Response& response) {
     return response.status >= 400 ? Disposition::store_error : Disposition::keep;
 }
 
-void Client::store_final_error(const Call& call, const Response& response,
-                               const std::string& headers) {
+std::optional<long long> Client::store_final_error(const Call& call, const Response& response,
+                                                   const std::string& headers) {
     pqxx::work store(connection_);
     // A one-time secret is sent without its body and headers: the server
     // would drop them anyway, and they need not cross the wire again.
@@ -248,8 +274,12 @@ void Client::store_final_error(const Call& call, const Response& response,
              pq::bytes(call.digest), response.status,
              pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
              secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
+    std::optional<long long> expires;
+    const pqxx::result rows = pq::exec(store, stored_expiry_sql, call.request.principal, call.key);
+    if (rows.size() == 1 && !rows[0][0].is_null()) expires = rows[0][0].as<long long>();
     store.commit();
     ++counters_.stored_errors;
+    return expires;
 }
 
 Response Client::run_attempt(const Call& call, const Handler& handler) {
@@ -275,7 +305,7 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
     if (std::optional<Response> early = answer(row["outcome"].as<std::string>(), lease_seconds,
                                                [&] { return detail::stored_response(row); })) {
         tx.commit();
-        return *early;
+        return stamped(std::move(*early), expiry_column(row));
     }
 
     Response response = handler(tx);  // throws: tx rolls back, nothing stored
@@ -287,8 +317,8 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
     const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
     if (disposition == Disposition::store_error) {
         tx.abort();
-        store_final_error(call, response, headers);
-        return response;
+        const std::optional<long long> stored = store_final_error(call, response, headers);
+        return stamped(std::move(response), stored);
     }
     const auto body = pq::bytes(response.body);
     const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
@@ -299,7 +329,7 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
         pq::exec(tx, complete_sql, call.request.principal, call.key, response.status, body, headers,
                  resource_id, response.one_time_secret);
     tx.commit();
-    return response;
+    return stamped(std::move(response), expiry_column(row));
 }
 
 void Client::prepare_raw(PGconn* raw) {
@@ -339,6 +369,7 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
         throw;
     }
     const PGresult* row = tx->first_result();
+    const std::optional<long long> expires = expiry_column(row);  // row ends with tx
     if (std::optional<Response> early =
             answer(*column(row, "outcome"), int_column(row, "lease_seconds"), [&] {
                 return detail::stored_response(
@@ -346,7 +377,7 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
                     bytea_column(row, "response_body"), column(row, "resource_id"));
             })) {
         tx->commit();
-        return *early;
+        return stamped(std::move(*early), expires);
     }
 
     Response response = handler(*tx);  // throws: tx rolls back, nothing stored
@@ -359,8 +390,8 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
     if (disposition == Disposition::store_error) {
         tx->abort();
         tx.reset();
-        store_final_error(call, response, headers);
-        return response;
+        const std::optional<long long> stored = store_final_error(call, response, headers);
+        return stamped(std::move(response), stored);
     }
     const std::string status = std::to_string(response.status);
     const std::string secret = response.one_time_secret ? "true" : "false";
@@ -371,7 +402,7 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
          Param::text(secret)},
         prepared ? complete_raw_name : nullptr};
     tx->commit_with(complete);
-    return response;
+    return stamped(std::move(response), expires);
 }
 
 }  // namespace idem

@@ -50,12 +50,15 @@ std::string kept_headers_json(const Response& response, const std::vector<std::s
     // An array of [name, value] pairs keeps the headers' order and repeated
     // names (Set-Cookie, Link); the server accepts it since 0.6.0.
     nlohmann::json pairs = nlohmann::json::array();
-    for (const auto& [name, value] : response.headers)
+    for (const auto& [name, value] : response.headers) {
+        // The expiry header is the key's, added to every answer: never stored.
+        if (header_name_equal(name, expires_header)) continue;
         for (const std::string& wanted : kept)
             if (header_name_equal(name, wanted)) {
                 pairs.push_back({name, value});
                 break;
             }
+    }
     return pairs.dump();
 }
 

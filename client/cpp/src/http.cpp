@@ -1,5 +1,8 @@
 #include "idem/http.hpp"
 
+#include <cstdio>
+#include <ctime>
+
 #include <nlohmann/json.hpp>
 
 namespace idem {
@@ -28,6 +31,20 @@ void Response::set_header(std::string_view name, std::string value) {
         if (!header_name_equal(field.first, name)) kept.push_back(std::move(field));
     kept.emplace_back(std::string(name), std::move(value));
     headers = std::move(kept);
+}
+
+std::string http_date(long long epoch_seconds) {
+    static const char* const days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char* const months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    const std::time_t when = static_cast<std::time_t>(epoch_seconds);
+    std::tm utc{};
+    gmtime_r(&when, &utc);
+    char text[40];
+    std::snprintf(text, sizeof text, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[utc.tm_wday],
+                  utc.tm_mday, months[utc.tm_mon], utc.tm_year + 1900, utc.tm_hour, utc.tm_min,
+                  utc.tm_sec);
+    return text;
 }
 
 const char* problem_slug(Problem problem) noexcept {

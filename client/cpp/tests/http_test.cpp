@@ -128,6 +128,23 @@ TEST(ProtocolTable, DefaultsAreTheTables) {
     EXPECT_EQ(options.retry_after.count(), table["default_retry_after_seconds"].get<int>());
 }
 
+TEST(ProtocolTable, ExpiryHeaderAndDuplicateModesAreTheTables) {
+    nlohmann::json table = protocol_table();
+    EXPECT_EQ(std::string(idem::expires_header), table["expires_header"].get<std::string>());
+    EXPECT_EQ(table["expires_format"].get<std::string>(), "IMF-fixdate");
+    EXPECT_EQ(idem::http_date(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");  // RFC 9110's example
+    EXPECT_EQ(table["duplicate_modes"], (nlohmann::json{"wait", "reject"}));
+    EXPECT_EQ(table["default_duplicate_mode"], "wait");
+    EXPECT_EQ(idem::Options{}.duplicates, idem::Duplicates::wait);
+}
+
+TEST(ProtocolTable, ExpiryHeaderIsNeverAKeptHeader) {
+    idem::Response response;
+    response.headers = {{"Content-Type", "a/b"}, {"idempotency-expires", "x"}};
+    EXPECT_EQ(idem::detail::kept_headers_json(response, {"Content-Type", "Idempotency-Expires"}),
+              R"([["Content-Type","a/b"]])");
+}
+
 TEST(ProtocolTable, OutcomesMapAsTheTableSays) {
     nlohmann::json table = protocol_table();
     const std::string base = table["problem_type_base"];

@@ -2,7 +2,7 @@
 
 import type { ClientBase } from "pg";
 
-import { Response, headerNameEqual } from "./http";
+import { EXPIRES_HEADER, Response, headerNameEqual, httpDate, type DuplicateMode } from "./http";
 
 /** The response headers kept with a key and replayed, unless Options say otherwise. */
 export const DEFAULT_KEPT_HEADERS: readonly string[] = ["Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"];
@@ -33,6 +33,16 @@ export interface Request {
   exclude?: readonly string[];
   /** Operation name stored with the key; defaults to "METHOD path". */
   action?: string;
+  /** "wait" or "reject" for a duplicate of a running request; default: the client's option. */
+  duplicates?: DuplicateMode | null;
+}
+
+/** Adds the key's expiry header (when known), replacing any value the handler set. */
+export function stamped(response: Response, expiresEpoch: string | null | undefined): Response {
+  if (expiresEpoch !== null && expiresEpoch !== undefined) {
+    response.setHeader(EXPIRES_HEADER, httpDate(Number(expiresEpoch)));
+  }
+  return response;
 }
 
 /** The action stored with the key: request.action or "METHOD path". */
@@ -125,7 +135,10 @@ export function decodeBytea(value: string | null | undefined): Buffer | null {
  * stores since 0.6.0 (the Python and C++ clients write the same).
  */
 export function keptHeadersJson(response: Response, kept: readonly string[]): string {
-  const chosen = response.headers.filter(([name]) => kept.some((wanted) => headerNameEqual(name, wanted)));
+  // The expiry header belongs to the key, added to every answer: never stored.
+  const chosen = response.headers.filter(
+    ([name]) => kept.some((wanted) => headerNameEqual(name, wanted)) && !headerNameEqual(name, EXPIRES_HEADER),
+  );
   return JSON.stringify(chosen.map(([name, value]) => [name, value]));
 }
 

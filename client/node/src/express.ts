@@ -21,7 +21,7 @@ import type { IncomingMessage, ServerResponse } from "http";
 import type { Pool, PoolClient } from "pg";
 
 import { sqlstate, type Db, type Request } from "./common";
-import { Response, type Headers } from "./http";
+import { Response, type DuplicateMode, type Headers } from "./http";
 import type { Client } from "./transactional";
 
 /** What the middleware hands the route in `req.idempotency`. */
@@ -78,6 +78,12 @@ export interface MiddlewareOptions {
   path?: (req: MiddlewareRequest) => string;
   /** Body size limit in bytes (default 1 MiB); a larger body is answered 413. */
   limit?: number;
+  /**
+   * "wait" (default: a duplicate of a running request waits for it, then replays)
+   * or "reject" (409 with Retry-After at once), or a function of the request
+   * returning either (null: the client's option), to choose per route.
+   */
+  duplicates?: DuplicateMode | ((req: MiddlewareRequest) => DuplicateMode | null | undefined);
 }
 
 function pathOf(req: MiddlewareRequest): string {
@@ -226,6 +232,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           method: req.method ?? "GET",
           path: options.path ? options.path(req) : pathOf(req),
           body: body.length > 0 ? body : null,
+          duplicates: typeof options.duplicates === "function" ? options.duplicates(req) : options.duplicates,
         };
         conn = (await options.pool.connect()) as PoolClient;
         const client = options.client;

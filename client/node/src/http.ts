@@ -9,6 +9,26 @@
 /** HTTP header fields in order; names compare case-insensitively. */
 export type Headers = Array<[string, string]>;
 
+/**
+ * The response header that tells until when the request's key counts: an RFC 9110
+ * IMF-fixdate, the key row's expires_at rounded down to the second. Never stored as
+ * a kept header; every answer to a keyed request gets the stored row's value.
+ */
+export const EXPIRES_HEADER = "Idempotency-Expires";
+/** The format of EXPIRES_HEADER's value (client/protocol.json expires_format). */
+export const EXPIRES_FORMAT = "IMF-fixdate";
+/** What a duplicate of a running request does: wait for it and replay, or get 409 at once. */
+export type DuplicateMode = "wait" | "reject";
+/** The duplicate modes, the documented default first. */
+export const DUPLICATE_MODES: readonly DuplicateMode[] = ["wait", "reject"];
+/** The duplicate mode of a client or call that names none. */
+export const DEFAULT_DUPLICATE_MODE: DuplicateMode = "wait";
+
+/** Seconds since the Unix epoch as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"). */
+export function httpDate(epochSeconds: number): string {
+  return new Date(epochSeconds * 1000).toUTCString();
+}
+
 /** The media type of problem bodies. */
 export const PROBLEM_CONTENT_TYPE = "application/problem+json";
 

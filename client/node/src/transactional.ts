@@ -31,6 +31,7 @@ import {
   keptHeadersJson,
   literal,
   sqlstate,
+  stamped,
   storedResponse,
   textArrayLiteral,
   validKey,
@@ -38,7 +39,17 @@ import {
   type Db,
   type Request,
 } from "./common";
-import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
+import {
+  DEFAULT_DUPLICATE_MODE,
+  DETAILS,
+  DUPLICATE_MODES,
+  Problem,
+  Response,
+  asResponse,
+  problemResponse,
+  type DuplicateMode,
+  type ProblemType,
+} from "./http";
 
 /** Settings of a Client; every member is optional. */
 export interface Options {
@@ -48,6 +59,12 @@ export interface Options {
   keptHeaders?: readonly string[];
   /** How long begin waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
   waitMs?: number | null;
+  /**
+   * "wait" (default): a duplicate of a running request waits for it (up to waitMs),
+   * then replays; "reject": 409 request-in-progress with Retry-After at once (begin
+   * with wait 0). Request.duplicates overrides it per call.
+   */
+  duplicates?: DuplicateMode;
   /** Key lifetime in ms; default idempotency.key_ttl. */
   ttlMs?: number | null;
   /** Attempts of handle() on serialization failures and deadlocks (default 3). */
@@ -105,6 +122,7 @@ const BEGIN_T: Template = {
   types: "text, text, text, text, text, bytea, text[], interval, interval",
   sql:
     "SELECT outcome, response_status, response_headers::text AS response_headers, response_body, resource_id," +
+    " floor(extract(epoch FROM expires_at))::bigint AS expires_epoch," +
     " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
     " FROM idempotency.begin($1::text, $2::text, $3::text," +
     " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval)",
@@ -146,7 +164,12 @@ function render(template: Template, args: string[], prepared: boolean): string {
   return template.sql.replace(/\$(\d+)/g, (_, n: string) => args[Number(n) - 1]);
 }
 
-function beginArgs(request: Request, options: { ttlMs: number | null; waitMs: number | null }): string[] {
+function beginArgs(
+  request: Request,
+  options: { ttlMs: number | null; waitMs: number | null; duplicates: DuplicateMode },
+): string[] {
+  const mode = request.duplicates ?? options.duplicates;
+  if (!DUPLICATE_MODES.includes(mode)) throw new RangeError(`duplicates must be "wait" or "reject", not ${mode}`);
   return [
     literal(request.principal),
     literal(request.key),
@@ -156,7 +179,7 @@ function beginArgs(request: Request, options: { ttlMs: number | null; waitMs: nu
     byteaLiteral(request.body),
     textArrayLiteral(request.exclude),
     intervalLiteral(options.ttlMs),
-    intervalLiteral(options.waitMs),
+    intervalLiteral(mode === "reject" ? 0 : options.waitMs), // reject: 409 at once
   ];
 }
 
@@ -205,6 +228,7 @@ export class Client {
       methodsRequiringKey: options.methodsRequiringKey ?? ["POST", "PATCH"],
       keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
       waitMs: options.waitMs ?? null,
+      duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
       ttlMs: options.ttlMs ?? null,
       maxAttempts: options.maxAttempts ?? 3,
       retryAfter: options.retryAfter ?? 1,
@@ -305,7 +329,7 @@ export class Client {
     if (outcome !== "started") {
       let response: Response;
       try {
-        response = this.answer(outcome, row);
+        response = stamped(this.answer(outcome, row), row.expires_epoch);
       } finally {
         await db.query("COMMIT");
       }
@@ -343,9 +367,16 @@ export class Client {
         intervalLiteral(options.ttlMs),
         secret ? "true" : "false",
       ];
-      await db.query(`ROLLBACK; ${render(SAVE_FINAL_T, args, options.prepare && preparedOn.has(db))}`);
+      // The stored row's expiry: save_final starts the ttl at its own now().
+      const expiry =
+        "SELECT floor(extract(epoch FROM expires_at))::bigint AS expires_epoch" +
+        ` FROM idempotency.lookup(${args[0]}, ${args[1]})`;
+      const results = (await db.query({
+        text: `ROLLBACK; ${render(SAVE_FINAL_T, args, options.prepare && preparedOn.has(db))}; ${expiry}`,
+        types: RAW_TYPES,
+      })) as unknown as Array<{ rows: Array<Record<string, string | null>> }>;
       this.counters.storedErrors++;
-      return answer;
+      return stamped(answer, results[results.length - 1].rows[0]?.expires_epoch);
     }
     try {
       const args = [
@@ -362,7 +393,7 @@ export class Client {
       await rollbackQuietly(db);
       throw error;
     }
-    return answer;
+    return stamped(answer, row.expires_epoch);
   }
 
   /**

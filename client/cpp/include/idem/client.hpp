@@ -57,6 +57,8 @@ struct Request {
     std::vector<std::string> exclude;
     /// Operation name stored with the key; empty means "METHOD path".
     std::string action;
+    /// Wait or reject a duplicate for this call; empty: Options::duplicates.
+    std::optional<Duplicates> duplicates;
 };
 
 /// Computes the request fingerprint with the shared core, exactly as
@@ -170,7 +172,9 @@ private:
     std::optional<Response> answer(const std::string& outcome, std::optional<int> lease_seconds,
                                    const std::function<Response()>& stored);
     Disposition dispose(const Response& response);
-    void store_final_error(const Call& call, const Response& response, const std::string& headers);
+    // Stores a final error alone; returns the stored row's expiry (epoch seconds).
+    std::optional<long long> store_final_error(const Call& call, const Response& response,
+                                               const std::string& headers);
     Response refuse_key_on_server();
 
     void prepare_raw(PGconn* raw);

@@ -38,6 +38,15 @@ struct Response {
     void set_header(std::string_view name, std::string value);
 };
 
+/// Response header carrying when the request's key stops counting (client/protocol.json
+/// `expires_header`): an RFC 9110 IMF-fixdate, the key row's expires_at rounded down to the
+/// second. Never stored as a kept header; every answer adds the stored row's value.
+inline constexpr const char* expires_header = "Idempotency-Expires";
+
+/// Formats seconds since the Unix epoch as an RFC 9110 IMF-fixdate
+/// ("Sun, 06 Nov 1994 08:49:37 GMT").
+std::string http_date(long long epoch_seconds);
+
 /// The problem types of RFC 9457 bodies that the client library produces.
 enum class Problem {
     key_missing,          ///< 400: the method needs an Idempotency-Key and none was sent

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import psycopg
 
-from .http import DEFAULT_KEPT_HEADERS, REPLAY_HEADER, Response, header_name_equal  # noqa: F401
+from .http import DEFAULT_KEPT_HEADERS, EXPIRES_HEADER, REPLAY_HEADER, Response, header_name_equal  # noqa: F401
 
 # The server refuses a key it cannot accept (empty, too long, bad characters,
 # not a UUID when idempotency.key_format asks) with 22P02 (since 0.6.0; other
@@ -37,6 +37,8 @@ class Request:
     """RFC 6901 pointers of members left out of the fingerprint (timestamps, nonces)."""
     action: str = ""
     """Operation name stored with the key; defaults to "METHOD path"."""
+    duplicates: Optional[str] = None
+    """"wait" or "reject" for a duplicate of a running request; None: the client's option."""
 
     def action_name(self) -> str:
         """The action stored with the key."""
@@ -66,8 +68,11 @@ def text_array(values: Sequence[str]) -> Optional[str]:
 def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
     """The kept headers of a response as a JSON array of [name, value] pairs, in
     their order, repeated names (Set-Cookie, Link) included."""
+    # The expiry header belongs to the key, added to every answer: never stored.
     chosen: List[List[str]] = [
-        [name, value] for name, value in response.headers if any(header_name_equal(name, wanted) for wanted in kept)
+        [name, value]
+        for name, value in response.headers
+        if any(header_name_equal(name, wanted) for wanted in kept) and not header_name_equal(name, EXPIRES_HEADER)
     ]
     return json.dumps(chosen, ensure_ascii=False, separators=(",", ":"))
 

@@ -33,18 +33,23 @@ from ._common import (
     valid_key,
 )
 from .http import (
+    DEFAULT_DUPLICATE_MODE,
     DEFAULT_RETRY_AFTER_SECONDS,
     DETAILS,
+    DUPLICATE_MODES,
+    EXPIRES_HEADER,
     PROBLEM_TYPE_BASE,
     Problem,
     Response,
     problem_for_outcome,
     problem_response,
+    http_date,
 )
 
 BEGIN_SQL = (
     b"SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
-    b" resource_id, ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer"
+    b" resource_id, floor(extract(epoch FROM expires_at))::bigint AS expires_epoch,"
+    b" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer"
     b" AS lease_seconds"
     b" FROM idempotency.begin($1::text, $2::text, $3::text,"
     b" idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]),"
@@ -55,6 +60,8 @@ COMPLETE_SQL = (
     b"SELECT idempotency.complete($1::text, $2::text, status => $3::integer, body => $4::bytea,"
     b" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)"
 )
+# The stored row's expiry after save_final (which starts the ttl at its own now()).
+STORED_EXPIRY_SQL = b"SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1::text, $2::text)"
 SAVE_FINAL_SQL = (
     b"SELECT idempotency.save_final($1::text, $2::text, $3::text,"
     b" idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), status => $8::integer,"
@@ -92,6 +99,10 @@ class Options:
     """Response headers stored with the key and replayed."""
     wait: Optional[timedelta] = None
     """How long begin waits for a transaction that holds the key; None: idempotency.wait_timeout."""
+    duplicates: str = DEFAULT_DUPLICATE_MODE
+    """"wait" (a duplicate of a running request waits for it, up to ``wait``, then replays)
+    or "reject" (409 request-in-progress with Retry-After at once: begin with wait 0).
+    Request.duplicates overrides it per call."""
     ttl: Optional[timedelta] = None
     """Key lifetime; None: idempotency.key_ttl."""
     max_attempts: int = 3
@@ -139,6 +150,8 @@ class AttemptBase:
         self.response: Optional[Response] = None
         """What to send; set on enter unless started, and on exit."""
         self._handler_response: Optional[Response] = None
+        self.expires_epoch: Optional[int] = None
+        """The key row's expires_at (epoch seconds) as begin() reported it, or None."""
         self._named = False  # begin ran as a prepared statement
 
     def respond(self, response: Response) -> None:
@@ -236,12 +249,14 @@ class ClientBase:
         row = result.one()
         outcome = (row["outcome"] or b"").decode()
         attempt.outcome = outcome
+        if row["expires_epoch"] is not None:
+            attempt.expires_epoch = int(row["expires_epoch"])
         if outcome == "started":
             self._count("started")
             attempt.started = True
             return
         try:
-            attempt.response = self._answer(outcome, row)
+            attempt.response = stamped(self._answer(outcome, row), attempt.expires_epoch)
         finally:
             commit = yield from _wire.pipeline(conn, [_wire.Statement(b"COMMIT"), _wire.SYNC])
         _wire.raise_first(commit)
@@ -259,7 +274,7 @@ class ClientBase:
             request.body,
             text_array(request.exclude),
             interval(options.ttl),
-            interval(options.wait),
+            interval(self._wait(request)),
         ]
         begin = _wire.Statement(_wire.begin_command(conn))
         if not options.prepare:
@@ -291,6 +306,13 @@ class ClientBase:
                 attempt._named = True
             return result
         raise AssertionError("unreachable")
+
+    def _wait(self, request: Request) -> Optional[timedelta]:
+        """begin's wait: 0 in reject mode (409 at once), else the configured wait."""
+        mode = request.duplicates or self.options.duplicates
+        if mode not in DUPLICATE_MODES:
+            raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
+        return timedelta(0) if mode == "reject" else self.options.wait
 
     def _answer(self, outcome: str, row: dict) -> Response:
         if outcome == "replay":
@@ -337,9 +359,11 @@ class ClientBase:
             yield from rollback_quietly_gen(conn)
             return
         if answer.status >= 400:
-            yield from self._save_final_gen(attempt, answer)
+            stored = yield from self._save_final_gen(attempt, answer)
+            attempt.response = stamped(answer, stored)
             return
         yield from self._complete_gen(attempt, answer)
+        attempt.response = stamped(answer, attempt.expires_epoch)
 
     def _save_final_gen(self, attempt: AttemptBase, answer: Response) -> _wire.Gen:
         # A final error has no effect to keep: roll back, then store it alone
@@ -364,13 +388,20 @@ class ClientBase:
         ]
         name = SAVE_FINAL_NAME if attempt._named and conn in _prepared else None
         save = _wire.Statement(SAVE_FINAL_SQL, params, name)
-        results = yield from _wire.pipeline(conn, [_wire.Statement(b"ROLLBACK"), _wire.SYNC, save, _wire.SYNC])
-        if name is not None and _state(results[-1].error) == STATEMENT_GONE:
+        expiry = _wire.Statement(STORED_EXPIRY_SQL, [request.principal, request.key])
+        results = yield from _wire.pipeline(
+            conn, [_wire.Statement(b"ROLLBACK"), _wire.SYNC, save, _wire.SYNC, expiry, _wire.SYNC]
+        )
+        if name is not None and _state(results[1].error) == STATEMENT_GONE:
             # A transaction pooler may hand the implicit transaction to another session.
             _prepared.discard(conn)
-            results = yield from _wire.pipeline(conn, [_wire.Statement(SAVE_FINAL_SQL, params), _wire.SYNC])
+            results = yield from _wire.pipeline(
+                conn, [_wire.Statement(SAVE_FINAL_SQL, params), _wire.SYNC, expiry, _wire.SYNC]
+            )
         _wire.raise_first(results)
         self._count("stored_errors")
+        rows = results[-1].rows
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def _complete_gen(self, attempt: AttemptBase, answer: Response) -> _wire.Gen:
         request, conn = attempt.request, attempt.conn
@@ -396,6 +427,13 @@ class ClientBase:
 
 
 FINGERPRINT_SQL = b"SELECT idempotency.fingerprint($1, $2, $3::bytea, $4::text[])"
+
+
+def stamped(response: Response, expires_epoch: Optional[int]) -> Response:
+    """Adds the key's expiry header (when known), replacing any value the handler set."""
+    if expires_epoch is not None:
+        response.set_header(EXPIRES_HEADER, http_date(expires_epoch))
+    return response
 
 
 def fingerprint_gen(conn: Any, method: str, path: str, body: Optional[bytes], exclude: Sequence[str]) -> _wire.Gen:

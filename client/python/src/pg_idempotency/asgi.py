@@ -83,6 +83,9 @@ class IdempotencyMiddleware:
     to the application, which must refuse unauthenticated writes itself.
     ``applies(scope)`` selects the requests the middleware handles (default:
     every HTTP request). Lifespan and websocket scopes pass through.
+    ``duplicates``: "wait" (the default) or "reject" (409 with Retry-After at
+    once for a duplicate of a running request), or a function of the scope
+    returning either (None: the client's option), to choose per route.
     """
 
     def __init__(
@@ -92,8 +95,10 @@ class IdempotencyMiddleware:
         connection: Callable[[], AbstractAsyncContextManager],
         principal: Principal,
         applies: Callable[[Scope], bool] = lambda scope: True,
+        duplicates: Union[str, Callable[[Scope], Optional[str]], None] = None,
     ) -> None:
         self.app = app
+        self.duplicates = duplicates
         self.client = client
         self.connection = connection
         self.principal = principal
@@ -116,6 +121,7 @@ class IdempotencyMiddleware:
             method=scope.get("method", "GET"),
             path=scope.get("root_path", "") + scope.get("path", ""),
             body=body or None,
+            duplicates=self.duplicates(scope) if callable(self.duplicates) else self.duplicates,
         )
         async with self.connection() as conn:
 

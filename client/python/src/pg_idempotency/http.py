@@ -7,6 +7,7 @@ in that (sorted) order, no whitespace, non-ASCII characters as raw UTF-8.
 
 from __future__ import annotations
 
+import email.utils
 import enum
 import json
 from dataclasses import dataclass, field
@@ -25,10 +26,26 @@ REPLAY_HEADER = "Idempotent-Replay"
 """The header (value ``true``) that marks a replayed response."""
 KEY_HEADER = "Idempotency-Key"
 """The request header that carries the key."""
+EXPIRES_HEADER = "Idempotency-Expires"
+"""The response header that tells until when the request's key counts: an IMF-fixdate
+(RFC 9110), the key row's expires_at rounded down to the second. Never stored as a kept
+header; every answer to a keyed request adds the stored row's value."""
+EXPIRES_FORMAT = "IMF-fixdate"
+"""The format of EXPIRES_HEADER's value."""
+DUPLICATE_MODES = ("wait", "reject")
+"""What a duplicate of a running request does: wait for it and replay (up to the wait), or
+get 409 request-in-progress with Retry-After at once."""
+DEFAULT_DUPLICATE_MODE = "wait"
+"""The duplicate mode of a middleware or call that names none."""
 DEFAULT_RETRY_AFTER_SECONDS = 1
 """Retry-After of a 409 when the key's holder has no lease end to tell."""
 DEFAULT_KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Content-Location", "Last-Modified")
 """Response headers stored with the key and replayed, unless configured otherwise."""
+
+
+def http_date(epoch_seconds: int) -> str:
+    """Seconds since the Unix epoch as an RFC 9110 IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT")."""
+    return email.utils.formatdate(epoch_seconds, usegmt=True)
 
 
 def header_name_equal(a: str, b: str) -> bool:

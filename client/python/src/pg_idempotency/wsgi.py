@@ -17,7 +17,7 @@ import http
 import io
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 import psycopg
 
@@ -67,7 +67,10 @@ class IdempotencyMiddleware:
     closes one). ``principal(environ)`` returns the authenticated principal, or
     None: such requests pass straight to the application, which must refuse
     unauthenticated writes itself. ``applies(environ)`` selects the requests the
-    middleware handles (default: all).
+    middleware handles (default: all). ``duplicates`` is "wait" (the default: a
+    duplicate of a running request waits for it, then replays) or "reject" (409
+    with Retry-After at once), or a function of the environ returning either (or
+    None: the client's option), to choose per route.
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class IdempotencyMiddleware:
         connection: Callable[[], AbstractContextManager],
         principal: Callable[[dict], Optional[str]],
         applies: Callable[[dict], bool] = lambda environ: True,
+        duplicates: Union[str, Callable[[dict], Optional[str]], None] = None,
     ) -> None:
         self.app = app
+        self.duplicates = duplicates
         self.client = client
         self.connection = connection
         self.principal = principal
@@ -100,6 +105,7 @@ class IdempotencyMiddleware:
             method=environ.get("REQUEST_METHOD", "GET"),
             path=_path(environ),
             body=body if length > 0 else None,
+            duplicates=self.duplicates(environ) if callable(self.duplicates) else self.duplicates,
         )
         with self.connection() as conn:
 
