@@ -16,7 +16,10 @@ OBJS = src/extension/module.o \
        src/extension/arguments.o \
        src/extension/key_lock.o \
        src/extension/pending.o \
+       src/extension/key_row.o \
+       src/extension/key_table.o \
        src/extension/key_store.o \
+       src/extension/key_direct.o \
        src/extension/key_statements.o \
        src/extension/placement.o \
        src/extension/outcome.o \
