@@ -79,8 +79,8 @@ KeyRow lookup_key(const KeyTable& oids, text* principal, text* key, Snapshot sna
 // 'completed'), so they hold by construction; the statement path would re-read
 // and re-plan all seven of them for every request. A duplicate key raises
 // unique_violation as the INSERT would.
-bool insert_completed(const KeyTable& table, const Request& request,
-                      const StoredResponse& response, const Interval* ttl, int64 fence) {
+bool insert_completed(const KeyTable& table, const Request& request, const StoredResponse& response,
+                      const Interval* ttl, int64 fence) {
     Relation rel = table_open(table.table, RowExclusiveLock);
     TupleDesc desc = RelationGetDescr(rel);
     if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION ||

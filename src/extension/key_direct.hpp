@@ -23,7 +23,7 @@ KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot sn
 /// Inserts a completed key row (a heap insert and its index entries) when the
 /// table is the plain one the extension created: no trigger, no row security,
 /// no column someone added. False, having written nothing, otherwise.
-bool insert_completed(const KeyTable& table, const Request& request,
-                      const StoredResponse& response, const Interval* ttl, int64 fence);
+bool insert_completed(const KeyTable& table, const Request& request, const StoredResponse& response,
+                      const Interval* ttl, int64 fence);
 
 }  // namespace idem::pg::direct

@@ -263,9 +263,8 @@ uint64 run(const KeyTable& table, Statement& statement, Datum* own_values, const
 
 }  // namespace
 
-bool store_completed(const KeyTable& table, const Request& request,
-                     const StoredResponse& response, const Interval* ttl, int64 fence,
-                     bool known_absent) {
+bool store_completed(const KeyTable& table, const Request& request, const StoredResponse& response,
+                     const Interval* ttl, int64 fence, bool known_absent) {
     Datum values[11] = {PointerGetDatum(request.principal),
                         PointerGetDatum(request.key),
                         PointerGetDatum(request.action),
@@ -332,8 +331,7 @@ bool complete_lease(const KeyTable& table, Datum principal, Datum key, Datum fen
     return run(table, complete_lease_statement, values, nulls, nullptr, action) == 1;
 }
 
-bool release_lease(const KeyTable& table, Datum principal, Datum key, Datum fence,
-                   text** action) {
+bool release_lease(const KeyTable& table, Datum principal, Datum key, Datum fence, text** action) {
     Datum values[3] = {principal, key, fence};
     return run(table, release_statement, values, nullptr, nullptr, action) == 1;
 }

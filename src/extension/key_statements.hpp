@@ -22,9 +22,8 @@ KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot sn
 
 /// Stores a completed key with `fence`: an INSERT when `known_absent`, else an
 /// upsert that replaces only a replaceable row. False when nothing was written.
-bool store_completed(const KeyTable& table, const Request& request,
-                     const StoredResponse& response, const Interval* ttl, int64 fence,
-                     bool known_absent);
+bool store_completed(const KeyTable& table, const Request& request, const StoredResponse& response,
+                     const Interval* ttl, int64 fence, bool known_absent);
 
 /// The in_progress row of a lease (new, or a takeover); found = false when nothing was written.
 KeyRow take_lease(const KeyTable& table, const Request& request, const Interval* lease,
@@ -39,8 +38,7 @@ bool complete_lease(const KeyTable& table, Datum principal, Datum key, Datum fen
                     const StoredResponse& response, text** action);
 
 /// Ends the live lease of `fence`; `action` gets the row's action.
-bool release_lease(const KeyTable& table, Datum principal, Datum key, Datum fence,
-                   text** action);
+bool release_lease(const KeyTable& table, Datum principal, Datum key, Datum fence, text** action);
 
 /// Writes a claim marker unless a live row exists.
 bool insert_claim(const KeyTable& table, text* principal, text* key, const Interval* ttl,

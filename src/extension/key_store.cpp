@@ -69,8 +69,7 @@ bool store_completed(const Request& request, const StoredResponse& response, con
 // The writes below have an ON CONFLICT or a WHERE on the row's state: they are
 // statements whatever the placement (the executor evaluates them).
 
-KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl,
-                  int64 fence) {
+KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence) {
     return statements::take_lease(key_table(), request, lease, ttl, fence);
 }
 
