@@ -27,7 +27,8 @@ OBJS = src/extension/module.o \
        src/extension/lease.o \
        src/extension/counters.o \
        src/core/jcs.o \
-       src/core/numbers.o \
+       src/core/jcs_pointers.o \
+       src/core/jcs_decimal.o \
        src/core/fingerprint.o \
        src/core/statuses.o
 
