@@ -191,7 +191,8 @@ def has_reason(lines, body_line):
     while i > 0 and lines[i - 1].strip().startswith(("//", "*", "/*", "///")):
         comment.append(lines[i - 1])
         i -= 1
-    return REASON in " ".join(comment).lower()
+    words = " ".join(line.strip().lstrip("/*").strip() for line in reversed(comment))
+    return REASON in " ".join(words.lower().split())
 
 
 def check_functions(root, errors):

@@ -200,6 +200,10 @@ bool Document::run(JsonError& error) {
     return run_pass<false>(error);
 }
 
+// run_pass is over 80 lines because it is one loop written as a state machine
+// (`value`, `after_value`, `failed`): p and w stay in registers across it, and
+// the hot steps (strings, canonical numbers, member names) are inlined into
+// it; split into functions, each step would pass them through memory.
 template <bool kPolled>
 bool Document::run_pass(JsonError& error) {
     // kMaxNumberChars more: a number's room check then fails only after

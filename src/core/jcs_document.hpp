@@ -244,6 +244,13 @@ private:
     bool parse_member_name(const unsigned char*& p, char*& w);
     template <bool kPolled>
     __attribute__((noinline)) char* close_object(const Frame& frame, char* w);
+    bool sort_few_ascii(const Member* first, std::uint64_t* keys, std::size_t count);
+    template <bool kPolled>
+    std::uint64_t* sort_by_names(const Member* first, std::size_t count, std::uint64_t* keys,
+                                 std::uint8_t& flags);
+    template <bool kPolled>
+    char* write_in_order(const Frame& frame, const Member* first, const std::uint64_t* keys,
+                         std::uint64_t mask, std::size_t count, char* w);
     __attribute__((noinline)) char* grow(char* w, std::size_t need);
     bool descend(std::uint32_t begin, std::uint32_t end, std::size_t depth, std::string_view token);
     __attribute__((noinline)) void descend_member(const Frame& frame);

@@ -104,6 +104,7 @@ inline char* copy_blocks(char* to, const char* from, std::size_t n) {
 // frame.first_member on): sorts the members by name, rejects a duplicate name,
 // and unless the members were already in order with none excluded, rewrites
 // the object's text in member order (through temp_) and moves w to its end.
+// The steps below are inlined into it (it is the one caller of each).
 template <bool kPolled>
 char* Document::close_object(const Frame& frame, char* w) {
     const std::size_t count = members_.size() - frame.first_member;
@@ -128,133 +129,169 @@ char* Document::close_object(const Frame& frame, char* w) {
         flags |= first[i].flags;
     }
     if (count <= 16 && !(flags & kNonAscii)) {
-        // The common case, a few ASCII names: sorted as integers made of the
-        // first 7 bytes of the name and the ordinal (ties keep document order).
-        for (std::size_t i = 1; i < count; ++i) {
-            const std::uint64_t value = keys[i];
-            std::uint64_t* hole = keys + i;
-            while (value < hole[-1]) {
-                hole[0] = hole[-1];
-                --hole;
-            }
-            *hole = value;
-        }
-        // Names that share their first 7 bytes are adjacent: order each such
-        // run by the whole names (stable) and look for duplicates there.
-        for (std::size_t i = 1; i < count; ++i) {
-            if ((keys[i] ^ keys[i - 1]) >> 8 != 0) continue;
-            const std::size_t begin = i - 1;
-            std::size_t end = i + 1;
-            while (end < count && (keys[end] ^ keys[begin]) >> 8 == 0) ++end;
-            for (std::size_t k = begin + 1; k < end; ++k) {
-                const std::uint64_t value = keys[k];
-                const std::string_view name = key_text(first[value & 0xFF]);
-                std::size_t hole = k;
-                while (hole > begin && name < key_text(first[keys[hole - 1] & 0xFF])) {
-                    keys[hole] = keys[hole - 1];
-                    --hole;
-                }
-                keys[hole] = value;
-            }
-            for (std::size_t k = begin + 1; k < end; ++k) {
-                const Member& x = first[keys[k - 1] & 0xFF];
-                const Member& y = first[keys[k] & 0xFF];
-                if (key_text(x) == key_text(y)) {
-                    error_.code = JsonErrc::duplicate_name;
-                    error_.offset = std::max(x.quote, y.quote);  // the later occurrence
-                    return nullptr;
-                }
-            }
-            i = end - 1;
-        }
+        if (!sort_few_ascii(first, keys, count)) return nullptr;
     } else {
-        // Many members or non-ASCII names: sorted as MemberName entries.
-        MemberName local[16];
-        MemberName* names = local;
-        if (count > 16) {
-            if (names_.size() < count) names_.resize(count);
-            names = names_.data();
-            if (order_.size() < count) order_.resize(count);
-            keys = order_.data();
-        }
         mask = ~std::uint64_t{0};
-        const char* const input = reinterpret_cast<const char*>(in_);
-        const char* const arena = arena_.data();
-        flags = 0;
-        for (std::size_t i = 0; i < count; ++i) {
-            if constexpr (kPolled) {
-                if (i % kPollItems == kPollItems - 1) check_interrupt(options_.interrupt);
-            }
-            const Member& m = first[i];
-            names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos,
-                                  m.key_len, static_cast<std::uint32_t>(i)};
-            flags |= m.flags;
-        }
-        if (kPolled && count > kPollItems) {
-            // A huge object: the probe is asked every kPollItems comparisons.
-            std::size_t compares = 0;
-            const InterruptProbe probe = options_.interrupt;
-            auto polled = [&compares, probe](bool (*less)(const MemberName&, const MemberName&)) {
-                return [&compares, probe, less](const MemberName& a, const MemberName& b) {
-                    if (++compares % kPollItems == 0) check_interrupt(probe);
-                    return less(a, b);
-                };
-            };
-            std::sort(names, names + count,
-                      polled((flags & kNonAscii) ? utf16_name_less : ascii_name_less));
-        } else if (flags & kNonAscii) {
-            sort_names(names, count, utf16_name_less);
-        } else {
-            sort_names(names, count, ascii_name_less);
-        }
-        for (std::size_t i = 1; i < count; ++i) {
-            if constexpr (kPolled) {
-                if (i % kPollItems == 0) check_interrupt(options_.interrupt);
-            }
-            const MemberName& x = names[i - 1];
-            const MemberName& y = names[i];
-            if (x.prefix == y.prefix && x.len == y.len &&
-                same_bytes({x.data, x.len}, {y.data, y.len})) {
-                error_.code = JsonErrc::duplicate_name;
-                error_.offset =
-                    std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
-                return nullptr;
-            }
-        }
-        for (std::size_t i = 0; i < count; ++i) keys[i] = names[i].node;
+        keys = sort_by_names<kPolled>(first, count, keys, flags);
+        if (keys == nullptr) return nullptr;
     }
     bool in_order = !(flags & kRemoved);
     for (std::size_t i = 0; i < count && in_order; ++i) in_order = (keys[i] & mask) == i;
-    if (!in_order) {
-        char* const text = base_ + frame.out_pos;
-        const std::size_t size = static_cast<std::size_t>(w - text);
-        if (temp_.size() < size + kWriteSlack) temp_.resize(size + kWriteSlack);
-        char* const begin = temp_.data();
-        char* t = begin;  // each member is followed by a comma, the last one's taken back
-        [[maybe_unused]] std::size_t poll_at = kPollBytes;  // output offset in temp_
-        for (std::size_t i = 0; i < count; ++i) {
-            const auto k = static_cast<std::size_t>(keys[i] & mask);
-            if (first[k].flags & kRemoved) continue;
-            const std::uint64_t from = first[k].out_pos;
-            t = copy_blocks(t, base_ + from,
-                            static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
-            *t++ = ',';
-            if constexpr (kPolled) {
-                if (static_cast<std::size_t>(t - begin) >= poll_at) {
-                    // a large object, or one deep inside others (each of them copies it again)
-                    poll_at = static_cast<std::size_t>(t - begin) + kPollBytes;
-                    check_interrupt(options_.interrupt);
-                }
-            }
-        }
-        if (t != begin) --t;
-        std::memcpy(text, begin, static_cast<std::size_t>(t - begin));
-        w = text + (t - begin);
-    }
+    if (!in_order) w = write_in_order<kPolled>(frame, first, keys, mask, count, w);
     members_.truncate(frame.first_member);
     return w;
 }
 
+// close_object's common case, a few (at most 16) ASCII names: keys[0..count)
+// hold each name's first 7 bytes and its ordinal; sorts them, orders names
+// that share those bytes by their whole text, and returns false (error_ set)
+// at a duplicate name.
+__attribute__((always_inline)) inline bool Document::sort_few_ascii(const Member* first,
+                                                                    std::uint64_t* keys,
+                                                                    std::size_t count) {
+    // The common case, a few ASCII names: sorted as integers made of the
+    // first 7 bytes of the name and the ordinal (ties keep document order).
+    for (std::size_t i = 1; i < count; ++i) {
+        const std::uint64_t value = keys[i];
+        std::uint64_t* hole = keys + i;
+        while (value < hole[-1]) {
+            hole[0] = hole[-1];
+            --hole;
+        }
+        *hole = value;
+    }
+    // Names that share their first 7 bytes are adjacent: order each such
+    // run by the whole names (stable) and look for duplicates there.
+    for (std::size_t i = 1; i < count; ++i) {
+        if ((keys[i] ^ keys[i - 1]) >> 8 != 0) continue;
+        const std::size_t begin = i - 1;
+        std::size_t end = i + 1;
+        while (end < count && (keys[end] ^ keys[begin]) >> 8 == 0) ++end;
+        for (std::size_t k = begin + 1; k < end; ++k) {
+            const std::uint64_t value = keys[k];
+            const std::string_view name = key_text(first[value & 0xFF]);
+            std::size_t hole = k;
+            while (hole > begin && name < key_text(first[keys[hole - 1] & 0xFF])) {
+                keys[hole] = keys[hole - 1];
+                --hole;
+            }
+            keys[hole] = value;
+        }
+        for (std::size_t k = begin + 1; k < end; ++k) {
+            const Member& x = first[keys[k - 1] & 0xFF];
+            const Member& y = first[keys[k] & 0xFF];
+            if (key_text(x) == key_text(y)) {
+                error_.code = JsonErrc::duplicate_name;
+                error_.offset = std::max(x.quote, y.quote);  // the later occurrence
+                return false;
+            }
+        }
+        i = end - 1;
+    }
+    return true;
+}
+
+// close_object's general case, many members or non-ASCII names: sorts them as
+// MemberName entries (UTF-16 order where needed) and returns the array of
+// their ordinals in sorted order (`keys` itself, or order_ for more than 16),
+// with `flags` the union of the members' flags; nullptr (error_ set) at a
+// duplicate name.
+template <bool kPolled>
+__attribute__((always_inline)) inline std::uint64_t* Document::sort_by_names(const Member* first,
+                                                                             std::size_t count,
+                                                                             std::uint64_t* keys,
+                                                                             std::uint8_t& flags) {
+    // Many members or non-ASCII names: sorted as MemberName entries.
+    MemberName local[16];
+    MemberName* names = local;
+    if (count > 16) {
+        if (names_.size() < count) names_.resize(count);
+        names = names_.data();
+        if (order_.size() < count) order_.resize(count);
+        keys = order_.data();
+    }
+    const char* const input = reinterpret_cast<const char*>(in_);
+    const char* const arena = arena_.data();
+    flags = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        if constexpr (kPolled) {
+            if (i % kPollItems == kPollItems - 1) check_interrupt(options_.interrupt);
+        }
+        const Member& m = first[i];
+        names[i] = MemberName{m.prefix, ((m.flags & kInArena) ? arena : input) + m.key_pos,
+                              m.key_len, static_cast<std::uint32_t>(i)};
+        flags |= m.flags;
+    }
+    if (kPolled && count > kPollItems) {
+        // A huge object: the probe is asked every kPollItems comparisons.
+        std::size_t compares = 0;
+        const InterruptProbe probe = options_.interrupt;
+        auto polled = [&compares, probe](bool (*less)(const MemberName&, const MemberName&)) {
+            return [&compares, probe, less](const MemberName& a, const MemberName& b) {
+                if (++compares % kPollItems == 0) check_interrupt(probe);
+                return less(a, b);
+            };
+        };
+        std::sort(names, names + count,
+                  polled((flags & kNonAscii) ? utf16_name_less : ascii_name_less));
+    } else if (flags & kNonAscii) {
+        sort_names(names, count, utf16_name_less);
+    } else {
+        sort_names(names, count, ascii_name_less);
+    }
+    for (std::size_t i = 1; i < count; ++i) {
+        if constexpr (kPolled) {
+            if (i % kPollItems == 0) check_interrupt(options_.interrupt);
+        }
+        const MemberName& x = names[i - 1];
+        const MemberName& y = names[i];
+        if (x.prefix == y.prefix && x.len == y.len &&
+            same_bytes({x.data, x.len}, {y.data, y.len})) {
+            error_.code = JsonErrc::duplicate_name;
+            error_.offset =
+                std::max(first[x.node].quote, first[y.node].quote);  // the later occurrence
+            return nullptr;
+        }
+    }
+    for (std::size_t i = 0; i < count; ++i) keys[i] = names[i].node;
+    return keys;
+}
+
+// close_object's last step when the members were out of order or one was
+// excluded: copies the members' texts in sorted order into temp_, each
+// followed by a comma (the last one's taken back), then back over the
+// object's text; returns the new end of the output.
+template <bool kPolled>
+__attribute__((always_inline)) inline char* Document::write_in_order(const Frame& frame,
+                                                                     const Member* first,
+                                                                     const std::uint64_t* keys,
+                                                                     std::uint64_t mask,
+                                                                     std::size_t count, char* w) {
+    char* const text = base_ + frame.out_pos;
+    const std::size_t size = static_cast<std::size_t>(w - text);
+    if (temp_.size() < size + kWriteSlack) temp_.resize(size + kWriteSlack);
+    char* const begin = temp_.data();
+    char* t = begin;  // each member is followed by a comma, the last one's taken back
+    [[maybe_unused]] std::size_t poll_at = kPollBytes;  // output offset in temp_
+    for (std::size_t i = 0; i < count; ++i) {
+        const auto k = static_cast<std::size_t>(keys[i] & mask);
+        if (first[k].flags & kRemoved) continue;
+        const std::uint64_t from = first[k].out_pos;
+        t = copy_blocks(t, base_ + from, static_cast<std::size_t>(first[k + 1].out_pos - 1 - from));
+        *t++ = ',';
+        if constexpr (kPolled) {
+            if (static_cast<std::size_t>(t - begin) >= poll_at) {
+                // a large object, or one deep inside others (each of them copies it again)
+                poll_at = static_cast<std::size_t>(t - begin) + kPollBytes;
+                check_interrupt(options_.interrupt);
+            }
+        }
+    }
+    if (t != begin) --t;
+    std::memcpy(text, begin, static_cast<std::size_t>(t - begin));
+    w = text + (t - begin);
+    return w;
+}
 }  // namespace
 
 }  // namespace idem::core
