@@ -94,6 +94,7 @@ node_client_tests() {
 }
 
 [[ $scope == full ]] && suite "format (clang-format, .clang-format)" scripts/check-format.sh
+[[ $scope == full ]] && suite "structure (layers, file sizes, function lengths)" /usr/bin/python3 scripts/check-structure.py
 suite "extension build (PGXS, -Werror) and install" build_extension
 suite "C++ build (CMake, -Werror)" build_cpp
 suite "ctest: unit and differential tests" run_ctest

@@ -122,6 +122,31 @@ bool LeaseRunner::is_final(int status) { return detail::is_final(final_, connect
 
 namespace {
 
+// Calls idempotency.acquire for the request (autocommit: the lease row is
+// visible at once) and returns its row, with the lease's remaining seconds.
+pqxx::row acquire(pqxx::connection& connection, const Request& request, const std::string& key,
+                  const Digest& digest, const LeaseOptions& options) {
+    const std::string action = request.action.empty()
+                                   ? detail::upper(request.method) + " " + request.path
+                                   : request.action;
+    const std::string ttl =
+        options.ttl ? std::to_string(options.ttl->count()) + " seconds" : std::string();
+    const std::string wait = options.wait ? interval_ms(*options.wait) : std::string();
+    pqxx::nontransaction tx(connection);
+    return pq::exec1(
+        tx,
+        "SELECT outcome, fence, response_status, response_headers::text AS response_headers, "
+        "response_body,"
+        "       resource_id, ceil(extract(epoch FROM lease_until - "
+        "pg_catalog.clock_timestamp()))::integer"
+        "       AS lease_seconds"
+        "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
+        request.principal, key, action,
+        pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
+        interval_ms(options.lease), options.ttl ? ttl.c_str() : nullptr,
+        options.wait ? wait.c_str() : nullptr);
+}
+
 // acquire()'s answer when it is not "started": the result to return without
 // running the body (a replay, a problem response), or nothing for "started".
 // Throws on an outcome this client does not know.
@@ -203,31 +228,9 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     }
     const std::string& key = *request.key;
     const Digest digest = request.digest ? *request.digest : fingerprint(request);
-    const std::string action = request.action.empty()
-                                   ? detail::upper(request.method) + " " + request.path
-                                   : request.action;
-    const std::string ttl =
-        options_.ttl ? std::to_string(options_.ttl->count()) + " seconds" : std::string();
-    const std::string wait = options_.wait ? interval_ms(*options_.wait) : std::string();
     if (options_.policy == Policy::remember)
         is_final(200);  // load the table before holding anything
-
-    pqxx::row row = [&] {
-        pqxx::nontransaction tx(connection());  // autocommit: the lease row is visible at once
-        return pq::exec1(
-            tx,
-            "SELECT outcome, fence, response_status, response_headers::text AS response_headers, "
-            "response_body,"
-            "       resource_id, ceil(extract(epoch FROM lease_until - "
-            "pg_catalog.clock_timestamp()))::integer"
-            "       AS lease_seconds"
-            "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
-            request.principal, key, action,
-            pq::bytes(
-                std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
-            interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr,
-            options_.wait ? wait.c_str() : nullptr);
-    }();
+    const pqxx::row row = acquire(connection(), request, key, digest, options_);
     const std::string outcome = row["outcome"].as<std::string>();
     const std::optional<int> lease_seconds =
         row["lease_seconds"].is_null() ? std::nullopt
