@@ -244,7 +244,6 @@ private:
     bool parse_member_name(const unsigned char*& p, char*& w);
     template <bool kPolled>
     __attribute__((noinline)) char* close_object(const Frame& frame, char* w);
-    bool sort_few_ascii(const Member* first, std::uint64_t* keys, std::size_t count);
     template <bool kPolled>
     std::uint64_t* sort_by_names(const Member* first, std::size_t count, std::uint64_t* keys,
                                  std::uint8_t& flags);

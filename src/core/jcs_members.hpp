@@ -129,7 +129,45 @@ char* Document::close_object(const Frame& frame, char* w) {
         flags |= first[i].flags;
     }
     if (count <= 16 && !(flags & kNonAscii)) {
-        if (!sort_few_ascii(first, keys, count)) return nullptr;
+        // The common case, a few ASCII names: sorted as integers made of the
+        // first 7 bytes of the name and the ordinal (ties keep document order).
+        for (std::size_t i = 1; i < count; ++i) {
+            const std::uint64_t value = keys[i];
+            std::uint64_t* hole = keys + i;
+            while (value < hole[-1]) {
+                hole[0] = hole[-1];
+                --hole;
+            }
+            *hole = value;
+        }
+        // Names that share their first 7 bytes are adjacent: order each such
+        // run by the whole names (stable) and look for duplicates there.
+        for (std::size_t i = 1; i < count; ++i) {
+            if ((keys[i] ^ keys[i - 1]) >> 8 != 0) continue;
+            const std::size_t begin = i - 1;
+            std::size_t end = i + 1;
+            while (end < count && (keys[end] ^ keys[begin]) >> 8 == 0) ++end;
+            for (std::size_t k = begin + 1; k < end; ++k) {
+                const std::uint64_t value = keys[k];
+                const std::string_view name = key_text(first[value & 0xFF]);
+                std::size_t hole = k;
+                while (hole > begin && name < key_text(first[keys[hole - 1] & 0xFF])) {
+                    keys[hole] = keys[hole - 1];
+                    --hole;
+                }
+                keys[hole] = value;
+            }
+            for (std::size_t k = begin + 1; k < end; ++k) {
+                const Member& x = first[keys[k - 1] & 0xFF];
+                const Member& y = first[keys[k] & 0xFF];
+                if (key_text(x) == key_text(y)) {
+                    error_.code = JsonErrc::duplicate_name;
+                    error_.offset = std::max(x.quote, y.quote);  // the later occurrence
+                    return nullptr;
+                }
+            }
+            i = end - 1;
+        }
     } else {
         mask = ~std::uint64_t{0};
         keys = sort_by_names<kPolled>(first, count, keys, flags);
@@ -140,55 +178,6 @@ char* Document::close_object(const Frame& frame, char* w) {
     if (!in_order) w = write_in_order<kPolled>(frame, first, keys, mask, count, w);
     members_.truncate(frame.first_member);
     return w;
-}
-
-// close_object's common case, a few (at most 16) ASCII names: keys[0..count)
-// hold each name's first 7 bytes and its ordinal; sorts them, orders names
-// that share those bytes by their whole text, and returns false (error_ set)
-// at a duplicate name.
-__attribute__((always_inline)) inline bool Document::sort_few_ascii(const Member* first,
-                                                                    std::uint64_t* keys,
-                                                                    std::size_t count) {
-    // The common case, a few ASCII names: sorted as integers made of the
-    // first 7 bytes of the name and the ordinal (ties keep document order).
-    for (std::size_t i = 1; i < count; ++i) {
-        const std::uint64_t value = keys[i];
-        std::uint64_t* hole = keys + i;
-        while (value < hole[-1]) {
-            hole[0] = hole[-1];
-            --hole;
-        }
-        *hole = value;
-    }
-    // Names that share their first 7 bytes are adjacent: order each such
-    // run by the whole names (stable) and look for duplicates there.
-    for (std::size_t i = 1; i < count; ++i) {
-        if ((keys[i] ^ keys[i - 1]) >> 8 != 0) continue;
-        const std::size_t begin = i - 1;
-        std::size_t end = i + 1;
-        while (end < count && (keys[end] ^ keys[begin]) >> 8 == 0) ++end;
-        for (std::size_t k = begin + 1; k < end; ++k) {
-            const std::uint64_t value = keys[k];
-            const std::string_view name = key_text(first[value & 0xFF]);
-            std::size_t hole = k;
-            while (hole > begin && name < key_text(first[keys[hole - 1] & 0xFF])) {
-                keys[hole] = keys[hole - 1];
-                --hole;
-            }
-            keys[hole] = value;
-        }
-        for (std::size_t k = begin + 1; k < end; ++k) {
-            const Member& x = first[keys[k - 1] & 0xFF];
-            const Member& y = first[keys[k] & 0xFF];
-            if (key_text(x) == key_text(y)) {
-                error_.code = JsonErrc::duplicate_name;
-                error_.offset = std::max(x.quote, y.quote);  // the later occurrence
-                return false;
-            }
-        }
-        i = end - 1;
-    }
-    return true;
 }
 
 // close_object's general case, many members or non-ASCII names: sorts them as
