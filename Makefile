@@ -16,7 +16,10 @@ OBJS = src/extension/module.o \
        src/extension/arguments.o \
        src/extension/key_lock.o \
        src/extension/pending.o \
+       src/extension/key_row.o \
+       src/extension/key_table.o \
        src/extension/key_store.o \
+       src/extension/key_direct.o \
        src/extension/key_statements.o \
        src/extension/placement.o \
        src/extension/outcome.o \
@@ -26,7 +29,8 @@ OBJS = src/extension/module.o \
        src/extension/counters_sql.o \
        src/extension/schema_version.o \
        src/core/jcs.o \
-       src/core/numbers.o \
+       src/core/jcs_pointers.o \
+       src/core/jcs_decimal.o \
        src/core/fingerprint.o \
        src/core/statuses.o
 

@@ -54,7 +54,7 @@ else
   echo "no jcs_bench target in the CMake build (see $results/cmake.log); building with ${CXX:-g++} -O3"
   mkdir -p "$here/build"
   bench_bin=$here/build/jcs_bench
-  ${CXX:-g++} -std=c++17 -O3 -DNDEBUG -I"$root/src/core" "$root/src/core/jcs.cpp" "$root/src/core/numbers.cpp" "$root/src/core/fingerprint.cpp" \
+  ${CXX:-g++} -std=c++17 -O3 -DNDEBUG -I"$root/src/core" "$root"/src/core/jcs*.cpp "$root/src/core/fingerprint.cpp" \
     "$here/jcs/jcs_bench.cpp" -lcrypto -o "$bench_bin"
 fi
 

@@ -7,7 +7,7 @@ seconds=${1:-60}
 out=build-fuzz
 mkdir -p "$out"
 clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -Isrc/core tests/fuzz/jcs_fuzz.cpp src/core/jcs.cpp src/core/numbers.cpp src/core/fingerprint.cpp -lcrypto -o "$out/jcs_fuzz"
+  -Isrc/core tests/fuzz/jcs_fuzz.cpp src/core/jcs.cpp src/core/jcs_pointers.cpp src/core/jcs_decimal.cpp src/core/fingerprint.cpp -lcrypto -o "$out/jcs_fuzz"
 rm -rf "$out/corpus" "$out/artifacts" && mkdir -p "$out/corpus" "$out/artifacts"
 cp tests/fuzz/corpus/* "$out/corpus/"
 "$out/jcs_fuzz" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \

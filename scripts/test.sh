@@ -184,6 +184,7 @@ with_matrix() { [[ -n ${IDEM_MATRIX-17 18} ]]; }
 SUITES=(
   # tiers | needs | name | command
   "fq  |   | format (clang-format, .clang-format)                          | scripts/check-format.sh"
+  "fq  |   | structure (layers, file sizes, function lengths)              | /usr/bin/python3 scripts/check-structure.py"
   "fqm |   | extension build (PGXS, -Werror) and install                   | build_extension"
   "fqm |   | C++ build (CMake, -Werror)                                    | build_cpp"
   "fqm |   | ctest: unit and differential tests                            | run_ctest"

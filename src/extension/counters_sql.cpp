@@ -110,41 +110,57 @@ void put_row(Tuplestorestate* store, TupleDesc desc, const Entry* entry_in, Time
 
 using namespace idem::pg;
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_stats_counters);
+}
 /// idempotency.stats_counters() -> SETOF record: the counters of every
 /// (database, action) since the last reset; none, with a WARNING, when the
 /// library was not preloaded.
-IDEM_SQL_FUNCTION(idempotency_stats_counters) {
-    compat::InitMaterializedSRF(fcinfo, 0);
-    if (!counters_on()) {
-        warn_off();
+Datum idempotency_stats_counters(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        compat::InitMaterializedSRF(fcinfo, 0);
+        if (!counters_on()) {
+            warn_off();
+            return static_cast<Datum>(0);
+        }
+        auto* result = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+        const TimestampTz reset_at = counters_reset_at();
+        // The database names are read with the lock released (catalog access may
+        // wait). The server-wide '(other)' row is always there, so that
+        // stats_reset shows even before the first call (after a start, a crash or
+        // a reset).
+        Entry** found = static_cast<Entry**>(palloc(sizeof(Entry*) * (counters_capacity() + 1)));
+        const int count = counters_snapshot(found);
+        for (int i = 0; i < count; ++i)
+            put_row(result->setResult, result->setDesc, found[i], reset_at);
         return static_cast<Datum>(0);
-    }
-    auto* result = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-    const TimestampTz reset_at = counters_reset_at();
-    // The database names are read with the lock released (catalog access may
-    // wait). The server-wide '(other)' row is always there, so that
-    // stats_reset shows even before the first call (after a start, a crash or
-    // a reset).
-    Entry** found = static_cast<Entry**>(palloc(sizeof(Entry*) * (counters_capacity() + 1)));
-    const int count = counters_snapshot(found);
-    for (int i = 0; i < count; ++i) put_row(result->setResult, result->setDesc, found[i], reset_at);
-    return static_cast<Datum>(0);
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_stats_reset);
+}
 /// idempotency.stats_reset() -> timestamptz: zeroes every counter of every
 /// database and returns the time of the reset (NULL, with a WARNING, when the
 /// counters are off).
-IDEM_SQL_FUNCTION(idempotency_stats_reset) {
-    if (!counters_on()) {
-        warn_off();
-        PG_RETURN_NULL();
-    }
-    PG_RETURN_TIMESTAMPTZ(counters_reset());
+Datum idempotency_stats_reset(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        if (!counters_on()) {
+            warn_off();
+            PG_RETURN_NULL();
+        }
+        PG_RETURN_TIMESTAMPTZ(counters_reset());
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_count_cleanup);
+}
 /// idempotency.count_cleanup(action, deleted) -> boolean: counts rows that
 /// idempotency.cleanup_batch() deleted (true; called by it only).
-IDEM_SQL_FUNCTION(idempotency_count_cleanup) {
-    count_event(Counter::cleanup_deleted, PG_GETARG_TEXT_PP(0), PG_GETARG_INT64(1));
-    PG_RETURN_BOOL(true);
+Datum idempotency_count_cleanup(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        count_event(Counter::cleanup_deleted, PG_GETARG_TEXT_PP(0), PG_GETARG_INT64(1));
+        PG_RETURN_BOOL(true);
+    });
 }

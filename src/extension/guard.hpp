@@ -142,32 +142,27 @@ bool run_interruptible(SqlError& error, Compute compute) {
 }
 
 /// The one way into the extension from SQL: refuses to serve a schema newer
-/// than this library (require_known_schema) and to run with a setting that
-/// fell back to its default (require_valid_settings), then runs the body inside
-/// the C++ guard and raises a C++ failure as a PostgreSQL error once the C++
-/// frames are gone. A PostgreSQL error raised by the body passes through: no
-/// object with a destructor lives in these frames.
-template <Datum (*Body)(FunctionCallInfo)>
-Datum sql_entry(FunctionCallInfo fcinfo) {
+/// than this library (require_known_schema) and to run with a setting whose
+/// value could not be applied (require_valid_settings), then runs
+/// `body(fcinfo)` inside the C++ guard and raises a C++ failure as a PostgreSQL
+/// error once the C++ frames are gone. A PostgreSQL error raised by the body
+/// passes through: no object with a destructor lives in these frames. Each SQL
+/// function keeps its own name where it is defined, the body a lambda:
+///
+///     extern "C" {
+///     PG_FUNCTION_INFO_V1(idempotency_is_final);
+///     }
+///     Datum idempotency_is_final(PG_FUNCTION_ARGS) {
+///         return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum { ... });
+///     }
+template <typename Body>
+Datum sql_entry(FunctionCallInfo fcinfo, Body&& body) {
     require_known_schema();
     require_valid_settings();
     SqlError error;
     Datum result = 0;
-    if (cpp_guard(error, [fcinfo, &result] { result = Body(fcinfo); })) return result;
+    if (cpp_guard(error, [fcinfo, &result, &body] { result = body(fcinfo); })) return result;
     raise_sql_error(error);
 }
 
 }  // namespace idem::pg
-
-/// Defines the SQL-callable C function `name` (at global scope), its
-/// PG_FUNCTION_INFO_V1 record, and routes it through idem::pg::sql_entry; the
-/// braces that follow are its body, with `fcinfo` in scope:
-///
-///     IDEM_SQL_FUNCTION(idempotency_is_final) { PG_RETURN_BOOL(...); }
-#define IDEM_SQL_FUNCTION(name)                                                       \
-    static Datum name##_body(FunctionCallInfo fcinfo);                                \
-    extern "C" {                                                                      \
-    PG_FUNCTION_INFO_V1(name);                                                        \
-    Datum name(PG_FUNCTION_ARGS) { return idem::pg::sql_entry<name##_body>(fcinfo); } \
-    }                                                                                 \
-    static Datum name##_body(FunctionCallInfo fcinfo)

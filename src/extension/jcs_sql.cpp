@@ -166,84 +166,100 @@ void jsonb_to_json(StringInfo out, JsonbContainer* container) {
 
 }  // namespace
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_jcs_text);
+}
 /// idempotency.jcs(text): the RFC 8785 canonical form of a JSON text.
-IDEM_SQL_FUNCTION(idempotency_jcs_text) {
-    text* document = PG_GETARG_TEXT_PP(0);
-    const char* data = VARDATA_ANY(document);
-    const std::size_t size = VARSIZE_ANY_EXHDR(document);
-    SqlError error;
-    text* result = nullptr;
-    if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
-            result = canonical_text(data, size, probe, e);
-            return result != nullptr;
-        }))
-        idem::pg::raise_sql_error(error);
-    PG_RETURN_TEXT_P(result);
+Datum idempotency_jcs_text(PG_FUNCTION_ARGS) {
+    return idem::pg::sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        text* document = PG_GETARG_TEXT_PP(0);
+        const char* data = VARDATA_ANY(document);
+        const std::size_t size = VARSIZE_ANY_EXHDR(document);
+        SqlError error;
+        text* result = nullptr;
+        if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
+                result = canonical_text(data, size, probe, e);
+                return result != nullptr;
+            }))
+            idem::pg::raise_sql_error(error);
+        PG_RETURN_TEXT_P(result);
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_jcs_jsonb);
+}
 /// idempotency.jcs(jsonb): the canonical form of a jsonb value. jsonb's text form
 /// is valid JSON without duplicates, so going through it gives the same bytes as
 /// idempotency.jcs(text) for the same document, numerics rounded to doubles.
-IDEM_SQL_FUNCTION(idempotency_jcs_jsonb) {
-    Jsonb* document = PG_GETARG_JSONB_P(0);
-    StringInfoData json;
-    initStringInfo(&json);
-    jsonb_to_json(&json, &document->root);
-    SqlError error;
-    text* result = nullptr;
-    if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
-            result = canonical_text(json.data, static_cast<std::size_t>(json.len), probe, e);
-            return result != nullptr;
-        }))
-        idem::pg::raise_sql_error(error);
-    pfree(json.data);
-    PG_RETURN_TEXT_P(result);
+Datum idempotency_jcs_jsonb(PG_FUNCTION_ARGS) {
+    return idem::pg::sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        Jsonb* document = PG_GETARG_JSONB_P(0);
+        StringInfoData json;
+        initStringInfo(&json);
+        jsonb_to_json(&json, &document->root);
+        SqlError error;
+        text* result = nullptr;
+        if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
+                result = canonical_text(json.data, static_cast<std::size_t>(json.len), probe, e);
+                return result != nullptr;
+            }))
+            idem::pg::raise_sql_error(error);
+        pfree(json.data);
+        PG_RETURN_TEXT_P(result);
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_fingerprint);
+}
 /// idempotency.fingerprint(method, path, body, exclude): 32-byte SHA-256 request digest.
-IDEM_SQL_FUNCTION(idempotency_fingerprint) {
-    if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("method and path of a fingerprint must not be null")));
-    text* method_text = PG_GETARG_TEXT_PP(0);
-    text* path_text = PG_GETARG_TEXT_PP(1);
-    Slice method{VARDATA_ANY(method_text), static_cast<int>(VARSIZE_ANY_EXHDR(method_text))};
-    Slice path{VARDATA_ANY(path_text), static_cast<int>(VARSIZE_ANY_EXHDR(path_text))};
-    Slice body_slice{nullptr, 0};
-    const Slice* body = nullptr;
-    if (!PG_ARGISNULL(2)) {
-        bytea* body_bytes = PG_GETARG_BYTEA_PP(2);
-        body_slice =
-            Slice{VARDATA_ANY(body_bytes), static_cast<int>(VARSIZE_ANY_EXHDR(body_bytes))};
-        body = &body_slice;
-    }
-    Slice* pointers = nullptr;
-    int pointer_count = 0;
-    if (!PG_ARGISNULL(3)) {
-        ArrayType* array = PG_GETARG_ARRAYTYPE_P(3);
-        Datum* elements;
-        bool* nulls;
-        deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls,
-                          &pointer_count);
-        pointers =
-            static_cast<Slice*>(palloc(sizeof(Slice) * (pointer_count > 0 ? pointer_count : 1)));
-        for (int i = 0; i < pointer_count; ++i) {
-            if (static_cast<std::uint32_t>(i) % kCheckEvery == kCheckEvery - 1)
-                CHECK_FOR_INTERRUPTS();
-            if (nulls[i])
-                ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                                errmsg("exclude pointers must not be null")));
-            text* pointer = reinterpret_cast<text*>(PG_DETOAST_DATUM_PACKED(elements[i]));
-            pointers[i] = Slice{VARDATA_ANY(pointer), static_cast<int>(VARSIZE_ANY_EXHDR(pointer))};
+Datum idempotency_fingerprint(PG_FUNCTION_ARGS) {
+    return idem::pg::sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("method and path of a fingerprint must not be null")));
+        text* method_text = PG_GETARG_TEXT_PP(0);
+        text* path_text = PG_GETARG_TEXT_PP(1);
+        Slice method{VARDATA_ANY(method_text), static_cast<int>(VARSIZE_ANY_EXHDR(method_text))};
+        Slice path{VARDATA_ANY(path_text), static_cast<int>(VARSIZE_ANY_EXHDR(path_text))};
+        Slice body_slice{nullptr, 0};
+        const Slice* body = nullptr;
+        if (!PG_ARGISNULL(2)) {
+            bytea* body_bytes = PG_GETARG_BYTEA_PP(2);
+            body_slice =
+                Slice{VARDATA_ANY(body_bytes), static_cast<int>(VARSIZE_ANY_EXHDR(body_bytes))};
+            body = &body_slice;
         }
-    }
-    bytea* result = static_cast<bytea*>(palloc(VARHDRSZ + 32));
-    SET_VARSIZE(result, VARHDRSZ + 32);
-    SqlError error;
-    if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
-            return fingerprint_into(method, path, body, pointers, pointer_count, probe,
-                                    reinterpret_cast<unsigned char*>(VARDATA(result)), e);
-        }))
-        idem::pg::raise_sql_error(error);
-    PG_RETURN_BYTEA_P(result);
+        Slice* pointers = nullptr;
+        int pointer_count = 0;
+        if (!PG_ARGISNULL(3)) {
+            ArrayType* array = PG_GETARG_ARRAYTYPE_P(3);
+            Datum* elements;
+            bool* nulls;
+            deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls,
+                              &pointer_count);
+            pointers = static_cast<Slice*>(
+                palloc(sizeof(Slice) * (pointer_count > 0 ? pointer_count : 1)));
+            for (int i = 0; i < pointer_count; ++i) {
+                if (static_cast<std::uint32_t>(i) % kCheckEvery == kCheckEvery - 1)
+                    CHECK_FOR_INTERRUPTS();
+                if (nulls[i])
+                    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                                    errmsg("exclude pointers must not be null")));
+                text* pointer = reinterpret_cast<text*>(PG_DETOAST_DATUM_PACKED(elements[i]));
+                pointers[i] =
+                    Slice{VARDATA_ANY(pointer), static_cast<int>(VARSIZE_ANY_EXHDR(pointer))};
+            }
+        }
+        bytea* result = static_cast<bytea*>(palloc(VARHDRSZ + 32));
+        SET_VARSIZE(result, VARHDRSZ + 32);
+        SqlError error;
+        if (!idem::pg::run_interruptible(error, [&](InterruptProbe probe, SqlError& e) noexcept {
+                return fingerprint_into(method, path, body, pointers, pointer_count, probe,
+                                        reinterpret_cast<unsigned char*>(VARDATA(result)), e);
+            }))
+            idem::pg::raise_sql_error(error);
+        PG_RETURN_BYTEA_P(result);
+    });
 }

@@ -1,4 +1,5 @@
-// The SQL statements on idempotency.keys, prepared once per session and kept.
+// The statement back-end: the SQL statements on idempotency.keys, prepared
+// once per session and kept.
 // They run with the rights of the table's owner, switched on here around each
 // statement only (the SQL functions are neither SECURITY DEFINER nor pin a
 // search_path, which would cost every call a save and restore of every
@@ -6,7 +7,7 @@
 // and type in them is schema-qualified, and a hostile search_path resolves
 // nothing here. An error while switched is fine: aborting the (sub)transaction
 // restores the caller's user id.
-#include "key_store.hpp"
+#include "key_statements.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -18,7 +19,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-namespace idem::pg {
+namespace idem::pg::statements {
 
 namespace {
 
@@ -194,30 +195,6 @@ Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE};
 Statement lookup_statement{kLookupSql, 2, {TEXTOID, TEXTOID}, SPI_OK_SELECT, Returns::whole_row};
 
-}  // namespace
-
-SavedUser spi_connect_as(Oid owner) {
-    SavedUser saved;
-    GetUserIdAndSecContext(&saved.user, &saved.context);
-    SetUserIdAndSecContext(owner, saved.context | SECURITY_LOCAL_USERID_CHANGE);
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    return saved;
-}
-
-void spi_finish_as(const SavedUser& saved) {
-    SPI_finish();
-    SetUserIdAndSecContext(saved.user, saved.context);
-}
-
-SPIPlanPtr keep_plan(const char* sql, int nargs, Oid* types) {
-    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-    if (plan == nullptr) elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    if (SPI_keepplan(plan) != 0) elog(ERROR, "SPI_keepplan failed");
-    return plan;
-}
-
-namespace {
-
 // Prepares a statement once per session (the plan is kept across
 // transactions), with the two times after its own parameters.
 void prepare(Statement& statement) {
@@ -233,7 +210,7 @@ void prepare(Statement& statement) {
 // returned row is copied into the caller's memory context; with `action`, the
 // text the statement returned (its only column) is. `snapshot`: the one to
 // read with, or InvalidSnapshot for the transaction's rules.
-uint64 run(Statement& statement, Datum* own_values, const char* own_nulls,
+uint64 run(const KeyTable& table, Statement& statement, Datum* own_values, const char* own_nulls,
            KeyRow* returned = nullptr, text** action = nullptr,
            Snapshot snapshot = InvalidSnapshot) {
     MemoryContext caller_context = CurrentMemoryContext;
@@ -245,7 +222,7 @@ uint64 run(Statement& statement, Datum* own_values, const char* own_nulls,
     values[statement.nargs + 1] = TimestampTzGetDatum(GetCurrentTimestamp());
     nulls[statement.nargs] = nulls[statement.nargs + 1] = ' ';
 
-    const SavedUser saved = spi_connect_as(key_table().owner);
+    const SavedUser saved = spi_connect_as(table.owner);
     prepare(statement);
     const int rc = snapshot == InvalidSnapshot
                        ? SPI_execute_plan(statement.plan, values, nulls, false, 0)
@@ -286,9 +263,8 @@ uint64 run(Statement& statement, Datum* own_values, const char* own_nulls,
 
 }  // namespace
 
-bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl,
-                     int64 fence, bool known_absent) {
-    if (known_absent && insert_key_row(request, response, ttl, fence)) return true;
+bool store_completed(const KeyTable& table, const Request& request, const StoredResponse& response,
+                     const Interval* ttl, int64 fence, bool known_absent) {
     Datum values[11] = {PointerGetDatum(request.principal),
                         PointerGetDatum(request.key),
                         PointerGetDatum(request.action),
@@ -311,10 +287,11 @@ bool store_completed(const Request& request, const StoredResponse& response, con
                             ' ',
                             ' ',
                             ' '};
-    return run(known_absent ? insert_statement : store_statement, values, nulls) == 1;
+    return run(table, known_absent ? insert_statement : store_statement, values, nulls) == 1;
 }
 
-KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence) {
+KeyRow take_lease(const KeyTable& table, const Request& request, const Interval* lease,
+                  const Interval* ttl, int64 fence) {
     Datum values[7] = {PointerGetDatum(request.principal),
                        PointerGetDatum(request.key),
                        PointerGetDatum(request.action),
@@ -323,17 +300,18 @@ KeyRow take_lease(const Request& request, const Interval* lease, const Interval*
                        IntervalPGetDatum(ttl),
                        Int64GetDatum(fence)};
     KeyRow written;
-    run(lease_statement, values, nullptr, &written);
+    run(table, lease_statement, values, nullptr, &written);
     return written;
 }
 
-bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease, text** action) {
+bool renew_lease(const KeyTable& table, Datum principal, Datum key, Datum fence,
+                 const Interval* lease, text** action) {
     Datum values[4] = {principal, key, fence, IntervalPGetDatum(lease)};
-    return run(renew_statement, values, nullptr, nullptr, action) == 1;
+    return run(table, renew_statement, values, nullptr, nullptr, action) == 1;
 }
 
-bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response,
-                    text** action) {
+bool complete_lease(const KeyTable& table, Datum principal, Datum key, Datum fence,
+                    const StoredResponse& response, text** action) {
     Datum values[8] = {principal,
                        key,
                        fence,
@@ -350,30 +328,31 @@ bool complete_lease(Datum principal, Datum key, Datum fence, const StoredRespons
                            response.headers_null ? 'n' : ' ',
                            response.resource_id_null ? 'n' : ' ',
                            ' '};
-    return run(complete_lease_statement, values, nulls, nullptr, action) == 1;
+    return run(table, complete_lease_statement, values, nulls, nullptr, action) == 1;
 }
 
-bool release_lease(Datum principal, Datum key, Datum fence, text** action) {
+bool release_lease(const KeyTable& table, Datum principal, Datum key, Datum fence, text** action) {
     Datum values[3] = {principal, key, fence};
-    return run(release_statement, values, nullptr, nullptr, action) == 1;
+    return run(table, release_statement, values, nullptr, nullptr, action) == 1;
 }
 
-bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence) {
+bool insert_claim(const KeyTable& table, text* principal, text* key, const Interval* ttl,
+                  int64 fence) {
     Datum values[4] = {PointerGetDatum(principal), PointerGetDatum(key), IntervalPGetDatum(ttl),
                        Int64GetDatum(fence)};
-    return run(claim_statement, values, nullptr) == 1;
+    return run(table, claim_statement, values, nullptr) == 1;
 }
 
-bool forget_key(text* principal, text* key) {
+bool forget_key(const KeyTable& table, text* principal, text* key) {
     Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
-    return run(forget_statement, values, nullptr) == 1;
+    return run(table, forget_statement, values, nullptr) == 1;
 }
 
-KeyRow lookup_key_by_statement(text* principal, text* key, Snapshot snapshot) {
+KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot) {
     Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
     KeyRow row;
-    run(lookup_statement, values, nullptr, &row, nullptr, snapshot);
+    run(table, lookup_statement, values, nullptr, &row, nullptr, snapshot);
     return row;
 }
 
-}  // namespace idem::pg
+}  // namespace idem::pg::statements

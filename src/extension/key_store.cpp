@@ -1,148 +1,51 @@
-// Direct access to idempotency.keys on the path every request takes: the
-// lookup through the primary key (no SPI, no executor) and the insert of a new
-// completed key (a heap insert and its index entries, as logical replication's
-// apply does). Neither checks privileges (PostgreSQL checks them in the
-// executor, which these paths do not use), so they need no switch to the
-// owner's rights; the functions that reach them are granted per role.
+// The key store's facade: each call picks its back-end once, here, and hands
+// the key table's OIDs to it. The direct back-end serves the lookup and the
+// insert of a new completed key on a plain local table; the statement
+// back-end serves every other write, and everything in the distributed mode.
+// A back-end never calls the other, nor this file.
 #include "key_store.hpp"
+#include "key_direct.hpp"
+#include "key_statements.hpp"
+#include "key_table.hpp"
 #include "settings.hpp"
 
 extern "C" {
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/skey.h"
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/xact.h"
-#include "catalog/namespace.h"
 #include "commands/sequence.h"
-#include "executor/executor.h"
-#include "executor/tuptable.h"
-#include "nodes/makefuncs.h"
-#include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
-#include "utils/rel.h"
-#include "utils/snapmgr.h"
-#include "utils/timestamp.h"
 }
-
-#include "compat.hpp"  // PostgreSQL 15 / 16-17 / 18 differences
 
 namespace idem::pg {
 
 namespace {
 
-// Attribute numbers of idempotency.keys: the table's own columns come first,
-// in this order.
-enum KeysColumn {
-    aPrincipal = 1,
-    aKey,
-    aAction,
-    aSha,
-    aState,
-    aStatus,
-    aHeaders,
-    aBody,
-    aResourceId,
-    aSecret,
-    aFence,
-    aLeaseUntil,
-    aCreated,
-    aExpires,
-    aColumns = aExpires
-};
+enum class Backend { direct, statements };
 
-// The most attributes (dropped ones included) a key row is written for directly.
-constexpr int kMaxKeyColumns = 32;
-
-const KeyTable kUnknown{InvalidOid, InvalidOid, InvalidOid, InvalidOid, Placement::local};
-KeyTable cached = kUnknown;
-
-// Citus invalidates a table's relation cache entry when it distributes or
-// undistributes it, so the placement is read again then too.
-void forget_key_relations(Datum arg, Oid relid) {
-    if (relid == InvalidOid || relid == cached.table || relid == cached.index ||
-        relid == cached.fences)
-        cached = kUnknown;
-}
-
-// Whether the key table has its own columns only (a column someone added and
-// dropped again does not count): then a row can be written by position;
-// otherwise the INSERT statement fills what others added.
-bool only_own_columns(TupleDesc desc) {
-    if (desc->natts < aColumns || desc->natts > kMaxKeyColumns) return false;
-    for (int i = aColumns; i < desc->natts; ++i)
-        if (!TupleDescAttr(desc, i)->attisdropped) return false;
-    return true;
+// The back-end of a lookup or of the insert of a new key: statements in the
+// distributed mode (idempotency.distributed = on, or Citus distributes the
+// table by principal), the direct one otherwise. Raises 0A000 when Citus
+// distributes the table in a way the protocol cannot use.
+Backend backend_for(const KeyTable& table) {
+    if (unlikely(table.placement == Placement::unsupported))
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("idempotency.keys is distributed by Citus, but not by principal"),
+                 errdetail("A key lock is a lock of one node: all calls for a principal must "
+                           "run on the node that holds its rows."),
+                 errhint("Undistribute the table (undistribute_table) and run "
+                         "idempotency.distribute(), which distributes it by principal.")));
+    const bool distributed_mode =
+        distributed == kDistributedOn || table.placement == Placement::by_principal;
+    return distributed_mode ? Backend::statements : Backend::direct;
 }
 
 }  // namespace
 
-// The key row from a copied tuple with the table's own columns, by attribute number.
-KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
-    KeyRow row;
-    bool isnull;
-    auto column = [&](KeysColumn number) { return heap_getattr(tuple, number, desc, &isnull); };
-    row.found = true;
-    text* state = DatumGetTextPP(column(aState));
-    row.completed =
-        VARSIZE_ANY_EXHDR(state) == 9 && memcmp(VARDATA_ANY(state), "completed", 9) == 0;
-    row.request_sha256 = DatumGetByteaPP(column(aSha));
-    row.action = column(aAction);
-    const Datum status = column(aStatus);
-    row.has_status = !isnull;
-    row.status = isnull ? 0 : DatumGetInt16(status);
-    row.headers = column(aHeaders);
-    row.headers_null = isnull;
-    row.body = column(aBody);
-    row.body_null = isnull;
-    row.resource_id = column(aResourceId);
-    row.resource_id_null = isnull;
-    const Datum secret = column(aSecret);
-    row.one_time_secret = !isnull && DatumGetBool(secret);
-    row.fence = DatumGetInt64(column(aFence));
-    const Datum lease_until = column(aLeaseUntil);
-    row.has_lease = !isnull;
-    row.lease_until = isnull ? 0 : DatumGetTimestampTz(lease_until);
-    row.created_at = DatumGetTimestampTz(column(aCreated));
-    row.expires_at = DatumGetTimestampTz(column(aExpires));
-    row.has_times = true;
-    return row;
-}
-
-bool KeyRow::leased() const {
-    return has_lease && lease_until > GetCurrentTimestamp();
-}  // clock_timestamp()
-
-bool KeyRow::live() const {
-    return leased() || expires_at > GetCurrentTransactionStartTimestamp();
-}  // now()
-
-KeyTable key_table() {
-    if (!OidIsValid(cached.table) || !OidIsValid(cached.index) || !OidIsValid(cached.fences)) {
-        Oid schema = get_namespace_oid("idempotency", false);
-        KeyTable found{get_relname_relid("keys", schema), get_relname_relid("keys_pkey", schema),
-                       get_relname_relid("fences", schema), InvalidOid, Placement::local};
-        if (!OidIsValid(found.table) || !OidIsValid(found.index))
-            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                            errmsg("idempotency.keys or its primary key is missing")));
-        if (!OidIsValid(found.fences))
-            ereport(
-                ERROR,
-                (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("idempotency.fences is missing"),
-                 errhint("The installed library is newer than the extension's objects: run ALTER "
-                         "EXTENSION idempotency UPDATE.")));
-        Relation table = table_open(found.table, AccessShareLock);
-        found.owner = table->rd_rel->relowner;
-        table_close(table, AccessShareLock);
-        found.placement = citus_placement(found.table, found.owner);
-        cached = found;
-    }
-    return cached;
+KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
+    const KeyTable table = key_table();
+    if (backend_for(table) == Backend::statements)
+        return statements::lookup_key(table, principal, key, snapshot);
+    return direct::lookup_key(table, principal, key, snapshot);
 }
 
 // A fence from one sequence per database: never handed out twice for a key -
@@ -151,123 +54,46 @@ KeyTable key_table() {
 // restore (the sequence is dumped with the extension's data).
 int64 next_fence() { return nextval_internal(key_table().fences, false); }
 
-bool by_statements() {
-    const Placement placement = key_table().placement;
-    if (unlikely(placement == Placement::unsupported))
-        ereport(ERROR,
-                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                 errmsg("idempotency.keys is distributed by Citus, but not by principal"),
-                 errdetail("A key lock is a lock of one node: all calls for a principal must "
-                           "run on the node that holds its rows."),
-                 errhint("Undistribute the table (undistribute_table) and run "
-                         "idempotency.distribute(), which distributes it by principal.")));
-    return distributed == kDistributedOn || placement == Placement::by_principal;
+// A new key (known_absent) is inserted directly when the direct back-end can
+// (a plain local table, no trigger, row security or added column); anything
+// else, and a row that replaces another, is a statement.
+bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl,
+                     int64 fence, bool known_absent) {
+    const KeyTable table = key_table();
+    if (known_absent && backend_for(table) == Backend::direct &&
+        direct::insert_completed(table, request, response, ttl, fence))
+        return true;
+    return statements::store_completed(table, request, response, ttl, fence, known_absent);
 }
 
-KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
-    if (by_statements()) return lookup_key_by_statement(principal, key, snapshot);
-    const KeyTable oids = key_table();
-    Relation table = table_open(oids.table, AccessShareLock);
-    Relation index = index_open(oids.index, AccessShareLock);
-    Snapshot scan_snapshot =
-        RegisterSnapshot(snapshot == InvalidSnapshot ? GetTransactionSnapshot() : snapshot);
+// The writes below have an ON CONFLICT or a WHERE on the row's state: they are
+// statements whatever the placement (the executor evaluates them).
 
-    ScanKeyData keys[2];
-    ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-                           index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(principal));
-    ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-                           index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(key));
-    IndexScanDesc scan = compat::index_beginscan(table, index, scan_snapshot, 2, 0);
-    index_rescan(scan, keys, 2, nullptr, 0);
-    TupleTableSlot* slot = table_slot_create(table, nullptr);
-
-    KeyRow row;
-    if (index_getnext_slot(scan, ForwardScanDirection, slot))
-        row = row_from_tuple(ExecCopySlotHeapTuple(slot),
-                             RelationGetDescr(table));  // out of the buffer
-    ExecDropSingleTupleTableSlot(slot);
-    index_endscan(scan);
-    UnregisterSnapshot(scan_snapshot);
-    index_close(index, NoLock);  // locks are kept until the end of the transaction
-    table_close(table, NoLock);
-    return row;
+KeyRow take_lease(const Request& request, const Interval* lease, const Interval* ttl, int64 fence) {
+    return statements::take_lease(key_table(), request, lease, ttl, fence);
 }
 
-// The table's CHECK constraints are not evaluated here: every value is checked
-// by the callers before (fingerprint 32 bytes, status 100..599, headers a JSON
-// object, a positive TTL, a fence from the sequence) or is fixed (state
-// 'completed'), so they hold by construction; the statement path would re-read
-// and re-plan all seven of them for every request. A duplicate key raises
-// unique_violation as the INSERT would.
-bool insert_key_row(const Request& request, const StoredResponse& response, const Interval* ttl,
-                    int64 fence) {
-    if (by_statements()) return false;
-    Relation rel = table_open(key_table().table, RowExclusiveLock);
-    TupleDesc desc = RelationGetDescr(rel);
-    if (rel->trigdesc != nullptr || rel->rd_rel->relkind != RELKIND_RELATION ||
-        rel->rd_rel->relrowsecurity || !only_own_columns(desc)) {
-        table_close(rel, NoLock);
-        return false;
-    }
-    const TimestampTz now = GetCurrentTransactionStartTimestamp();
-    const Datum expires = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
-                                              IntervalPGetDatum(const_cast<Interval*>(ttl)));
-    if (DatumGetTimestampTz(expires) <=
-        now) {  // '1 month -30 days' in February: let the CHECK say so
-        table_close(rel, NoLock);
-        return false;
-    }
-    Datum values[kMaxKeyColumns] = {};
-    bool nulls[kMaxKeyColumns];
-    for (int i = 0; i < desc->natts; ++i) nulls[i] = true;
-    auto set = [&](KeysColumn column, Datum value) {
-        values[column - 1] = value;
-        nulls[column - 1] = false;
-    };
-    set(aPrincipal, PointerGetDatum(request.principal));
-    set(aKey, PointerGetDatum(request.key));
-    set(aAction, PointerGetDatum(request.action));
-    set(aSha, PointerGetDatum(request.fingerprint));
-    set(aState, CStringGetTextDatum("completed"));
-    set(aStatus, Int16GetDatum(static_cast<int16>(response.status)));
-    if (!response.headers_null) set(aHeaders, response.headers);
-    if (!response.body_null) set(aBody, response.body);
-    if (!response.resource_id_null) set(aResourceId, response.resource_id);
-    set(aSecret, BoolGetDatum(response.one_time_secret));
-    set(aFence, Int64GetDatum(fence));  // lease_until stays NULL: no lease
-    set(aCreated, TimestampTzGetDatum(now));
-    set(aExpires, expires);
-
-    EState* estate = CreateExecutorState();
-    RangeTblEntry* rte = makeNode(RangeTblEntry);
-    rte->rtekind = RTE_RELATION;
-    rte->relid = RelationGetRelid(rel);
-    rte->relkind = rel->rd_rel->relkind;
-    rte->rellockmode = RowExclusiveLock;
-    compat::ExecInitRangeTable(estate, list_make1(rte));
-    ResultRelInfo* result_rel = makeNode(ResultRelInfo);
-    InitResultRelInfo(result_rel, rel, 1, nullptr, 0);
-    estate->es_output_cid = GetCurrentCommandId(true);
-    ExecOpenIndices(result_rel, false);
-
-    TupleTableSlot* slot = table_slot_create(rel, &estate->es_tupleTable);
-    ExecClearTuple(slot);
-    memcpy(slot->tts_values, values, sizeof(Datum) * desc->natts);
-    memcpy(slot->tts_isnull, nulls, sizeof(bool) * desc->natts);
-    ExecStoreVirtualTuple(slot);
-    table_tuple_insert(rel, slot, estate->es_output_cid, 0, nullptr);
-    List* recheck =
-        compat::ExecInsertIndexTuples(result_rel, slot, estate, false, false, nullptr, NIL);
-    list_free(recheck);
-
-    ExecCloseIndices(result_rel);
-    ExecResetTupleTable(estate->es_tupleTable, false);
-    FreeExecutorState(estate);
-    table_close(rel, NoLock);   // the lock is kept until the end of the transaction
-    CommandCounterIncrement();  // later statements of the transaction see the row, as after INSERT
-    return true;
+bool renew_lease(Datum principal, Datum key, Datum fence, const Interval* lease, text** action) {
+    return statements::renew_lease(key_table(), principal, key, fence, lease, action);
 }
 
-void key_store_init() { CacheRegisterRelcacheCallback(forget_key_relations, (Datum)0); }
+bool complete_lease(Datum principal, Datum key, Datum fence, const StoredResponse& response,
+                    text** action) {
+    return statements::complete_lease(key_table(), principal, key, fence, response, action);
+}
+
+bool release_lease(Datum principal, Datum key, Datum fence, text** action) {
+    return statements::release_lease(key_table(), principal, key, fence, action);
+}
+
+bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence) {
+    return statements::insert_claim(key_table(), principal, key, ttl, fence);
+}
+
+bool forget_key(text* principal, text* key) {
+    return statements::forget_key(key_table(), principal, key);
+}
+
+void key_store_init() { key_table_init(); }
 
 }  // namespace idem::pg

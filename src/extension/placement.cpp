@@ -4,6 +4,7 @@
 // taken. Both are SQL on Citus's catalogs, run as the table's owner; without
 // Citus neither runs a statement.
 #include "key_store.hpp"
+#include "key_table.hpp"
 
 extern "C" {
 #include "postgres.h"

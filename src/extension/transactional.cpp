@@ -29,126 +29,163 @@ extern "C" {
 
 using namespace idem::pg;
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_begin);
+}
 /// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
-IDEM_SQL_FUNCTION(idempotency_begin) {
-    const Request request = request_arguments(fcinfo);
-    const Interval ttl = ttl_argument(fcinfo, 4);
-    const int wait_ms = wait_argument(fcinfo, 5);
-    PreventCommandIfReadOnly("idempotency.begin()");
-    const PendingKey* mine = find_pending(request.principal, request.key);
-    if (mine != nullptr && mine->completed_subxact == InvalidSubTransactionId)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was already started in this transaction"),
-                        errhint("Call idempotency.complete() for it first.")));
+Datum idempotency_begin(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        const Request request = request_arguments(fcinfo);
+        const Interval ttl = ttl_argument(fcinfo, 4);
+        const int wait_ms = wait_argument(fcinfo, 5);
+        PreventCommandIfReadOnly("idempotency.begin()");
+        const PendingKey* mine = find_pending(request.principal, request.key);
+        if (mine != nullptr && mine->completed_subxact == InvalidSubTransactionId)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("idempotency key was already started in this transaction"),
+                            errhint("Call idempotency.complete() for it first.")));
 
-    const KeyLock lock = lock_key(request.principal, request.key, wait_ms);
-    if (lock.holder == LockHolder::none) {
-        count_outcome(Caller::begin, request.action, Outcome::in_progress, lock, nullptr);
-        return outcome_result(fcinfo, Outcome::in_progress, nullptr);
-    }
+        const KeyLock lock = lock_key(request.principal, request.key, wait_ms);
+        if (lock.holder == LockHolder::none) {
+            count_outcome(Caller::begin, request.action, Outcome::in_progress, lock, nullptr);
+            return outcome_result(fcinfo, Outcome::in_progress, nullptr);
+        }
 
-    const KeyRow row = lookup_key(request.principal, request.key, InvalidSnapshot);
-    const Outcome outcome = outcome_for(row, request.fingerprint);
-    if (outcome != Outcome::started) {
-        count_outcome(Caller::begin, request.action, outcome, lock, &row);
-        Datum result = outcome_result(fcinfo, outcome, &row);
-        unlock_key(lock);  // nothing to do under this key: waiting duplicates may go on
-        return result;
-    }
+        const KeyRow row = lookup_key(request.principal, request.key, InvalidSnapshot);
+        const Outcome outcome = outcome_for(row, request.fingerprint);
+        if (outcome != Outcome::started) {
+            count_outcome(Caller::begin, request.action, outcome, lock, &row);
+            Datum result = outcome_result(fcinfo, outcome, &row);
+            unlock_key(lock);  // nothing to do under this key: waiting duplicates may go on
+            return result;
+        }
 
-    require_snapshot_sees_winner(request, row);
-    count_outcome(Caller::begin, request.action, Outcome::started, lock, &row);
-    // The row complete() will write, with the fence drawn now so that the caller knows it.
-    KeyRow started;
-    started.found = true;
-    started.fence = next_fence();
-    started.created_at = GetCurrentTransactionStartTimestamp();
-    started.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
-        timestamptz_pl_interval, TimestampTzGetDatum(started.created_at), IntervalPGetDatum(&ttl)));
-    started.has_times = true;
-    add_pending(request, ttl, started.fence, row.found);
-    return outcome_result(fcinfo, Outcome::started, &started);
+        require_snapshot_sees_winner(request, row);
+        count_outcome(Caller::begin, request.action, Outcome::started, lock, &row);
+        // The row complete() will write, with the fence drawn now so that the caller knows it.
+        KeyRow started;
+        started.found = true;
+        started.fence = next_fence();
+        started.created_at = GetCurrentTransactionStartTimestamp();
+        started.expires_at = DatumGetTimestampTz(
+            DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(started.created_at),
+                                IntervalPGetDatum(&ttl)));
+        started.has_times = true;
+        add_pending(request, ttl, started.fence, row.found);
+        return outcome_result(fcinfo, Outcome::started, &started);
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_complete);
+}
 /// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret, fence)
 /// -> boolean Without fence: stores the response of a key begun in this transaction. With fence:
 /// the lease protocol's completion, true while fence holds the key.
-IDEM_SQL_FUNCTION(idempotency_complete) {
-    require_arguments(fcinfo, 3, "principal, key and status");
-    const StoredResponse response = response_arguments(fcinfo, 2, 3, 4, 5, 6);
-    if (argument_given(fcinfo, 7)) {
-        PreventCommandIfReadOnly("idempotency.complete()");
-        check_principal_binding(PG_GETARG_TEXT_PP(0));
-        text* action = nullptr;
-        const bool held = complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(7),
-                                         response, &action);
-        PG_RETURN_BOOL(count_fenced(Counter::lease_completed, held, action, PG_GETARG_TEXT_PP(0),
-                                    PG_GETARG_TEXT_PP(1)));
-    }
-    PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
-    if (entry == nullptr)
-        ereport(
-            ERROR,
-            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("idempotency key was not started in this transaction"),
-             errhint(
-                 "Call idempotency.begin() in the same transaction and complete only when it "
-                 "returns started; pass fence => for a key taken with idempotency.acquire().")));
-    if (entry->completed_subxact != InvalidSubTransactionId)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("idempotency key was already completed in this transaction")));
-    if (!is_final_status(response.status))
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("HTTP status %d is not final and cannot be stored", response.status),
-                        errhint("Roll back instead, so that a retry runs again; see "
-                                "idempotency.final_statuses.")));
+Datum idempotency_complete(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        require_arguments(fcinfo, 3, "principal, key and status");
+        const StoredResponse response = response_arguments(fcinfo, 2, 3, 4, 5, 6);
+        if (argument_given(fcinfo, 7)) {
+            PreventCommandIfReadOnly("idempotency.complete()");
+            check_principal_binding(PG_GETARG_TEXT_PP(0));
+            text* action = nullptr;
+            const bool held = complete_lease(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+                                             PG_GETARG_DATUM(7), response, &action);
+            PG_RETURN_BOOL(count_fenced(Counter::lease_completed, held, action,
+                                        PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+        }
+        PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
+        if (entry == nullptr)
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("idempotency key was not started in this transaction"),
+                 errhint(
+                     "Call idempotency.begin() in the same transaction and complete only when it "
+                     "returns started; pass fence => for a key taken with "
+                     "idempotency.acquire().")));
+        if (entry->completed_subxact != InvalidSubTransactionId)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("idempotency key was already completed in this transaction")));
+        if (!is_final_status(response.status))
+            ereport(ERROR,
+                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                     errmsg("HTTP status %d is not final and cannot be stored", response.status),
+                     errhint("Roll back instead, so that a retry runs again; see "
+                             "idempotency.final_statuses.")));
 
-    const bool stored =
-        store_completed(entry->request, response, &entry->ttl, entry->fence, !entry->replaces);
-    count_event(stored ? Counter::completed : Counter::serialization_failures,
-                entry->request.action);
-    if (!stored)
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("idempotency key was taken by another transaction"),
-                        errhint("Retry the transaction.")));
-    mark_completed(entry);
-    PG_RETURN_BOOL(true);
+        const bool stored =
+            store_completed(entry->request, response, &entry->ttl, entry->fence, !entry->replaces);
+        count_event(stored ? Counter::completed : Counter::serialization_failures,
+                    entry->request.action);
+        if (!stored)
+            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                            errmsg("idempotency key was taken by another transaction"),
+                            errhint("Retry the transaction.")));
+        mark_completed(entry);
+        PG_RETURN_BOOL(true);
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_save_final);
+}
 /// idempotency.save_final(principal, key, action, fingerprint, status, body, headers, ttl,
 /// one_time_secret)
 /// -> boolean. False when nothing was stored: not final, a live row of the key,
 /// or the wait for a transaction that holds the key ran out (the response may
 /// or may not be stored by then; the caller answers the same either way).
-IDEM_SQL_FUNCTION(idempotency_save_final) {
-    const Request request = request_arguments(fcinfo);
-    require_arguments(fcinfo, 5, "status");
-    const StoredResponse response = response_arguments(fcinfo, 4, 5, 6, -1, 8);
-    const Interval ttl = ttl_argument(fcinfo, 7);
-    PreventCommandIfReadOnly("idempotency.save_final()");
-    refuse_if_begun(request.principal, request.key, "idempotency.save_final()");
-    if (!is_final_status(response.status)) PG_RETURN_BOOL(count_save_final(request.action, false));
+Datum idempotency_save_final(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        const Request request = request_arguments(fcinfo);
+        require_arguments(fcinfo, 5, "status");
+        const StoredResponse response = response_arguments(fcinfo, 4, 5, 6, -1, 8);
+        const Interval ttl = ttl_argument(fcinfo, 7);
+        PreventCommandIfReadOnly("idempotency.save_final()");
+        refuse_if_begun(request.principal, request.key, "idempotency.save_final()");
+        if (!is_final_status(response.status))
+            PG_RETURN_BOOL(count_save_final(request.action, false));
 
-    const KeyLock lock = lock_key(request.principal, request.key, wait_timeout_ms);
-    count_wait(request.action, lock);
-    if (lock.holder == LockHolder::none) PG_RETURN_BOOL(count_save_final(request.action, false));
-    PG_RETURN_BOOL(count_save_final(request.action,
-                                    store_completed(request, response, &ttl, next_fence(), false)));
+        const KeyLock lock = lock_key(request.principal, request.key, wait_timeout_ms);
+        count_wait(request.action, lock);
+        if (lock.holder == LockHolder::none)
+            PG_RETURN_BOOL(count_save_final(request.action, false));
+        PG_RETURN_BOOL(count_save_final(
+            request.action, store_completed(request, response, &ttl, next_fence(), false)));
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_is_final);
+}
 /// idempotency.is_final(status) -> boolean
-IDEM_SQL_FUNCTION(idempotency_is_final) { PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0))); }
-
-/// idempotency.forget(principal, key) -> boolean: removes one key (operator tool).
-IDEM_SQL_FUNCTION(idempotency_forget) {
-    check_principal_binding(PG_GETARG_TEXT_PP(0));
-    PreventCommandIfReadOnly("idempotency.forget()");
-    PG_RETURN_BOOL(forget_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+Datum idempotency_is_final(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0)));
+    });
 }
 
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_forget);
+}
+/// idempotency.forget(principal, key) -> boolean: removes one key (operator tool).
+Datum idempotency_forget(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        check_principal_binding(PG_GETARG_TEXT_PP(0));
+        PreventCommandIfReadOnly("idempotency.forget()");
+        PG_RETURN_BOOL(forget_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
+    });
+}
+
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_bound_principal);
+}
 /// idempotency.bound_principal(principal) -> text: the principal, when the
 /// calling role may act for it under idempotency.principal_binding (42501 otherwise).
-IDEM_SQL_FUNCTION(idempotency_bound_principal) {
-    check_principal_binding(PG_GETARG_TEXT_PP(0));
-    PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+Datum idempotency_bound_principal(PG_FUNCTION_ARGS) {
+    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+        check_principal_binding(PG_GETARG_TEXT_PP(0));
+        PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+    });
 }

@@ -120,6 +120,101 @@ pqxx::connection& LeaseRunner::connection() {
 
 bool LeaseRunner::is_final(int status) { return detail::is_final(final_, connection(), status); }
 
+namespace {
+
+// Calls idempotency.acquire for the request (autocommit: the lease row is
+// visible at once) and returns its row, with the lease's remaining seconds.
+pqxx::row acquire(pqxx::connection& connection, const Request& request, const std::string& key,
+                  const Digest& digest, const LeaseOptions& options) {
+    const std::string action = request.action.empty()
+                                   ? detail::upper(request.method) + " " + request.path
+                                   : request.action;
+    const std::string ttl =
+        options.ttl ? std::to_string(options.ttl->count()) + " seconds" : std::string();
+    const std::string wait = options.wait ? interval_ms(*options.wait) : std::string();
+    pqxx::nontransaction tx(connection);
+    return pq::exec1(
+        tx,
+        "SELECT outcome, fence, response_status, response_headers::text AS response_headers, "
+        "response_body,"
+        "       resource_id, ceil(extract(epoch FROM lease_until - "
+        "pg_catalog.clock_timestamp()))::integer"
+        "       AS lease_seconds"
+        "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
+        request.principal, key, action,
+        pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
+        interval_ms(options.lease), options.ttl ? ttl.c_str() : nullptr,
+        options.wait ? wait.c_str() : nullptr);
+}
+
+// acquire()'s answer when it is not "started": the result to return without
+// running the body (a replay, a problem response), or nothing for "started".
+// Throws on an outcome this client does not know.
+std::optional<LeaseResult> answer_without_running(const std::string& outcome,
+                                                  std::optional<int> lease_seconds,
+                                                  const pqxx::row& row,
+                                                  const LeaseOptions& options) {
+    LeaseResult result;
+    if ((outcome == "replay" || outcome == "secret_replay") && options.policy != Policy::remember) {
+        result.outcome = LeaseOutcome::duplicate;
+        result.response = problem_response(
+            Problem::already_processed,
+            "A request with this Idempotency-Key was already processed; its result is not kept.",
+            options.problem_type_base);
+        return result;
+    }
+    if (outcome == "replay") {
+        result.outcome = LeaseOutcome::replayed;
+        result.response = detail::stored_response(row);
+        return result;
+    }
+    if (std::optional<Response> problem = detail::problem_for_outcome(
+            outcome, lease_seconds, std::chrono::seconds(1), options.problem_type_base)) {
+        result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
+                         : outcome == "in_progress" ? LeaseOutcome::in_progress
+                                                    : LeaseOutcome::replayed;
+        result.response = std::move(*problem);
+        return result;
+    }
+    if (outcome != "started")
+        throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
+    if (outcome != "started")
+        throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
+    return std::nullopt;
+}
+
+// The fenced statements that settle a key after its body ran; each returns
+// whether the fence still held the key.
+struct Fenced {
+    pqxx::nontransaction& tx;
+    const std::string& principal;
+    const std::string& key;
+    std::int64_t fence;
+
+    bool complete(int status) const {
+        return pq::exec1(tx, "SELECT idempotency.complete($1, $2, fence => $3, status => $4)",
+                         principal, key, fence, status)[0]
+            .as<bool>();
+    }
+    bool release() const {
+        return pq::exec1(tx, "SELECT idempotency.release($1, $2, $3)", principal, key, fence)[0]
+            .as<bool>();
+    }
+    bool store(const Response& response, const std::vector<std::string>& kept_headers) const {
+        return pq::exec1(
+                   tx,
+                   "SELECT idempotency.complete($1, $2, fence => $3, status => $4, body => $5,"
+                   " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
+                   principal, key, fence, response.status, pq::bytes(response.body),
+                   detail::kept_headers_json(response, kept_headers),
+                   response.resource_id ? response.resource_id->c_str() : nullptr,
+                   response.one_time_secret)[0]
+            .as<bool>();
+    }
+};
+
+}  // namespace
+
 LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     LeaseResult result;
     if (!request.key || !detail::valid_key(*request.key, options_.max_key_length)) {
@@ -133,59 +228,16 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     }
     const std::string& key = *request.key;
     const Digest digest = request.digest ? *request.digest : fingerprint(request);
-    const std::string action = request.action.empty()
-                                   ? detail::upper(request.method) + " " + request.path
-                                   : request.action;
-    const std::string ttl =
-        options_.ttl ? std::to_string(options_.ttl->count()) + " seconds" : std::string();
-    const std::string wait = options_.wait ? interval_ms(*options_.wait) : std::string();
     if (options_.policy == Policy::remember)
         is_final(200);  // load the table before holding anything
-
-    pqxx::row row = [&] {
-        pqxx::nontransaction tx(connection());  // autocommit: the lease row is visible at once
-        return pq::exec1(
-            tx,
-            "SELECT outcome, fence, response_status, response_headers::text AS response_headers, "
-            "response_body,"
-            "       resource_id, ceil(extract(epoch FROM lease_until - "
-            "pg_catalog.clock_timestamp()))::integer"
-            "       AS lease_seconds"
-            "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
-            request.principal, key, action,
-            pq::bytes(
-                std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
-            interval_ms(options_.lease), options_.ttl ? ttl.c_str() : nullptr,
-            options_.wait ? wait.c_str() : nullptr);
-    }();
+    const pqxx::row row = acquire(connection(), request, key, digest, options_);
     const std::string outcome = row["outcome"].as<std::string>();
     const std::optional<int> lease_seconds =
         row["lease_seconds"].is_null() ? std::nullopt
                                        : std::optional<int>(row["lease_seconds"].as<int>());
-    if ((outcome == "replay" || outcome == "secret_replay") &&
-        options_.policy != Policy::remember) {
-        result.outcome = LeaseOutcome::duplicate;
-        result.response = problem_response(
-            Problem::already_processed,
-            "A request with this Idempotency-Key was already processed; its result is not kept.",
-            options_.problem_type_base);
-        return result;
-    }
-    if (outcome == "replay") {
-        result.outcome = LeaseOutcome::replayed;
-        result.response = detail::stored_response(row);
-        return result;
-    }
-    if (std::optional<Response> problem = detail::problem_for_outcome(
-            outcome, lease_seconds, std::chrono::seconds(1), options_.problem_type_base)) {
-        result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
-                         : outcome == "in_progress" ? LeaseOutcome::in_progress
-                                                    : LeaseOutcome::replayed;
-        result.response = std::move(*problem);
-        return result;
-    }
-    if (outcome != "started")
-        throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
+    if (std::optional<LeaseResult> answered =
+            answer_without_running(outcome, lease_seconds, row, options_))
+        return std::move(*answered);
     result.fence = row["fence"].as<std::int64_t>();
 
     // Run the body, never cancelled, while a background thread renews the lease.
@@ -209,47 +261,25 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
 
     // Settle the key by the policy; every statement is fenced.
     pqxx::nontransaction tx(connection());
-    auto mark_done = [&](int status) {
-        return pq::exec1(tx, "SELECT idempotency.complete($1, $2, fence => $3, status => $4)",
-                         request.principal, key, result.fence, status)[0]
-            .as<bool>();
-    };
-    auto release = [&] {
-        return pq::exec1(tx, "SELECT idempotency.release($1, $2, $3)", request.principal, key,
-                         result.fence)[0]
-            .as<bool>();
-    };
+    const Fenced fenced{tx, request.principal, key, result.fence};
     if (failure) {
         // Settle by the policy; a lost fence changes nothing either way.
         if (options_.policy == Policy::once)
-            mark_done(500);
+            fenced.complete(500);
         else
-            release();
+            fenced.release();
         std::rethrow_exception(failure);
     }
     bool settled;
     switch (options_.policy) {
-        case Policy::once: settled = mark_done(response.status); break;
+        case Policy::once: settled = fenced.complete(response.status); break;
         case Policy::commit_on_success:
-            settled = response.status < 400 ? mark_done(response.status) : release();
+            settled = response.status < 400 ? fenced.complete(response.status) : fenced.release();
             break;
         case Policy::remember:
         default:
-            if (is_final(response.status)) {
-                settled =
-                    pq::exec1(
-                        tx,
-                        "SELECT idempotency.complete($1, $2, fence => $3, status => $4, body => $5,"
-                        " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
-                        request.principal, key, result.fence, response.status,
-                        pq::bytes(response.body),
-                        detail::kept_headers_json(response, options_.kept_headers),
-                        response.resource_id ? response.resource_id->c_str() : nullptr,
-                        response.one_time_secret)[0]
-                        .as<bool>();
-            } else {
-                settled = release();
-            }
+            settled = is_final(response.status) ? fenced.store(response, options_.kept_headers)
+                                                : fenced.release();
             break;
     }
     result.response = std::move(response);

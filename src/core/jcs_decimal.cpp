@@ -1,6 +1,6 @@
 // The public number formatting of the core (jcs.hpp's format_number): the
-// layout itself is in numbers.hpp, inline for the parser.
-#include "numbers.hpp"
+// layout itself is in jcs_decimal.hpp, inline for the parser.
+#include "jcs_decimal.hpp"
 
 #include <string>
 

@@ -1,7 +1,8 @@
 // Number formatting of the canonicalizer (RFC 8785 section 3.2.2.3, which is
 // ECMAScript's Number::toString): the layout of a decimal, the shortest
 // round-trip form of a double, and the canonical form of a literal from its
-// digits alone where that is exact. Internal to src/core.
+// digits alone where that is exact. Internal to src/core (jcs_numbers.hpp reads
+// the literal that these functions lay out).
 #pragma once
 
 #include <cstddef>
@@ -19,9 +20,9 @@
 
 namespace idem::core::numbers {
 
-// Everything is inline: jcs.cpp's parser is the one caller, and out of line
-// these cost 0.7 % more instructions per byte (callgrind, api-1k). numbers.cpp
-// holds only the public format_number().
+// Everything is inline: Document::parse_number (jcs_numbers.hpp) is the one
+// caller, and out of line these cost 0.7 % more instructions per byte
+// (callgrind, api-1k). jcs_decimal.cpp holds only the public format_number().
 
 // Writes the decimal value (-)0.d1d2...dk × 10^n, given its significant digits
 // (k >= 1, no leading or trailing zero) in ECMAScript Number::toString's layout

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Checks the shape of the C++ code (issue 23), reading files only:
+
+1. Layers: each file of src/extension belongs to one layer (LAYERS below, the
+   table src/extension/README.md explains); no file includes a header of a
+   higher layer, and a room marked "plain" includes no other room of its own
+   layer (counters are told what happened; they include nothing of the
+   protocol). src/core includes no PostgreSQL header and nothing of
+   src/extension.
+2. Size: no source file under src/ or client/*/src over MAX_LINES lines.
+3. Functions: no C++ function over MAX_FUNCTION_LINES lines unless the comment
+   just above it says why, with the words "over 80 lines" (a brace-depth scan:
+   comments, strings and preprocessor lines are skipped first).
+
+Prints every violation and exits 1 when there is one. Usage:
+    scripts/check-structure.py [ROOT]      (default: the repository of this script)
+"""
+import pathlib
+import re
+import sys
+
+MAX_LINES = 500
+MAX_FUNCTION_LINES = 80
+REASON = "over 80 lines"
+
+# Bottom to top. A file's room is its name without extension.
+LAYERS = [
+    ("bottom", ["settings", "key_row", "compat", "guard", "arguments", "schema_version"]),
+    ("store", ["key_lock", "key_table", "key_store", "key_direct", "key_statements",
+               "placement"]),
+    ("protocol", ["counters", "counters_table", "pending", "outcome"]),
+    ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "module"]),
+]
+# Include no other room of their own layer but one another (the counters'
+# shared-memory table and its header are one thing split in two files).
+PLAIN = {"counters", "counters_table"}
+
+SIZE_GLOBS = ["src/**/*.cpp", "src/**/*.hpp", "src/**/*.h", "client/*/src/**/*.cpp",
+              "client/*/src/**/*.hpp", "client/*/src/**/*.py", "client/*/src/**/*.ts",
+              "client/*/src/**/*.js"]
+FUNCTION_GLOBS = ["src/**/*.cpp", "src/**/*.hpp", "client/cpp/src/**/*.cpp",
+                  "client/cpp/src/**/*.hpp", "client/cpp/include/**/*.hpp"]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^>"]+)[>"]', re.M)
+
+
+def layer_of():
+    table = {}
+    for rank, (_, rooms) in enumerate(LAYERS):
+        for room in rooms:
+            table[room] = rank
+    return table
+
+
+def check_layers(root, errors):
+    ranks = layer_of()
+    extension = root / "src/extension"
+    for path in sorted(extension.glob("*.[ch]pp")):
+        room = path.stem
+        if room not in ranks:
+            errors.append(f"{path.relative_to(root)}: room {room!r} is in no layer of "
+                          "scripts/check-structure.py (add it to LAYERS and to "
+                          "src/extension/README.md)")
+            continue
+        for name in INCLUDE.findall(path.read_text()):
+            other = pathlib.PurePath(name).stem
+            if other == room or not (extension / name).exists():
+                continue  # its own header, or one of src/core (below every layer)
+            if other not in ranks:
+                continue  # reported above as a room in no layer
+            if ranks[other] > ranks[room]:
+                errors.append(f"{path.relative_to(root)}: includes {name}, of a higher layer "
+                              f"({LAYERS[ranks[other]][0]} above {LAYERS[ranks[room]][0]})")
+            elif ranks[other] == ranks[room] and room in PLAIN and other not in PLAIN:
+                errors.append(f"{path.relative_to(root)}: includes {name}; {room} is told "
+                              "what happened and includes no other room of its layer")
+    for path in sorted((root / "src/core").glob("*.[ch]pp")):
+        for name in SYSTEM_INCLUDE.findall(path.read_text()):
+            if name == "postgres.h" or name.startswith(("utils/", "access/", "catalog/")) \
+                    or (extension / pathlib.PurePath(name).name).exists():
+                errors.append(f"{path.relative_to(root)}: includes {name}; src/core uses no "
+                              "PostgreSQL or extension header")
+
+
+def files(root, globs):
+    seen = set()
+    for pattern in globs:
+        for path in sorted(root.glob(pattern)):
+            if path.is_file() and path not in seen and "node_modules" not in path.parts:
+                seen.add(path)
+                yield path
+
+
+def check_sizes(root, errors):
+    for path in files(root, SIZE_GLOBS):
+        count = len(path.read_text().splitlines())
+        if count > MAX_LINES:
+            errors.append(f"{path.relative_to(root)}: {count} lines (at most {MAX_LINES}: "
+                          "split it by concern)")
+
+
+def blank_code(text):
+    """The text with comments, string and character literals and preprocessor
+    lines replaced by spaces (newlines kept), so braces can be counted."""
+    out = []
+    i, n = 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if line_start and c == "#":  # a preprocessor line, with its continuations
+            while i < n and not (text[i] == "\n" and text[i - 1] != "\\"):
+                out.append("\n" if text[i] == "\n" else " ")
+                i += 1
+            continue
+        if text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                out.append(" ")
+                i += 1
+            continue
+        if text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:end]))
+            i = end
+            continue
+        raw = re.match(r'R"([^(\s]*)\(', text[i:i + 20])
+        if raw:
+            end = text.find(")" + raw.group(1) + '"', i)
+            end = n if end < 0 else end + len(raw.group(1)) + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:end]))
+            i = end
+            continue
+        if c in "\"'" and not (c == "'" and i > 0 and text[i - 1].isalnum()):  # 1'000'000
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + " " * (j - i - 1) + c)
+            i = j + 1
+            continue
+        out.append(c)
+        line_start = c == "\n" or (line_start and c in " \t")
+        i += 1
+    return "".join(out)
+
+
+FUNCTION_HEAD = re.compile(
+    r"\)\s*(?:const\s*|noexcept(?:\([^)]*\))?\s*|override\s*|final\s*|mutable\s*|"
+    r"->\s*[\w:<>,\s*&]+?\s*|__attribute__\s*\(\([^)]*\)\)\s*)*$")
+# (string literals are blanked: extern "C" reads extern " ")
+SCOPE_HEAD = re.compile(r'\b(namespace|class|struct|union|enum)\b[^;{}()]*$|extern\s*"\s*"\s*$')
+
+
+def long_functions(text):
+    """(first line, line count) of each outermost function body over the limit."""
+    code = blank_code(text)
+    # Each open brace: True when it opens a function body.
+    stack = []
+    found = []
+    statement_start = 0
+    for i, c in enumerate(code):
+        if c == "{":
+            head = code[statement_start:i]
+            in_function = any(opened for opened, _ in stack)
+            is_scope = SCOPE_HEAD.search(head)
+            opens = not in_function and not is_scope and FUNCTION_HEAD.search(head.rstrip())
+            # A constructor's initializer list ends in ')' or '}' before its body.
+            if not in_function and not is_scope and not opens and re.search(
+                    r"\)\s*:\s*[\w:]+[({]", head):
+                opens = True
+            stack.append((bool(opens), code.count("\n", 0, i)))
+            statement_start = i + 1
+        elif c == "}":
+            if stack:
+                opens, start = stack.pop()
+                if opens:
+                    lines = code.count("\n", 0, i) - start + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        found.append((start + 1, lines))
+            statement_start = i + 1
+        elif c == ";":
+            statement_start = i + 1
+    return found
+
+
+def has_reason(lines, body_line):
+    """Whether the comment block above the function whose body opens on
+    body_line (1-based) gives the reason it is long."""
+    i = body_line - 1
+    # walk up over the signature to the comment above it
+    while i > 0 and not lines[i - 1].strip().startswith(("//", "*", "/*")) and \
+            lines[i - 1].strip() and body_line - i < 8:
+        i -= 1
+    comment = []
+    while i > 0 and lines[i - 1].strip().startswith(("//", "*", "/*", "///")):
+        comment.append(lines[i - 1])
+        i -= 1
+    words = " ".join(line.strip().lstrip("/*").strip() for line in reversed(comment))
+    return REASON in " ".join(words.lower().split())
+
+
+def check_functions(root, errors):
+    for path in files(root, FUNCTION_GLOBS):
+        text = path.read_text()
+        lines = text.splitlines()
+        for start, count in long_functions(text):
+            if not has_reason(lines, start):
+                errors.append(f"{path.relative_to(root)}:{start}: function of {count} lines "
+                              f"(at most {MAX_FUNCTION_LINES}, or a comment above it that says "
+                              f"why it is {REASON})")
+
+
+def main():
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else
+                        pathlib.Path(__file__).resolve().parent.parent)
+    errors = []
+    check_layers(root, errors)
+    check_sizes(root, errors)
+    check_functions(root, errors)
+    for error in errors:
+        print(error)
+    if errors:
+        print(f"{len(errors)} structure problem(s)")
+        return 1
+    print("layers, file sizes and function lengths as src/extension/README.md says")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
