@@ -37,10 +37,9 @@ const REMEMBER_SQL: &str = "SELECT idempotency.complete($1, $2, fence => $3::int
      one_time_secret => $8::boolean)";
 const RELEASE_SQL: &str = "SELECT idempotency.release($1, $2, $3::int8)";
 
-/// The `application_name` of the runner's connections and of the renewal connections.
+/// The default `application_name` of a runner's connections; its renewal
+/// connections add `-renew`.
 pub const RUNNER_APPLICATION_NAME: &str = "pg_idempotency";
-/// The `application_name` of a renewal task's connection.
-pub const RENEW_APPLICATION_NAME: &str = "pg_idempotency-renew";
 
 /// What happens to the key after the effect ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +95,9 @@ pub struct LeaseOptions {
     pub problem_type_base: String,
     /// Longest key accepted before asking the server.
     pub max_key_length: usize,
+    /// `application_name` of the runner's connections (renewal: this + `-renew`), so
+    /// that an operator sees them in pg_stat_activity.
+    pub application_name: String,
 }
 
 impl Default for LeaseOptions {
@@ -111,6 +113,7 @@ impl Default for LeaseOptions {
             final_statuses: None,
             problem_type_base: PROBLEM_TYPE_BASE.to_string(),
             max_key_length: 255,
+            application_name: RUNNER_APPLICATION_NAME.to_string(),
         }
     }
 }
@@ -150,9 +153,18 @@ async fn connect(config: &Config, application_name: &str) -> Result<PgClient, Er
     Ok(client)
 }
 
-/// A database error that is not the server's answer (lost connection, I/O).
+/// The connection was lost before the statement could run: closed, an I/O error, or
+/// the server ended the session (class 57P: terminated, shutting down; class 08).
 fn connection_error(error: &Error) -> bool {
-    matches!(error, Error::Db(e) if e.code().is_none())
+    match error {
+        Error::Db(e) => {
+            e.is_closed()
+                || e.code().map_or(e.as_db_error().is_none(), |c| {
+                    c.code().starts_with("57P") || c.code().starts_with("08")
+                })
+        }
+        _ => false,
+    }
 }
 
 impl LeaseRunner {
@@ -179,12 +191,14 @@ impl LeaseRunner {
         let idle = self.idle.lock().expect("pool lock").pop();
         match idle {
             Some(client) if !client.is_closed() => Ok(client),
-            _ => connect(&self.config, RUNNER_APPLICATION_NAME).await,
+            _ => connect(&self.config, &self.options.application_name).await,
         }
     }
 
-    fn give_back(&self, client: PgClient) {
-        if !client.is_closed() {
+    /// Returns a connection to the pool unless it is closed or `failed` says the
+    /// session is gone (its connection task may not have noticed yet).
+    fn give_back(&self, client: PgClient, failed: bool) {
+        if !failed && !client.is_closed() {
             self.idle.lock().expect("pool lock").push(client);
         }
     }
@@ -210,13 +224,8 @@ impl LeaseRunner {
                 return Ok(LeaseResult::answer(LeaseOutcome::Rejected, self.problem(problem, &detail)));
             }
         };
-        let client = self.take().await?;
-        if self.options.policy == Policy::Remember {
-            self.final_statuses.load(&client).await?; // known before holding anything
-        }
-        let acquired = self.acquire(&client, request, key).await;
-        self.give_back(client);
-        let row = match acquired {
+        let row = self.acquire(request, key).await;
+        let row = match row {
             Ok(row) => row,
             Err(error) if key_refused(&error) => {
                 let detail = "The Idempotency-Key was refused by the server.";
@@ -252,7 +261,25 @@ impl LeaseRunner {
         }
     }
 
-    async fn acquire(&self, client: &PgClient, request: &Request, key: &str) -> Result<Row, Error> {
+    /// Acquires the key on a pooled connection; a connection that turns out to be gone
+    /// before the statement ran is replaced once.
+    async fn acquire(&self, request: &Request, key: &str) -> Result<Row, Error> {
+        let mut attempt = 0;
+        loop {
+            let client = self.take().await?;
+            let row = self.acquire_once(&client, request, key).await;
+            self.give_back(client, matches!(&row, Err(e) if connection_error(e)));
+            match row {
+                Err(error) if connection_error(&error) && attempt == 0 => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn acquire_once(&self, client: &PgClient, request: &Request, key: &str) -> Result<Row, Error> {
+        if self.options.policy == Policy::Remember {
+            self.final_statuses.load(client).await?; // known before holding anything
+        }
         let options = &self.options;
         let row = client
             .query_one(
@@ -309,7 +336,7 @@ impl LeaseRunner {
         loop {
             let client = self.take().await?;
             let settled = self.settle_once(&client, held, result).await;
-            self.give_back(client);
+            self.give_back(client, matches!(&settled, Err(e) if connection_error(e)));
             match settled {
                 Err(error) if connection_error(&error) && attempt == 0 => attempt += 1,
                 other => return other,
@@ -388,8 +415,10 @@ impl Renewer {
         let state = Arc::new(RenewState::default());
         let (stop, stopped) = oneshot::channel();
         let period = (options.lease / 3).max(Duration::from_millis(50));
+        let mut config = config.clone();
+        config.application_name(&format!("{}-renew", options.application_name));
         let job = RenewJob {
-            config: config.clone(),
+            config,
             principal: held.principal.clone(),
             key: held.key.clone(),
             fence: held.fence,
@@ -439,14 +468,18 @@ impl RenewJob {
     /// restart, a killed backend) is retried at the next tick on a fresh connection;
     /// after max_failures in a row renewing stops without declaring the lease lost.
     async fn run(self, mut stopped: oneshot::Receiver<()>) {
-        let mut client: Option<PgClient> = None;
+        // Connect at once, so the first renewal does not pay for the connection.
+        let limit = self.period * 2;
+        let connected = tokio::time::timeout(limit, connect(&self.config, self.name())).await;
+        let mut client = connected.ok().and_then(Result::ok);
         let mut failures = 0;
         loop {
             tokio::select! {
                 _ = &mut stopped => return,
                 _ = tokio::time::sleep(self.period) => {}
             }
-            let renewed = tokio::time::timeout(self.period, self.renew_once(&mut client)).await;
+            // A renewal (with a reconnect) may take up to two periods: the lease is three.
+            let renewed = tokio::time::timeout(limit, self.renew_once(&mut client)).await;
             match renewed {
                 Ok(Ok(true)) => {
                     failures = 0;
@@ -467,9 +500,13 @@ impl RenewJob {
         }
     }
 
+    fn name(&self) -> &str {
+        self.config.get_application_name().unwrap_or(RUNNER_APPLICATION_NAME)
+    }
+
     async fn renew_once(&self, client: &mut Option<PgClient>) -> Result<bool, Error> {
         if client.as_ref().map_or(true, PgClient::is_closed) {
-            *client = Some(connect(&self.config, RENEW_APPLICATION_NAME).await?);
+            *client = Some(connect(&self.config, self.name()).await?);
         }
         let client = client.as_ref().expect("connected above");
         let row = client

@@ -26,8 +26,7 @@ mod transactional;
 pub use common::{BoxError, Error, Request};
 pub use http::{Outcome, Problem, Response};
 pub use lease::{
-    LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RENEW_APPLICATION_NAME,
-    RUNNER_APPLICATION_NAME,
+    LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
 };
 pub use queue::{push_unique, push_unique_in};
 pub use transactional::{fingerprint, Begun, Client, Connection, HandlerFuture, Options};
