@@ -120,7 +120,7 @@ if scripts/pgcluster.sh start "$cluster/pg" "$port"; then
   suite "Python client (pip install, pytest)" python_client_tests
   # Node, Java and Go are on the host only; the chroots of the matrix have none of them.
   [[ $scope == full ]] && suite "Node client (npm install, tsc, node --test)" node_client_tests
-  host_only=" conformance_node_orders languages_jdbc languages_pgx "
+  host_only=" conformance_node_orders languages_jdbc languages_pgx rust_client conformance_rust_orders "
   for t in tests/integration/*.sh; do
     [[ -e $t ]] || continue
     [[ $scope == matrix && $host_only == *" $(basename "$t" .sh) "* ]] && continue
