@@ -77,7 +77,7 @@ impl Pool {
             insert_api_key: client
                 .prepare("INSERT INTO api_keys (principal, name) VALUES ($1, $2) RETURNING id")
                 .await?,
-            sleep: client.prepare("SELECT pg_sleep($1::float8 / 1000)").await?,
+            sleep: client.prepare("SELECT pg_sleep($1::int8 / 1000.0)").await?,
         };
         Ok((Connection::new(client), statements))
     }
