@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Requests per second of the Python and Node example services, keyed route
+# Requests per second of the Python, Node and Rust example services, keyed route
 # (POST /orders, through the middleware) against the same framework's plain
 # route (POST /plain/orders, same handler in a plain transaction), with
 # synchronous_commit on, fresh key per request, wrk with 8 connections on
 # loopback, order rotated each round, medians. Same method as bench/http/run.sh.
 #
-#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node" by default
+#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python node rust" by default
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
-# /usr/bin/python3 with psycopg, and client/node built (npm install there).
+# /usr/bin/python3 with psycopg, and client/node built (npm install there); rust:
+# Debian's cargo (examples/rust-orders is built here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-5}
@@ -46,10 +47,13 @@ rps() {  # rps PATH RUN-ID -> requests/s
 source bench/lib.sh  # median
 
 printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
-for lang in ${LANGS:-python node}; do
+for lang in ${LANGS:-python node rust}; do
   case $lang in
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
+    rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)
+      (cd examples/rust-orders && RUSTC=/usr/bin/rustc /usr/bin/cargo build --release --quiet)
+      start_service build/rust/release/rust-orders ;;
   esac
   rps /orders "warm-keyed-$lang" >/dev/null
   rps /plain/orders "warm-plain-$lang" >/dev/null
