@@ -52,7 +52,7 @@ for lang in ${LANGS:-python node rust}; do
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
     rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)
-      (cd examples/rust-orders && RUSTC=/usr/bin/rustc /usr/bin/cargo build --release --quiet)
+      (cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet)
       start_service build/rust/release/rust-orders ;;
   esac
   rps /orders "warm-keyed-$lang" >/dev/null

@@ -11,7 +11,7 @@ if [[ ! -x /usr/bin/cargo || ! -x /usr/bin/rustc ]]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-(cd examples/rust-orders && RUSTC=/usr/bin/rustc /usr/bin/cargo build --release --quiet)
+(cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet)
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
 fresh_database idem_conformance_rust

@@ -17,4 +17,4 @@ source tests/integration/lib/service.bash
 fresh_database idem_rust_client
 export PGDATABASE=$service_db
 cd client/rust
-RUSTC=/usr/bin/rustc /usr/bin/cargo test --release --features hyper 2>&1
+PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo test --release --features hyper 2>&1

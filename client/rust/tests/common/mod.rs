@@ -62,3 +62,17 @@ pub async fn terminate(client: &Client, application_name: &str) -> i64 {
         .expect("terminate");
     row.get(0)
 }
+
+/// A fresh database with the extension, for a test that blocks others (locks the key
+/// table, refuses connections); (its name, its config). Drop it with `drop_database`.
+pub async fn own_database(admin: &Client, name: &str) -> (String, Config) {
+    let db = unique(name).replace('-', "_");
+    admin.batch_execute(&format!("CREATE DATABASE {}", db)).await.unwrap();
+    let config = config_for(&db);
+    connect_to(&config).await.batch_execute("CREATE EXTENSION idempotency").await.unwrap();
+    (db, config)
+}
+
+pub async fn drop_database(admin: &Client, db: &str) {
+    admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db)).await.unwrap();
+}
