@@ -160,7 +160,10 @@ impl FinalStatuses {
     }
 
     /// Reads the server's table once (one round trip); later calls return at once.
-    pub(crate) async fn load<C: tokio_postgres::GenericClient>(&self, client: &C) -> Result<(), Error> {
+    pub(crate) async fn load<C: tokio_postgres::GenericClient>(
+        &self,
+        client: &C,
+    ) -> Result<(), Error> {
         self.table
             .get_or_try_init(|| async {
                 let rows = client.query(FINAL_STATUSES_SQL, &[]).await?;

@@ -118,9 +118,12 @@ impl Problem {
                 400,
                 "Idempotency-Key header is malformed",
             ),
-            Problem::BodyInvalid => {
-                ("body_invalid", "request-body-invalid", 400, "Request body cannot be fingerprinted")
-            }
+            Problem::BodyInvalid => (
+                "body_invalid",
+                "request-body-invalid",
+                400,
+                "Request body cannot be fingerprinted",
+            ),
             Problem::KeyReuse => (
                 "key_reuse",
                 "idempotency-key-reuse",
@@ -304,7 +307,8 @@ pub fn stored_response(
     let mut response = Response::new(status, Vec::new(), body.unwrap_or_default());
     response.resource_id = resource_id;
     response.replayed = true;
-    let stored: Value = headers_json.and_then(|h| serde_json::from_str(h).ok()).unwrap_or(Value::Null);
+    let stored: Value =
+        headers_json.and_then(|h| serde_json::from_str(h).ok()).unwrap_or(Value::Null);
     let mut push = |name: &Value, value: &Value| {
         if let (Some(n), Some(v)) = (name.as_str(), value.as_str()) {
             response.headers.push((n.to_string(), v.to_string()));

@@ -32,9 +32,12 @@ pub async fn read_request(
 /// an impossible status becomes 500.
 pub fn into_hyper(response: Response) -> hyper::Response<Body> {
     let mut out = hyper::Response::new(Body::from(response.body));
-    *out.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *out.status_mut() =
+        StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in &response.headers {
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+        if let (Ok(n), Ok(v)) =
+            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
+        {
             out.headers_mut().append(n, v);
         }
     }

@@ -8,12 +8,9 @@
 //! retries get 409 until the lease runs out (fail closed).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_postgres::{Client as PgClient, Config, NoTls, Row};
 
 use crate::common::{key_refused, millis, BoxError, Error, FinalStatuses, Request};
@@ -22,14 +19,17 @@ use crate::http::{
     Problem, Response, DEFAULT_KEPT_HEADERS, PROBLEM_TYPE_BASE,
 };
 
+mod renew;
+
+use renew::Renewer;
+
 const ACQUIRE_SQL: &str = "SELECT outcome, fence, response_status, \
      response_headers::text AS response_headers, response_body, resource_id, \
      ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer \
      FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
      $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond', \
      $10::int8 * interval '1 millisecond')";
-const RENEW_SQL: &str =
-    "SELECT idempotency.renew($1, $2, $3, $4::int8 * interval '1 millisecond')";
+const RENEW_SQL: &str = "SELECT idempotency.renew($1, $2, $3, $4::int8 * interval '1 millisecond')";
 const MARK_DONE_SQL: &str =
     "SELECT idempotency.complete($1, $2, fence => $3::int8, status => $4::int4)";
 const REMEMBER_SQL: &str = "SELECT idempotency.complete($1, $2, fence => $3::int8, \
@@ -145,7 +145,7 @@ pub struct LeaseRunner {
     final_statuses: FinalStatuses,
 }
 
-async fn connect(config: &Config, application_name: &str) -> Result<PgClient, Error> {
+pub(crate) async fn connect(config: &Config, application_name: &str) -> Result<PgClient, Error> {
     let mut config = config.clone();
     config.application_name(application_name);
     let (client, connection) = config.connect(NoTls).await?;
@@ -216,12 +216,16 @@ impl LeaseRunner {
         let key = match request.key.as_deref() {
             Some(k) if valid_key(k, self.options.max_key_length) => k,
             other => {
-                let problem = if other.is_some() { Problem::KeyMalformed } else { Problem::KeyMissing };
+                let problem =
+                    if other.is_some() { Problem::KeyMalformed } else { Problem::KeyMissing };
                 let detail = format!(
                     "An Idempotency-Key of 1 to {} visible ASCII characters is required.",
                     self.options.max_key_length
                 );
-                return Ok(LeaseResult::answer(LeaseOutcome::Rejected, self.problem(problem, &detail)));
+                return Ok(LeaseResult::answer(
+                    LeaseOutcome::Rejected,
+                    self.problem(problem, &detail),
+                ));
             }
         };
         let row = self.acquire(request, key).await;
@@ -235,8 +239,9 @@ impl LeaseRunner {
             Err(error) => return Err(error),
         };
         let name: String = row.get(0);
-        let outcome = Outcome::parse(&name)
-            .ok_or_else(|| Error::Protocol(format!("acquire returned an unknown outcome: {}", name)))?;
+        let outcome = Outcome::parse(&name).ok_or_else(|| {
+            Error::Protocol(format!("acquire returned an unknown outcome: {}", name))
+        })?;
         if outcome != Outcome::Started {
             return Ok(self.answer(outcome, &row));
         }
@@ -244,7 +249,8 @@ impl LeaseRunner {
         let held = Held { principal: request.principal.clone(), key: key.to_string(), fence };
 
         // Run the body (never cancelled by this crate) while a task renews the lease.
-        let renewer = self.options.renew.then(|| Renewer::start(&self.config, &held, &self.options));
+        let renewer =
+            self.options.renew.then(|| Renewer::start(&self.config, &held, &self.options));
         let result = body().await.map_err(Into::into);
         let (lost, renewals) = match renewer {
             Some(renewer) => renewer.stop().await,
@@ -254,8 +260,11 @@ impl LeaseRunner {
         match result {
             Err(error) => Err(Error::Body(error)),
             Ok(response) => {
-                let outcome =
-                    if settled && !lost { LeaseOutcome::Fresh } else { LeaseOutcome::FreshUnfenced };
+                let outcome = if settled && !lost {
+                    LeaseOutcome::Fresh
+                } else {
+                    LeaseOutcome::FreshUnfenced
+                };
                 Ok(LeaseResult { outcome, response, fence, renewals })
             }
         }
@@ -276,7 +285,12 @@ impl LeaseRunner {
         }
     }
 
-    async fn acquire_once(&self, client: &PgClient, request: &Request, key: &str) -> Result<Row, Error> {
+    async fn acquire_once(
+        &self,
+        client: &PgClient,
+        request: &Request,
+        key: &str,
+    ) -> Result<Row, Error> {
         if self.options.policy == Policy::Remember {
             self.final_statuses.load(client).await?; // known before holding anything
         }
@@ -314,7 +328,8 @@ impl LeaseRunner {
         if outcome == Outcome::Replay {
             let status: i32 = row.get(2);
             let headers: Option<String> = row.get(3);
-            let response = stored_response(status as u16, headers.as_deref(), row.get(4), row.get(5));
+            let response =
+                stored_response(status as u16, headers.as_deref(), row.get(4), row.get(5));
             return LeaseResult::answer(LeaseOutcome::Replayed, response);
         }
         let lease_seconds: Option<i32> = row.get(6);
@@ -331,7 +346,11 @@ impl LeaseRunner {
     /// Settles the key by the policy with its fence: true when the fence still held
     /// it. A lost connection is retried once on a fresh one; if that fails too, the
     /// error propagates and the key stays held until its lease runs out.
-    async fn settle(&self, held: &Held, result: &Result<Response, BoxError>) -> Result<bool, Error> {
+    async fn settle(
+        &self,
+        held: &Held,
+        result: &Result<Response, BoxError>,
+    ) -> Result<bool, Error> {
         let mut attempt = 0;
         loop {
             let client = self.take().await?;
@@ -389,129 +408,8 @@ impl LeaseRunner {
 }
 
 /// The key a run holds.
-struct Held {
-    principal: String,
-    key: String,
-    fence: i64,
-}
-
-/// What the renewal task reports.
-#[derive(Default)]
-struct RenewState {
-    lost: AtomicBool,
-    renewals: AtomicU32,
-}
-
-/// The renewal task of one run. Dropping it (the run's future was dropped) aborts
-/// the task: the lease is no longer renewed and runs out, nothing is released.
-struct Renewer {
-    state: Arc<RenewState>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Renewer {
-    fn start(config: &Config, held: &Held, options: &LeaseOptions) -> Renewer {
-        let state = Arc::new(RenewState::default());
-        let (stop, stopped) = oneshot::channel();
-        let period = (options.lease / 3).max(Duration::from_millis(50));
-        let mut config = config.clone();
-        config.application_name(&format!("{}-renew", options.application_name));
-        let job = RenewJob {
-            config,
-            principal: held.principal.clone(),
-            key: held.key.clone(),
-            fence: held.fence,
-            lease_ms: millis(Some(options.lease)).unwrap_or(0),
-            period,
-            max_failures: options.max_renew_failures.max(1),
-            state: state.clone(),
-        };
-        let task = tokio::spawn(job.run(stopped));
-        Renewer { state, stop: Some(stop), task: Some(task) }
-    }
-
-    /// Stops renewing and waits for the task: (lease lost, renewals).
-    async fn stop(mut self) -> (bool, u32) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-        (self.state.lost.load(Ordering::SeqCst), self.state.renewals.load(Ordering::SeqCst))
-    }
-}
-
-impl Drop for Renewer {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-struct RenewJob {
-    config: Config,
-    principal: String,
-    key: String,
-    fence: i64,
-    lease_ms: i64,
-    period: Duration,
-    max_failures: u32,
-    state: Arc<RenewState>,
-}
-
-impl RenewJob {
-    /// Renews every period until stopped. renew() returning false means the fence lost
-    /// the key: renewing stops and the lease counts as lost. An error (network,
-    /// restart, a killed backend) is retried at the next tick on a fresh connection;
-    /// after max_failures in a row renewing stops without declaring the lease lost.
-    async fn run(self, mut stopped: oneshot::Receiver<()>) {
-        // Connect at once, so the first renewal does not pay for the connection.
-        let limit = self.period * 2;
-        let connected = tokio::time::timeout(limit, connect(&self.config, self.name())).await;
-        let mut client = connected.ok().and_then(Result::ok);
-        let mut failures = 0;
-        loop {
-            tokio::select! {
-                _ = &mut stopped => return,
-                _ = tokio::time::sleep(self.period) => {}
-            }
-            // A renewal (with a reconnect) may take up to two periods: the lease is three.
-            let renewed = tokio::time::timeout(limit, self.renew_once(&mut client)).await;
-            match renewed {
-                Ok(Ok(true)) => {
-                    failures = 0;
-                    self.state.renewals.fetch_add(1, Ordering::SeqCst);
-                }
-                Ok(Ok(false)) => {
-                    self.state.lost.store(true, Ordering::SeqCst);
-                    return;
-                }
-                Ok(Err(_)) | Err(_) => {
-                    client = None;
-                    failures += 1;
-                    if failures >= self.max_failures {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    fn name(&self) -> &str {
-        self.config.get_application_name().unwrap_or(RUNNER_APPLICATION_NAME)
-    }
-
-    async fn renew_once(&self, client: &mut Option<PgClient>) -> Result<bool, Error> {
-        if client.as_ref().map_or(true, PgClient::is_closed) {
-            *client = Some(connect(&self.config, self.name()).await?);
-        }
-        let client = client.as_ref().expect("connected above");
-        let row = client
-            .query_one(RENEW_SQL, &[&self.principal, &self.key, &self.fence, &self.lease_ms])
-            .await?;
-        Ok(row.get(0))
-    }
+pub(crate) struct Held {
+    pub(crate) principal: String,
+    pub(crate) key: String,
+    pub(crate) fence: i64,
 }

@@ -9,8 +9,7 @@ use tokio_postgres::{Client as PgClient, Transaction};
 
 use crate::common::{millis, Error};
 
-const CLAIM_SQL: &str =
-    "SELECT idempotency.claim($1, $2, $3::int8 * interval '1 millisecond')";
+const CLAIM_SQL: &str = "SELECT idempotency.claim($1, $2, $3::int8 * interval '1 millisecond')";
 
 /// Inside the caller's transaction: claims (principal, key) for `window` (None: the
 /// server's idempotency.key_ttl) and, when this call claimed it, runs `enqueue` (the

@@ -198,7 +198,12 @@ impl Client {
         self.begin_with(tx, BEGIN_SQL, request).await
     }
 
-    async fn begin_with<T>(&self, tx: &Transaction<'_>, sql: &T, request: &Request) -> Result<Begun, Error>
+    async fn begin_with<T>(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &T,
+        request: &Request,
+    ) -> Result<Begun, Error>
     where
         T: ?Sized + tokio_postgres::ToStatement,
     {
@@ -218,7 +223,9 @@ impl Client {
             }
             Err(error) if body_invalid(&error) => {
                 let detail = match &error {
-                    Error::Db(e) => e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().into()),
+                    Error::Db(e) => {
+                        e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().into())
+                    }
                     other => other.to_string(),
                 };
                 return Ok(Begun::Rejected(self.problem(Problem::BodyInvalid, &detail)));
@@ -230,8 +237,9 @@ impl Client {
 
     fn outcome_of(&self, row: &Row) -> Result<Begun, Error> {
         let name: String = row.get(0);
-        let outcome = Outcome::parse(&name)
-            .ok_or_else(|| Error::Protocol(format!("begin returned an unknown outcome: {}", name)))?;
+        let outcome = Outcome::parse(&name).ok_or_else(|| {
+            Error::Protocol(format!("begin returned an unknown outcome: {}", name))
+        })?;
         let response = match outcome {
             Outcome::Started => return Ok(Begun::Started),
             Outcome::Replay => {
@@ -289,14 +297,18 @@ impl Client {
 
     /// Stores a final error response in a short transaction of its own (autocommit),
     /// after the attempt was rolled back: a final error has no effect to keep.
-    pub async fn save_final(&self, client: &PgClient, request: &Request, response: &Response) -> Result<bool, Error> {
+    pub async fn save_final(
+        &self,
+        client: &PgClient,
+        request: &Request,
+        response: &Response,
+    ) -> Result<bool, Error> {
         let key = request.key.clone().unwrap_or_default();
         let (action, exclude) = (request.action_name(), request.exclude_param());
         let secret = response.one_time_secret;
         // A one-time secret is sent without its body and headers.
         let body: &[u8] = if secret { b"" } else { &response.body };
-        let headers =
-            (!secret).then(|| kept_headers_json(response, &self.options.kept_headers));
+        let headers = (!secret).then(|| kept_headers_json(response, &self.options.kept_headers));
         let (status, ttl) = (i32::from(response.status), millis(self.options.ttl));
         let params: [&(dyn ToSql + Sync); 12] = [
             &request.principal,

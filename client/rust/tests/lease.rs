@@ -14,11 +14,18 @@ use pg_idempotency::{
 use tokio::time::sleep;
 
 fn request(principal: &str, body: &str) -> Request {
-    Request::new(principal, Some("key-1".into()), "POST", "/charges", Some(body.as_bytes().to_vec()))
+    Request::new(
+        principal,
+        Some("key-1".into()),
+        "POST",
+        "/charges",
+        Some(body.as_bytes().to_vec()),
+    )
 }
 
 fn runner(policy: Policy, lease_ms: u64) -> LeaseRunner {
-    let options = LeaseOptions { policy, lease: Duration::from_millis(lease_ms), ..LeaseOptions::default() };
+    let options =
+        LeaseOptions { policy, lease: Duration::from_millis(lease_ms), ..LeaseOptions::default() };
     LeaseRunner::new(common::config(), options).expect("runner")
 }
 
@@ -27,7 +34,12 @@ fn json(status: u16, body: &str) -> Response {
 }
 
 /// Runs a body that counts its runs and answers `status`.
-async fn run_counted(runner: &LeaseRunner, req: &Request, runs: &AtomicU32, status: u16) -> LeaseOutcome {
+async fn run_counted(
+    runner: &LeaseRunner,
+    req: &Request,
+    runs: &AtomicU32,
+    status: u16,
+) -> LeaseOutcome {
     let result = runner
         .run(req, || async {
             let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
@@ -50,8 +62,10 @@ async fn run_failing(runner: &LeaseRunner, req: &Request, runs: &AtomicU32) {
 
 #[tokio::test]
 async fn remember_replays_the_original_response() {
-    let (runner, who, runs) = (runner(Policy::Remember, 30_000), common::unique("remember"), AtomicU32::new(0));
-    let (req, respelled, other) = (request(&who, "{\"a\":1}"), request(&who, "{ \"a\" : 1.0 }"), request(&who, "{\"a\":2}"));
+    let (runner, who, runs) =
+        (runner(Policy::Remember, 30_000), common::unique("remember"), AtomicU32::new(0));
+    let (req, respelled, other) =
+        (request(&who, "{\"a\":1}"), request(&who, "{ \"a\" : 1.0 }"), request(&who, "{\"a\":2}"));
     let first = runner.run(&req, || async { Ok::<_, BoxError>(json(201, "{\"id\":7}")) });
     let first = first.await.unwrap();
     assert_eq!(first.outcome, LeaseOutcome::Fresh);
@@ -77,15 +91,23 @@ async fn remember_replays_the_original_response() {
 
 #[tokio::test]
 async fn remember_releases_non_final_and_errors_and_stores_final_errors() {
-    let (runner, who, runs) = (runner(Policy::Remember, 30_000), common::unique("remember-err"), AtomicU32::new(0));
+    let (runner, who, runs) =
+        (runner(Policy::Remember, 30_000), common::unique("remember-err"), AtomicU32::new(0));
     let req = request(&who, "{}");
     assert_eq!(run_counted(&runner, &req, &runs, 503).await, LeaseOutcome::Fresh);
     run_failing(&runner, &req, &runs).await;
     assert_eq!(run_counted(&runner, &req, &runs, 400).await, LeaseOutcome::Fresh);
     let replay = runner.run(&req, || async { Ok::<_, BoxError>(json(201, "no")) }).await.unwrap();
     assert_eq!(replay.outcome, LeaseOutcome::Replayed);
-    assert_eq!((replay.response.status, replay.response.body.as_slice()), (400, &b"{\"run\":3}"[..]));
-    assert_eq!(runs.load(Ordering::SeqCst), 3, "503 and an error released the key, the 400 was kept");
+    assert_eq!(
+        (replay.response.status, replay.response.body.as_slice()),
+        (400, &b"{\"run\":3}"[..])
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "503 and an error released the key, the 400 was kept"
+    );
 }
 
 #[tokio::test]
@@ -99,7 +121,8 @@ async fn once_keeps_the_key_after_a_failure() {
         } else {
             assert_eq!(run_counted(&runner, &req, &runs, 500).await, LeaseOutcome::Fresh);
         }
-        let again = runner.run(&req, || async { Ok::<_, BoxError>(json(201, "no")) }).await.unwrap();
+        let again =
+            runner.run(&req, || async { Ok::<_, BoxError>(json(201, "no")) }).await.unwrap();
         assert_eq!(again.outcome, LeaseOutcome::Duplicate, "{}", name);
         assert_eq!(again.response.status, 409);
         assert_eq!(runs.load(Ordering::SeqCst), 1, "{}: at most once", name);
@@ -108,7 +131,8 @@ async fn once_keeps_the_key_after_a_failure() {
 
 #[tokio::test]
 async fn commit_on_success_releases_after_a_failure() {
-    let (runner, who, runs) = (runner(Policy::CommitOnSuccess, 30_000), common::unique("cos"), AtomicU32::new(0));
+    let (runner, who, runs) =
+        (runner(Policy::CommitOnSuccess, 30_000), common::unique("cos"), AtomicU32::new(0));
     let req = request(&who, "{}");
     assert_eq!(run_counted(&runner, &req, &runs, 502).await, LeaseOutcome::Fresh);
     run_failing(&runner, &req, &runs).await;
@@ -119,7 +143,11 @@ async fn commit_on_success_releases_after_a_failure() {
 
 #[tokio::test]
 async fn a_key_runs_again_after_its_ttl() {
-    let options = LeaseOptions { policy: Policy::Once, ttl: Some(Duration::from_secs(1)), ..LeaseOptions::default() };
+    let options = LeaseOptions {
+        policy: Policy::Once,
+        ttl: Some(Duration::from_secs(1)),
+        ..LeaseOptions::default()
+    };
     let runner = LeaseRunner::new(common::config(), options).unwrap();
     let (who, runs) = (common::unique("ttl"), AtomicU32::new(0));
     let req = request(&who, "{}");
@@ -133,7 +161,8 @@ async fn a_key_runs_again_after_its_ttl() {
 /// A body of 2 s under a lease of 600 ms; a second run of the same request starts
 /// after 1.3 s: (first result, second outcome).
 async fn long_body(renew: bool, name: &str) -> (pg_idempotency::LeaseResult, LeaseOutcome) {
-    let options = LeaseOptions { lease: Duration::from_millis(600), renew, ..LeaseOptions::default() };
+    let options =
+        LeaseOptions { lease: Duration::from_millis(600), renew, ..LeaseOptions::default() };
     let runner = Arc::new(LeaseRunner::new(common::config(), options).unwrap());
     let req = request(&common::unique(name), "{}");
     let (r2, req2) = (runner.clone(), req.clone());
@@ -166,7 +195,8 @@ async fn without_renewal_the_lease_is_taken_over_and_reported() {
 
 #[tokio::test]
 async fn the_in_progress_race_runs_the_body_once() {
-    let (runner, who, runs) = (runner(Policy::Remember, 30_000), common::unique("race"), AtomicU32::new(0));
+    let (runner, who, runs) =
+        (runner(Policy::Remember, 30_000), common::unique("race"), AtomicU32::new(0));
     let req = request(&who, "{}");
     let body = || async {
         runs.fetch_add(1, Ordering::SeqCst);
@@ -198,9 +228,13 @@ async fn a_renewal_that_fails_is_retried_not_a_lost_lease() {
     let runner = LeaseRunner::new(config, options).unwrap();
     let req = request("p", "{}");
     let result = runner.run(&req, || async {
-        sleep(Duration::from_millis(450)).await; // after the first renewal (200 ms)
-        // The renewer's backend dies: the next renewal reconnects.
-        assert_eq!(common::terminate(&admin, &format!("{}-renew", name)).await, 1, "killed the renewer");
+        // After the first renewal (200 ms) the renewer's backend dies: the next one reconnects.
+        sleep(Duration::from_millis(450)).await;
+        assert_eq!(
+            common::terminate(&admin, &format!("{}-renew", name)).await,
+            1,
+            "killed the renewer"
+        );
         // Renewals block on the table and time out (errors, not a lost lease) ...
         let tx = locker.transaction().await.unwrap();
         tx.batch_execute("LOCK TABLE idempotency.keys IN ACCESS EXCLUSIVE MODE").await.unwrap();
@@ -265,16 +299,27 @@ async fn a_release_that_fails_keeps_the_key_until_the_lease_runs_out() {
     let runner = LeaseRunner::new(config.clone(), options).unwrap();
     let (req, runs) = (request("p", "{}"), AtomicU32::new(0));
     let failed = runner.run(&req, || async {
-        admin.batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", db)).await.unwrap();
+        admin
+            .batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", db))
+            .await
+            .unwrap();
         common::terminate(&admin, &name).await;
         Ok::<_, BoxError>(json(500, "failed"))
     });
     let failed = failed.await;
     admin.batch_execute(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", db)).await.unwrap();
     assert!(matches!(failed, Err(Error::Db(_))), "the failed release is an error: {:?}", failed);
-    assert_eq!(run_counted(&runner, &req, &runs, 200).await, LeaseOutcome::InProgress, "fail closed");
+    assert_eq!(
+        run_counted(&runner, &req, &runs, 200).await,
+        LeaseOutcome::InProgress,
+        "fail closed"
+    );
     sleep(Duration::from_millis(2300)).await;
-    assert_eq!(run_counted(&runner, &req, &runs, 200).await, LeaseOutcome::Fresh, "after the lease");
+    assert_eq!(
+        run_counted(&runner, &req, &runs, 200).await,
+        LeaseOutcome::Fresh,
+        "after the lease"
+    );
     drop(runner);
     common::drop_database(&admin, &db).await;
 }
@@ -291,7 +336,11 @@ async fn a_cancelled_body_keeps_the_key_until_the_lease_runs_out() {
     });
     assert!(tokio::time::timeout(Duration::from_millis(300), slow).await.is_err(), "cancelled");
     assert_eq!(common::state(&admin, &who, "key-1").await, Some(("in_progress".into(), true)));
-    assert_eq!(run_counted(&runner, &req, &runs, 200).await, LeaseOutcome::InProgress, "not released");
+    assert_eq!(
+        run_counted(&runner, &req, &runs, 200).await,
+        LeaseOutcome::InProgress,
+        "not released"
+    );
     sleep(Duration::from_millis(700)).await; // no renewal after the cancel: the lease ran out
     assert_eq!(run_counted(&runner, &req, &runs, 200).await, LeaseOutcome::Fresh, "taken over");
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -23,7 +23,8 @@ fn constants_match() {
     assert_eq!(p["replay_header"], REPLAY_HEADER);
     assert_eq!(p["key_header"], KEY_HEADER);
     assert_eq!(p["default_retry_after_seconds"], DEFAULT_RETRY_AFTER_SECONDS);
-    let kept: Vec<&str> = p["kept_headers"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let kept: Vec<&str> =
+        p["kept_headers"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(kept, DEFAULT_KEPT_HEADERS);
 }
 
@@ -40,7 +41,12 @@ fn problems_match_field_by_field() {
         assert_eq!(row["status"], problem.status(), "{}: status", problem.name());
         assert_eq!(row["title"], problem.title(), "{}: title", problem.name());
         let fields: BTreeSet<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(fields, ["status", "title", "type"].into_iter().collect(), "{}: fields", problem.name());
+        assert_eq!(
+            fields,
+            ["status", "title", "type"].into_iter().collect(),
+            "{}: fields",
+            problem.name()
+        );
     }
 }
 
@@ -58,10 +64,20 @@ fn outcomes_match_field_by_field() {
             assert!(known.contains(&field.as_str()), "{}: field {} is checked", name, field);
         }
         assert_eq!(row["run_handler"], m.run_handler, "{}: run_handler", name);
-        assert_eq!(row["response"].as_str() == Some("stored"), m.stored_response, "{}: response", name);
+        assert_eq!(
+            row["response"].as_str() == Some("stored"),
+            m.stored_response,
+            "{}: response",
+            name
+        );
         assert_eq!(row["problem"].as_str(), m.problem.map(Problem::name), "{}: problem", name);
         assert_eq!(row["replayed"].as_bool().unwrap_or(false), m.replayed, "{}: replayed", name);
-        assert_eq!(row["retry_after"].as_bool().unwrap_or(false), m.retry_after, "{}: retry_after", name);
+        assert_eq!(
+            row["retry_after"].as_bool().unwrap_or(false),
+            m.retry_after,
+            "{}: retry_after",
+            name
+        );
         assert_eq!(row["detail"].as_str(), m.detail, "{}: detail", name);
     }
 }

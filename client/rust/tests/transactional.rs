@@ -7,7 +7,9 @@ mod common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use pg_idempotency::{push_unique, push_unique_in, Begun, BoxError, Client, Connection, Error, Options};
+use pg_idempotency::{
+    push_unique, push_unique_in, Begun, BoxError, Client, Connection, Error, Options,
+};
 use pg_idempotency::{Outcome, Request, Response};
 use tokio_postgres::Transaction;
 
@@ -64,7 +66,13 @@ async fn begin_and_complete_inside_the_callers_transaction() {
 }
 
 /// handle() with a handler that inserts an order and answers `status`.
-async fn order(client: &Client, conn: &mut Connection, req: &Request, status: u16, runs: &AtomicU32) -> Response {
+async fn order(
+    client: &Client,
+    conn: &mut Connection,
+    req: &Request,
+    status: u16,
+    runs: &AtomicU32,
+) -> Response {
     let who = req.principal.clone();
     client
         .handle(conn, req, |tx: &Transaction<'_>| {

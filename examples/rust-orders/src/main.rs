@@ -125,7 +125,8 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    let app = Arc::new(App { pool, client: Client::default(), flaky: orders::FirstRuns::default() });
+    let app =
+        Arc::new(App { pool, client: Client::default(), flaky: orders::FirstRuns::default() });
     let make = make_service_fn(move |_| {
         let app = app.clone();
         async move {

@@ -42,7 +42,8 @@ pub fn json_response(status: u16, document: Value, location: Option<String>) -> 
 
 /// The service's own problem bodies (type about:blank).
 pub fn problem(status: u16, title: &str, detail: &str) -> Response {
-    let document = json!({"type": "about:blank", "title": title, "status": status, "detail": detail});
+    let document =
+        json!({"type": "about:blank", "title": title, "status": status, "detail": detail});
     let mut response = json_response(status, document, None);
     response.set_header("Content-Type", "application/problem+json");
     response
@@ -111,7 +112,9 @@ pub async fn plain(
     delay_ms: u64,
 ) -> Result<Response, String> {
     let tx = client.transaction().await.map_err(|e| e.to_string())?;
-    let response = create_order(&tx, statements, principal, body, delay_ms).await.map_err(|e| e.to_string())?;
+    let response = create_order(&tx, statements, principal, body, delay_ms)
+        .await
+        .map_err(|e| e.to_string())?;
     let ended = if response.status < 300 { tx.commit().await } else { tx.rollback().await };
     ended.map_err(|e| e.to_string())?;
     Ok(response)

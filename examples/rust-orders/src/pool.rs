@@ -48,7 +48,8 @@ impl Pool {
 
     /// An idle connection, or a new one.
     pub async fn get(&self) -> Result<Slot, tokio_postgres::Error> {
-        let permit = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let permit =
+            self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         let idle = self.idle.lock().expect("pool lock").pop();
         let (conn, statements) = match idle {
             Some(pair) => pair,

@@ -29,7 +29,8 @@ impl Client {
         F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
     {
         let method = request.method.to_ascii_uppercase();
-        let needs_key = self.options.methods_requiring_key.iter().any(|m| m.eq_ignore_ascii_case(&method));
+        let needs_key =
+            self.options.methods_requiring_key.iter().any(|m| m.eq_ignore_ascii_case(&method));
         if request.key.is_none() && !needs_key {
             let tx = conn.client.transaction().await?;
             let response = handler(&tx).await.map_err(Error::Body)?;
@@ -57,7 +58,12 @@ impl Client {
     }
 
     /// One attempt: BEGIN; begin(); the handler; complete() and COMMIT sent together.
-    async fn attempt<F>(&self, conn: &mut Connection, request: &Request, handler: &mut F) -> Result<Response, Error>
+    async fn attempt<F>(
+        &self,
+        conn: &mut Connection,
+        request: &Request,
+        handler: &mut F,
+    ) -> Result<Response, Error>
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
     {
