@@ -34,6 +34,10 @@ if [[ $scope == full ]]; then
   # Go and pgx v4 (pgxpool included) for tests/languages/pgx_forms.go, client/go and
   # examples/go-orders (GOPATH mode, nothing downloaded).
   packages+=(golang-go golang-github-jackc-pgx-v4-dev)
+  # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 and the
+  # crates they build offline from /usr/share/cargo/registry (nothing from a crate registry).
+  packages+=(cargo rustc librust-tokio-postgres-dev librust-tokio-dev librust-hyper-dev
+    librust-serde-json-dev)
   command -v javac >/dev/null || packages+=(default-jdk-headless)
 else
   # procps: ps and kill for the tests' helpers in a minimal chroot.

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Requests per second of the Python, Node and Go example services, keyed route
+# Requests per second of the Python, Node, Go and Rust example services, keyed route
 # (POST /orders, through the middleware) against the same framework's plain
 # route (POST /plain/orders, same handler in a plain transaction), with
 # synchronous_commit on, fresh key per request, wrk with 8 connections on
 # loopback, order rotated each round, medians. Same method as bench/http/run.sh.
 #
-#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node go" by default
+#   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node go rust" by default
 #
 # python: examples/python-orders (WSGI, Client); asgi: examples/asgi-orders
 # (Starlette on uvicorn, ASGI middleware, AsyncClient).
@@ -13,6 +13,7 @@
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # /usr/bin/python3 with psycopg, client/node built (npm install there), and for
 # Go golang-go with golang-github-jackc-pgx-v4-dev (examples/go-orders is built here).
+# Rust: Debian's cargo and rustc (examples/rust-orders, release build, here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-5}
@@ -49,19 +50,22 @@ rps() {  # rps PATH RUN-ID -> requests/s
 # shellcheck source=../lib.sh
 source bench/lib.sh  # median
 
-if [[ " ${LANGS:-python asgi node go} " == *" go "* ]]; then  # Go: GOPATH mode on Debian's pgx (docs/go.md)
+if [[ " ${LANGS:-python asgi node go rust} " == *" go "* ]]; then  # Go: GOPATH mode on Debian's pgx (docs/go.md)
   # shellcheck source=../../client/go/gopath.bash
   source client/go/gopath.bash "$work/go"
   go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders"
 fi
 
 printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
-for lang in ${LANGS:-python asgi node go}; do
+for lang in ${LANGS:-python asgi node go rust}; do
   case $lang in
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
     asgi) start_service /usr/bin/python3 examples/asgi-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
     go) start_service "$work/go-orders" ;;
+    rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)
+      (cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet)
+      start_service build/rust/release/rust-orders ;;
   esac
   rps /orders "warm-keyed-$lang" >/dev/null
   rps /plain/orders "warm-plain-$lang" >/dev/null

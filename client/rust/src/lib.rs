@@ -1,0 +1,32 @@
+//! Idempotency keys on PostgreSQL (the `idempotency` extension, 0.6.0) for tokio-postgres.
+//!
+//! - [`LeaseRunner`]: an effect outside the database under one of three [`Policy`]s
+//!   (`Once`, `CommitOnSuccess`, `Remember`), over the lease protocol with automatic
+//!   renewal while the body runs and fencing on completion; a dropped (cancelled) run
+//!   keeps the key until its lease runs out.
+//! - [`Client`]: the transactional protocol, either `begin` / `complete` inside the
+//!   caller's `tokio_postgres::Transaction`, or `handle`, which owns the transaction on
+//!   a [`Connection`] and maps every outcome to HTTP.
+//! - [`push_unique`] / [`push_unique_in`]: a job row and its key row in one transaction.
+//! - [`http`]: the problem table and HTTP mapping every client shares
+//!   (`client/protocol.json`), and the optional hyper 0.14 glue (feature `hyper`).
+//!
+//! Fingerprints are computed by the server (`idempotency.fingerprint`, RFC 8785 + SHA-256)
+//! inside the statement that claims the key: no extra round trip, and no second
+//! implementation of RFC 8785 to drift from the server's.
+
+mod common;
+pub mod http;
+#[cfg(feature = "hyper")]
+pub mod hyper_glue;
+mod lease;
+mod queue;
+mod transactional;
+
+pub use common::{BoxError, Error, Request};
+pub use http::{Outcome, Problem, Response};
+pub use lease::{
+    LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
+};
+pub use queue::{push_unique, push_unique_in};
+pub use transactional::{fingerprint, Begun, Client, Connection, HandlerFuture, Options};

@@ -1,0 +1,345 @@
+//! The transactional protocol: the key row and the application's writes commit together.
+//!
+//! Two levels: `Client::begin` / `Client::complete` inside the caller's own
+//! `tokio_postgres::Transaction`, and `Client::handle`, which owns the transaction on a
+//! `Connection`, runs a handler in it and maps every outcome to HTTP. The fingerprint
+//! is computed by the server (`idempotency.fingerprint`) inside the `begin` statement.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client as PgClient, Row, Statement, Transaction};
+
+use crate::common::{body_invalid, key_refused, millis, BoxError, Error, FinalStatuses, Request};
+use crate::http::{
+    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key, Outcome,
+    Problem, Response, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
+};
+
+const BEGIN_SQL: &str = "SELECT outcome, response_status, \
+     response_headers::text AS response_headers, response_body, resource_id, \
+     ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer \
+     FROM idempotency.begin($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
+     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond')";
+const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
+     body => $4::bytea, headers => $5::text::jsonb, resource_id => $6::text, \
+     one_time_secret => $7::boolean)";
+const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
+     idempotency.fingerprint($4, $5, $6, $7), status => $8::int4, body => $9::bytea, \
+     headers => $10::text::jsonb, ttl => $11::int8 * interval '1 millisecond', \
+     one_time_secret => $12::boolean)";
+const FINGERPRINT_SQL: &str = "SELECT idempotency.fingerprint($1, $2, $3, $4)";
+
+/// Settings of a `Client`.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Methods answered 400 when they come without an Idempotency-Key.
+    pub methods_requiring_key: Vec<String>,
+    /// Response headers stored with the key and replayed.
+    pub kept_headers: Vec<String>,
+    /// How long begin waits for a transaction that holds the key; None: server default.
+    pub wait: Option<Duration>,
+    /// Key lifetime; None: idempotency.key_ttl.
+    pub ttl: Option<Duration>,
+    /// Attempts of `handle` on serialization failures and deadlocks.
+    pub max_attempts: u32,
+    /// Retry-After (seconds) of a 409 for a key held by a transaction.
+    pub retry_after: u32,
+    /// Statuses that are stored; None: ask the server once (idempotency.is_final).
+    pub final_statuses: Option<Vec<u16>>,
+    /// Prefix of problem `type` URIs.
+    pub problem_type_base: String,
+    /// Longest key accepted before asking the server.
+    pub max_key_length: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            methods_requiring_key: vec!["POST".into(), "PATCH".into()],
+            kept_headers: DEFAULT_KEPT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            wait: None,
+            ttl: None,
+            max_attempts: 3,
+            retry_after: DEFAULT_RETRY_AFTER_SECONDS,
+            final_statuses: None,
+            problem_type_base: PROBLEM_TYPE_BASE.to_string(),
+            max_key_length: 255,
+        }
+    }
+}
+
+/// What `Client::begin` found.
+#[derive(Debug)]
+pub enum Begun {
+    /// The key is held by the transaction: run the handler, then `complete`.
+    Started,
+    /// Do not run the handler; send this (replay, 409, 422). The transaction holds
+    /// nothing: commit or roll it back.
+    Answer(Outcome, Response),
+    /// No, empty or malformed key, or a body that cannot be fingerprinted: send this 400.
+    /// The transaction is aborted when the server refused the key: roll it back.
+    Rejected(Response),
+}
+
+/// A boxed future borrowing the transaction, as handlers return it.
+pub type HandlerFuture<'t> = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send + 't>>;
+
+/// A tokio-postgres connection with the protocol's statements prepared once
+/// (and again after a reconnect: make a new `Connection`). One request at a time.
+pub struct Connection {
+    client: PgClient,
+    statements: Option<Statements>,
+}
+
+struct Statements {
+    begin: Statement,
+    complete: Statement,
+}
+
+impl Connection {
+    /// Wraps a connected client; the statements are prepared on the first keyed request.
+    pub fn new(client: PgClient) -> Self {
+        Connection { client, statements: None }
+    }
+
+    /// The tokio-postgres client (for work outside `handle`).
+    pub fn client(&mut self) -> &mut PgClient {
+        &mut self.client
+    }
+
+    /// True when the connection is gone (make a new one).
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+}
+
+/// Runs handlers through the transactional protocol and maps outcomes to HTTP.
+/// `Sync`: one per process; connections are per task.
+pub struct Client {
+    options: Options,
+    final_statuses: FinalStatuses,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client::new(Options::default())
+    }
+}
+
+fn begin_params<'a>(
+    request: &'a Request,
+    key: &'a String,
+    action: &'a String,
+    exclude: &'a Option<Vec<String>>,
+    times: &'a [Option<i64>; 2],
+) -> [&'a (dyn ToSql + Sync); 9] {
+    [
+        &request.principal,
+        key,
+        action,
+        &request.method,
+        &request.path,
+        &request.body,
+        exclude,
+        &times[0],
+        &times[1],
+    ]
+}
+
+impl Client {
+    /// A client with these options.
+    pub fn new(options: Options) -> Self {
+        let final_statuses = FinalStatuses::new(options.final_statuses.as_deref());
+        Client { options, final_statuses }
+    }
+
+    /// The client's options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn problem(&self, problem: Problem, detail: &str) -> Response {
+        problem_response(problem, detail, &self.options.problem_type_base)
+    }
+
+    /// Whether a response with this status is stored (reads the server's table once).
+    pub async fn is_final(&self, client: &PgClient, status: u16) -> Result<bool, Error> {
+        self.final_statuses.load(client).await?;
+        Ok(self.final_statuses.is_final(status))
+    }
+
+    /// Checks the key before the database: None when it may go to the server,
+    /// or the 400 to answer.
+    fn check_key(&self, request: &Request) -> Option<Response> {
+        match request.key.as_deref() {
+            None => {
+                let method = request.method.to_ascii_uppercase();
+                let detail = format!("{} requests need an Idempotency-Key header.", method);
+                Some(self.problem(Problem::KeyMissing, &detail))
+            }
+            Some(key) if !valid_key(key, self.options.max_key_length) => {
+                let detail = format!(
+                    "The Idempotency-Key must be 1 to {} visible ASCII characters.",
+                    self.options.max_key_length
+                );
+                Some(self.problem(Problem::KeyMalformed, &detail))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Claims the request's key inside the caller's transaction (`idempotency.begin`,
+    /// the fingerprint computed by the server in the same statement). On `Started`
+    /// run the work in `tx`, then call `complete` before committing.
+    pub async fn begin(&self, tx: &Transaction<'_>, request: &Request) -> Result<Begun, Error> {
+        self.begin_with(tx, BEGIN_SQL, request).await
+    }
+
+    async fn begin_with<T>(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &T,
+        request: &Request,
+    ) -> Result<Begun, Error>
+    where
+        T: ?Sized + tokio_postgres::ToStatement,
+    {
+        if let Some(answer) = self.check_key(request) {
+            return Ok(Begun::Rejected(answer));
+        }
+        let key = request.key.clone().unwrap_or_default();
+        let (action, exclude) = (request.action_name(), request.exclude_param());
+        let times = [millis(self.options.ttl), millis(self.options.wait)];
+        let params = begin_params(request, &key, &action, &exclude, &times);
+        let row = tx.query_one(sql, &params).await.map_err(Error::from);
+        let row = match row {
+            Ok(row) => row,
+            Err(error) if key_refused(&error) => {
+                let detail = "The Idempotency-Key was refused by the server.";
+                return Ok(Begun::Rejected(self.problem(Problem::KeyMalformed, detail)));
+            }
+            Err(error) if body_invalid(&error) => {
+                let detail = match &error {
+                    Error::Db(e) => {
+                        e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().into())
+                    }
+                    other => other.to_string(),
+                };
+                return Ok(Begun::Rejected(self.problem(Problem::BodyInvalid, &detail)));
+            }
+            Err(error) => return Err(error),
+        };
+        self.outcome_of(&row)
+    }
+
+    fn outcome_of(&self, row: &Row) -> Result<Begun, Error> {
+        let name: String = row.get(0);
+        let outcome = Outcome::parse(&name).ok_or_else(|| {
+            Error::Protocol(format!("begin returned an unknown outcome: {}", name))
+        })?;
+        let response = match outcome {
+            Outcome::Started => return Ok(Begun::Started),
+            Outcome::Replay => {
+                let status: i32 = row.get(1);
+                let headers: Option<String> = row.get(2);
+                stored_response(status as u16, headers.as_deref(), row.get(3), row.get(4))
+            }
+            _ => {
+                let lease: Option<i32> = row.get(5);
+                let retry_after = lease.map_or(self.options.retry_after, |s| s.max(1) as u32);
+                let base = &self.options.problem_type_base;
+                outcome_problem(outcome, base, retry_after).expect("a problem outcome")
+            }
+        };
+        Ok(Begun::Answer(outcome, response))
+    }
+
+    /// Stores the final response of a key that `begin` started in `tx`
+    /// (`idempotency.complete`); commit `tx` afterwards. The status must be final
+    /// (see `handle` for what to do with error and non-final statuses).
+    pub async fn complete(
+        &self,
+        tx: &Transaction<'_>,
+        request: &Request,
+        response: &Response,
+    ) -> Result<(), Error> {
+        self.complete_with(tx, COMPLETE_SQL, request, response).await
+    }
+
+    async fn complete_with<T>(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &T,
+        request: &Request,
+        response: &Response,
+    ) -> Result<(), Error>
+    where
+        T: ?Sized + tokio_postgres::ToStatement,
+    {
+        let key = request.key.clone().unwrap_or_default();
+        let headers = kept_headers_json(response, &self.options.kept_headers);
+        let status = i32::from(response.status);
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &request.principal,
+            &key,
+            &status,
+            &response.body,
+            &headers,
+            &response.resource_id,
+            &response.one_time_secret,
+        ];
+        tx.query_one(sql, &params).await?;
+        Ok(())
+    }
+
+    /// Stores a final error response in a short transaction of its own (autocommit),
+    /// after the attempt was rolled back: a final error has no effect to keep.
+    pub async fn save_final(
+        &self,
+        client: &PgClient,
+        request: &Request,
+        response: &Response,
+    ) -> Result<bool, Error> {
+        let key = request.key.clone().unwrap_or_default();
+        let (action, exclude) = (request.action_name(), request.exclude_param());
+        let secret = response.one_time_secret;
+        // A one-time secret is sent without its body and headers.
+        let body: &[u8] = if secret { b"" } else { &response.body };
+        let headers = (!secret).then(|| kept_headers_json(response, &self.options.kept_headers));
+        let (status, ttl) = (i32::from(response.status), millis(self.options.ttl));
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &request.principal,
+            &key,
+            &action,
+            &request.method,
+            &request.path,
+            &request.body,
+            &exclude,
+            &status,
+            &body,
+            &headers,
+            &ttl,
+            &secret,
+        ];
+        Ok(client.query_one(SAVE_FINAL_SQL, &params).await?.get(0))
+    }
+}
+
+/// The 32-byte request fingerprint, computed by the server's `idempotency.fingerprint`
+/// exactly as `begin` computes it (one round trip; the protocol never needs this call).
+pub async fn fingerprint(
+    client: &PgClient,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    exclude: &[String],
+) -> Result<Vec<u8>, Error> {
+    let exclude = if exclude.is_empty() { None } else { Some(exclude.to_vec()) };
+    let row = client.query_one(FINGERPRINT_SQL, &[&method, &path, &body, &exclude]).await?;
+    Ok(row.get(0))
+}
+
+mod handle;

@@ -1,0 +1,122 @@
+//! `Client::handle`: one request through the transactional protocol on a `Connection`,
+//! the handler's writes and the key row in one transaction.
+
+use tokio_postgres::Transaction;
+
+use super::{Begun, Client, Connection, HandlerFuture, Statements, BEGIN_SQL, COMPLETE_SQL};
+use crate::common::{Error, Request};
+use crate::http::Response;
+
+impl Client {
+    /// Runs `handler` through the protocol on `conn` and returns the response to send.
+    ///
+    /// The handler does its writes in the transaction it is given and does not commit.
+    /// A final success is completed in that transaction; a final error is rolled back
+    /// and stored by `save_final`; anything else (401, 429, 3xx, 5xx) is rolled back and
+    /// not stored, so a retry runs again. A handler error rolls back, stores nothing and
+    /// comes back as `Error::Body`. Serialization failures (40001) and deadlocks
+    /// (40P01) rerun the whole attempt, handler included, up to `max_attempts`.
+    ///
+    /// A request without a key on a method outside `methods_requiring_key` runs the
+    /// handler in a plain transaction.
+    pub async fn handle<F>(
+        &self,
+        conn: &mut Connection,
+        request: &Request,
+        mut handler: F,
+    ) -> Result<Response, Error>
+    where
+        F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
+    {
+        let method = request.method.to_ascii_uppercase();
+        let needs_key =
+            self.options.methods_requiring_key.iter().any(|m| m.eq_ignore_ascii_case(&method));
+        if request.key.is_none() && !needs_key {
+            let tx = conn.client.transaction().await?;
+            let response = handler(&tx).await.map_err(Error::Body)?;
+            tx.commit().await?;
+            return Ok(response);
+        }
+        if let Some(answer) = self.check_key(request) {
+            return Ok(answer);
+        }
+        self.final_statuses.load(&conn.client).await?; // known before any transaction
+        if conn.statements.is_none() {
+            let begin = conn.client.prepare(BEGIN_SQL).await?;
+            let complete = conn.client.prepare(COMPLETE_SQL).await?;
+            conn.statements = Some(Statements { begin, complete });
+        }
+        let mut attempt = 1;
+        loop {
+            match self.attempt(conn, request, &mut handler).await {
+                Err(error) if error.is_retryable() && attempt < self.options.max_attempts => {
+                    attempt += 1
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt: BEGIN; begin(); the handler; complete() and COMMIT sent together.
+    async fn attempt<F>(
+        &self,
+        conn: &mut Connection,
+        request: &Request,
+        handler: &mut F,
+    ) -> Result<Response, Error>
+    where
+        F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
+    {
+        let Connection { client, statements } = conn;
+        let statements = statements.as_ref().expect("prepared by handle");
+        let tx = client.transaction().await?;
+        match self.begin_with(&tx, &statements.begin, request).await? {
+            Begun::Started => {}
+            Begun::Answer(_, response) => {
+                tx.commit().await?; // nothing held; ends the transaction
+                return Ok(response);
+            }
+            Begun::Rejected(response) => {
+                tx.rollback().await?;
+                return Ok(response);
+            }
+        }
+        let answer = match handler(&tx).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                tx.rollback().await?; // nothing is stored; the error propagates
+                return Err(Error::Body(error));
+            }
+        };
+        if !(100..=599).contains(&answer.status) {
+            tx.rollback().await?;
+            return Err(Error::Protocol(format!("handler returned HTTP status {}", answer.status)));
+        }
+        if !self.final_statuses.is_final(answer.status) {
+            // 401, 429, 3xx, 5xx: no effect may stay and nothing is stored, so a retry
+            // after a token refresh, throttling or a crash takes effect once.
+            tx.rollback().await?;
+            return Ok(answer);
+        }
+        if answer.status >= 400 {
+            // A final error has no effect to keep: roll back, then store it alone.
+            tx.rollback().await?;
+            self.save_final(client, request, &answer).await?;
+            return Ok(answer);
+        }
+        // complete() and COMMIT are sent together (tokio-postgres pipelines requests
+        // polled at once): one round trip. A failed complete() aborts the transaction,
+        // and COMMIT then ends it with a rollback, so the server-side transaction is over
+        // either way.
+        let (completed, committed) = tokio::join!(
+            self.complete_with(&tx, &statements.complete, request, &answer),
+            tx.batch_execute("COMMIT")
+        );
+        // The Transaction would send ROLLBACK on drop, after the COMMIT: forget it
+        // instead. It owns no heap memory (a borrow, no savepoint name, a flag).
+        std::mem::forget(tx);
+        completed?;
+        committed?;
+        Ok(answer)
+    }
+}

@@ -1,0 +1,83 @@
+//! The crate's HTTP table against client/protocol.json, field by field, read from the
+//! repository at test time: a change on either side that the other does not share fails.
+
+use std::collections::BTreeSet;
+
+use pg_idempotency::http::{
+    Outcome, Problem, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, KEY_HEADER,
+    PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE, REPLAY_HEADER,
+};
+use serde_json::Value;
+
+fn protocol() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol.json");
+    let text = std::fs::read_to_string(path).expect("client/protocol.json is readable");
+    serde_json::from_str(&text).expect("client/protocol.json is JSON")
+}
+
+#[test]
+fn constants_match() {
+    let p = protocol();
+    assert_eq!(p["problem_content_type"], PROBLEM_CONTENT_TYPE);
+    assert_eq!(p["problem_type_base"], PROBLEM_TYPE_BASE);
+    assert_eq!(p["replay_header"], REPLAY_HEADER);
+    assert_eq!(p["key_header"], KEY_HEADER);
+    assert_eq!(p["default_retry_after_seconds"], DEFAULT_RETRY_AFTER_SECONDS);
+    let kept: Vec<&str> =
+        p["kept_headers"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(kept, DEFAULT_KEPT_HEADERS);
+}
+
+#[test]
+fn problems_match_field_by_field() {
+    let p = protocol();
+    let table = p["problems"].as_object().expect("problems is an object");
+    let ours: BTreeSet<&str> = Problem::ALL.iter().map(|q| q.name()).collect();
+    let theirs: BTreeSet<&str> = table.keys().map(String::as_str).collect();
+    assert_eq!(ours, theirs, "the same problem names");
+    for problem in Problem::ALL {
+        let row = &table[problem.name()];
+        assert_eq!(row["type"], problem.slug(), "{}: type", problem.name());
+        assert_eq!(row["status"], problem.status(), "{}: status", problem.name());
+        assert_eq!(row["title"], problem.title(), "{}: title", problem.name());
+        let fields: BTreeSet<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            fields,
+            ["status", "title", "type"].into_iter().collect(),
+            "{}: fields",
+            problem.name()
+        );
+    }
+}
+
+#[test]
+fn outcomes_match_field_by_field() {
+    let p = protocol();
+    let table = p["outcomes"].as_object().expect("outcomes is an object");
+    let ours: BTreeSet<&str> = Outcome::ALL.iter().map(|o| o.name()).collect();
+    let theirs: BTreeSet<&str> = table.keys().map(String::as_str).collect();
+    assert_eq!(ours, theirs, "the same outcomes");
+    for outcome in Outcome::ALL {
+        let (row, m, name) = (&table[outcome.name()], outcome.mapping(), outcome.name());
+        let known = ["run_handler", "response", "problem", "replayed", "retry_after", "detail"];
+        for field in row.as_object().unwrap().keys() {
+            assert!(known.contains(&field.as_str()), "{}: field {} is checked", name, field);
+        }
+        assert_eq!(row["run_handler"], m.run_handler, "{}: run_handler", name);
+        assert_eq!(
+            row["response"].as_str() == Some("stored"),
+            m.stored_response,
+            "{}: response",
+            name
+        );
+        assert_eq!(row["problem"].as_str(), m.problem.map(Problem::name), "{}: problem", name);
+        assert_eq!(row["replayed"].as_bool().unwrap_or(false), m.replayed, "{}: replayed", name);
+        assert_eq!(
+            row["retry_after"].as_bool().unwrap_or(false),
+            m.retry_after,
+            "{}: retry_after",
+            name
+        );
+        assert_eq!(row["detail"].as_str(), m.detail, "{}: detail", name);
+    }
+}

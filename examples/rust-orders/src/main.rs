@@ -1,0 +1,146 @@
+//! rust-orders: the orders service of examples/orders-service on hyper 0.14 and
+//! tokio-postgres, idempotent through the pg_idempotency crate (client/rust).
+//!
+//!     rust-orders --port 8080 --dsn "host=... dbname=..." [--threads 8]
+//!
+//! Same routes, bodies and headers as the C++ and Python services:
+//!
+//!     POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
+//!                           Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+//!     POST /plain/orders    the same handler without the middleware (baseline)
+//!     POST /classic/orders  the same as /orders
+//!     POST /flaky/orders    the first run for each (principal, key) inserts the order,
+//!                           then answers 500: rolled back, not stored, the retry runs again
+//!     POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
+//!     GET  /orders/count    {"orders": n}
+//!     GET  /health          ok
+
+mod orders;
+mod pool;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::service::{make_service_fn, service_fn};
+use hyper::{Body, Method, Server};
+use pg_idempotency::hyper_glue::{into_hyper, read_request};
+use pg_idempotency::{Client, Response};
+
+use orders::{create_api_key, create_order, problem, Route};
+use pool::Pool;
+
+struct App {
+    pool: Pool,
+    client: Client,
+    flaky: orders::FirstRuns,
+}
+
+fn principal_of(request: &hyper::Request<Body>) -> Option<String> {
+    let auth = request.headers().get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
+    auth.strip_prefix("Bearer ").filter(|p| !p.is_empty()).map(str::to_string)
+}
+
+fn delay_ms(request: &hyper::Request<Body>) -> u64 {
+    let query = request.uri().query().unwrap_or("");
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("delay_ms="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
+    let path = request.uri().path().to_string();
+    if request.method() == Method::GET && path == "/health" {
+        return Response::new(200, vec![("Content-Type".into(), "text/plain".into())], "ok");
+    }
+    if request.method() == Method::GET && path == "/orders/count" {
+        return match app.pool.count_orders().await {
+            Ok(n) => orders::json_response(200, serde_json::json!({ "orders": n }), None),
+            Err(e) => problem(500, "Internal error", &e.to_string()),
+        };
+    }
+    let route = match (request.method() == Method::POST, Route::of(&path)) {
+        (true, Some(route)) => route,
+        _ => return problem(404, "Not found", "No such route."),
+    };
+    let principal = match principal_of(&request) {
+        Some(p) => p,
+        None => return problem(401, "Unauthorized", "Send Authorization: Bearer <token>."),
+    };
+    let delay = delay_ms(&request);
+    let req = match read_request(request, &principal).await {
+        Ok(req) => req,
+        Err(e) => return problem(400, "Bad request", &e.to_string()),
+    };
+    let mut slot = match app.pool.get().await {
+        Ok(slot) => slot,
+        Err(e) => return problem(503, "Service unavailable", &e.to_string()),
+    };
+    let insert = slot.statements.clone();
+    let body = req.body.clone().unwrap_or_default();
+    let result = if route == Route::Plain {
+        orders::plain(slot.conn.client(), &insert, &principal, &body, delay).await
+    } else {
+        let key = req.key.clone().unwrap_or_default();
+        app.client
+            .handle(&mut slot.conn, &req, |tx| {
+                let (insert, principal, body) = (insert.clone(), principal.clone(), body.clone());
+                let (app, key) = (app.clone(), key.clone());
+                Box::pin(async move {
+                    let mut response = match route {
+                        Route::ApiKeys => create_api_key(tx, &insert, &principal, &body).await?,
+                        _ => create_order(tx, &insert, &principal, &body, delay).await?,
+                    };
+                    let failing = route == Route::Flaky && response.status < 300;
+                    if failing && app.flaky.first(&principal, &key) {
+                        let detail = "The request failed; it is safe to retry with the same key.";
+                        response = problem(500, "Internal error", detail);
+                    }
+                    Ok(response)
+                })
+            })
+            .await
+            .map_err(|e| e.to_string())
+    };
+    app.pool.put(slot);
+    result.unwrap_or_else(|e| problem(500, "Internal error", &e))
+}
+
+fn argument(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let port: u16 = argument(&args, "--port").and_then(|p| p.parse().ok()).unwrap_or(8080);
+    let dsn = argument(&args, "--dsn").unwrap_or_default();
+    let threads: usize = argument(&args, "--threads").and_then(|t| t.parse().ok()).unwrap_or(8);
+    let pool = match Pool::open(&dsn, threads).await {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("rust-orders: cannot prepare the database: {}", e);
+            std::process::exit(1);
+        }
+    };
+    let app =
+        Arc::new(App { pool, client: Client::default(), flaky: orders::FirstRuns::default() });
+    let make = make_service_fn(move |_| {
+        let app = app.clone();
+        async move {
+            Ok::<_, Infallible>(service_fn(move |request| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(into_hyper(route(app, request).await)) }
+            }))
+        }
+    });
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let server = Server::bind(&addr).serve(make);
+    eprintln!("rust-orders: listening on 127.0.0.1:{}", port);
+    if let Err(e) = server.await {
+        eprintln!("rust-orders: {}", e);
+        std::process::exit(1);
+    }
+}
