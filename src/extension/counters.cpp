@@ -34,6 +34,8 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "compat.hpp"  // VARDATA_ANY & co. (varatt.h since 16)
+
 namespace idem::pg {
 
 bool counters_attached = false;

@@ -116,8 +116,8 @@ PG_FUNCTION_INFO_V1(idempotency_stats_counters);
 /// idempotency.stats_counters() -> SETOF record: the counters of every
 /// (database, action) since the last reset; none, with a WARNING, when the
 /// library was not preloaded.
-Datum idempotency_stats_counters(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_stats_counters(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         compat::InitMaterializedSRF(fcinfo, 0);
         if (!counters_on()) {
             warn_off();
@@ -143,8 +143,8 @@ PG_FUNCTION_INFO_V1(idempotency_stats_reset);
 /// idempotency.stats_reset() -> timestamptz: zeroes every counter of every
 /// database and returns the time of the reset (NULL, with a WARNING, when the
 /// counters are off).
-Datum idempotency_stats_reset(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_stats_reset(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         if (!counters_on()) {
             warn_off();
             PG_RETURN_NULL();
@@ -158,8 +158,8 @@ PG_FUNCTION_INFO_V1(idempotency_count_cleanup);
 }
 /// idempotency.count_cleanup(action, deleted) -> boolean: counts rows that
 /// idempotency.cleanup_batch() deleted (true; called by it only).
-Datum idempotency_count_cleanup(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_count_cleanup(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         count_event(Counter::cleanup_deleted, PG_GETARG_TEXT_PP(0), PG_GETARG_INT64(1));
         PG_RETURN_BOOL(true);
     });

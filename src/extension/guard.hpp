@@ -152,9 +152,12 @@ bool run_interruptible(SqlError& error, Compute compute) {
 ///     extern "C" {
 ///     PG_FUNCTION_INFO_V1(idempotency_is_final);
 ///     }
-///     Datum idempotency_is_final(PG_FUNCTION_ARGS) {
-///         return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum { ... });
+///     Datum idempotency_is_final(FunctionCallInfo call) {
+///         return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum { ... });
 ///     }
+///
+/// The outer parameter is not called `fcinfo` (PG_FUNCTION_ARGS): the body's
+/// PG_GETARG_* macros name the lambda's, and g++ 14 refuses the shadowing.
 template <typename Body>
 Datum sql_entry(FunctionCallInfo fcinfo, Body&& body) {
     require_known_schema();

@@ -170,8 +170,8 @@ extern "C" {
 PG_FUNCTION_INFO_V1(idempotency_jcs_text);
 }
 /// idempotency.jcs(text): the RFC 8785 canonical form of a JSON text.
-Datum idempotency_jcs_text(PG_FUNCTION_ARGS) {
-    return idem::pg::sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_jcs_text(FunctionCallInfo call) {
+    return idem::pg::sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         text* document = PG_GETARG_TEXT_PP(0);
         const char* data = VARDATA_ANY(document);
         const std::size_t size = VARSIZE_ANY_EXHDR(document);
@@ -192,8 +192,8 @@ PG_FUNCTION_INFO_V1(idempotency_jcs_jsonb);
 /// idempotency.jcs(jsonb): the canonical form of a jsonb value. jsonb's text form
 /// is valid JSON without duplicates, so going through it gives the same bytes as
 /// idempotency.jcs(text) for the same document, numerics rounded to doubles.
-Datum idempotency_jcs_jsonb(PG_FUNCTION_ARGS) {
-    return idem::pg::sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_jcs_jsonb(FunctionCallInfo call) {
+    return idem::pg::sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         Jsonb* document = PG_GETARG_JSONB_P(0);
         StringInfoData json;
         initStringInfo(&json);
@@ -214,8 +214,8 @@ extern "C" {
 PG_FUNCTION_INFO_V1(idempotency_fingerprint);
 }
 /// idempotency.fingerprint(method, path, body, exclude): 32-byte SHA-256 request digest.
-Datum idempotency_fingerprint(PG_FUNCTION_ARGS) {
-    return idem::pg::sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_fingerprint(FunctionCallInfo call) {
+    return idem::pg::sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("method and path of a fingerprint must not be null")));

@@ -25,8 +25,8 @@ extern "C" {
 PG_FUNCTION_INFO_V1(idempotency_acquire);
 }
 /// idempotency.acquire(principal, key, action, fingerprint, lease, ttl, wait) -> key_outcome
-Datum idempotency_acquire(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_acquire(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         const Request request = request_arguments(fcinfo);
         const Interval lease = lease_argument(fcinfo, 4);
         const Interval ttl = ttl_argument(fcinfo, 5);
@@ -72,8 +72,8 @@ PG_FUNCTION_INFO_V1(idempotency_renew);
 /// idempotency.renew(principal, key, fence, lease) -> boolean: extends the
 /// lease while fence holds the key and the row is live; a lease may outlive
 /// the key's ttl.
-Datum idempotency_renew(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_renew(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         require_arguments(fcinfo, 3, "principal, key and fence");
         check_principal_binding(PG_GETARG_TEXT_PP(0));
         const Interval lease = lease_argument(fcinfo, 3);
@@ -92,8 +92,8 @@ PG_FUNCTION_INFO_V1(idempotency_release);
 /// idempotency.release(principal, key, fence) -> boolean: ends a live lease so
 /// that a retry may run again; false when fence no longer holds the key or its
 /// lease had already run out.
-Datum idempotency_release(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_release(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         check_principal_binding(PG_GETARG_TEXT_PP(0));
         PreventCommandIfReadOnly("idempotency.release()");
         text* action = nullptr;
@@ -111,8 +111,8 @@ PG_FUNCTION_INFO_V1(idempotency_claim);
 /// within ttl. Like every writer of new key rows it holds the key lock: a
 /// transaction that holds the key is waited for (idempotency.wait_timeout); if
 /// it commits a row the claim fails, if it rolls back the claim can succeed.
-Datum idempotency_claim(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_claim(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         require_arguments(fcinfo, 2, "principal and key");
         text* principal = PG_GETARG_TEXT_PP(0);
         text* key = PG_GETARG_TEXT_PP(1);
@@ -133,8 +133,8 @@ PG_FUNCTION_INFO_V1(idempotency_complete_fenced);
 /// The 0.3.0-0.5.0 overload complete(principal, key, fence, status, body,
 /// headers, resource_id, one_time_secret). 0.6.0 drops it from SQL; the symbol
 /// stays for the upgrade scripts that create it on the way.
-Datum idempotency_complete_fenced(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_complete_fenced(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         require_arguments(fcinfo, 4, "principal, key, fence and status");
         const StoredResponse response = response_arguments(fcinfo, 3, 4, 5, 6, 7);
         PreventCommandIfReadOnly("idempotency.complete()");

@@ -33,8 +33,8 @@ extern "C" {
 PG_FUNCTION_INFO_V1(idempotency_begin);
 }
 /// idempotency.begin(principal, key, action, fingerprint, ttl, wait) -> key_outcome
-Datum idempotency_begin(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_begin(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         const Request request = request_arguments(fcinfo);
         const Interval ttl = ttl_argument(fcinfo, 4);
         const int wait_ms = wait_argument(fcinfo, 5);
@@ -82,8 +82,8 @@ PG_FUNCTION_INFO_V1(idempotency_complete);
 /// idempotency.complete(principal, key, status, body, headers, resource_id, one_time_secret, fence)
 /// -> boolean Without fence: stores the response of a key begun in this transaction. With fence:
 /// the lease protocol's completion, true while fence holds the key.
-Datum idempotency_complete(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_complete(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         require_arguments(fcinfo, 3, "principal, key and status");
         const StoredResponse response = response_arguments(fcinfo, 2, 3, 4, 5, 6);
         if (argument_given(fcinfo, 7)) {
@@ -136,8 +136,8 @@ PG_FUNCTION_INFO_V1(idempotency_save_final);
 /// -> boolean. False when nothing was stored: not final, a live row of the key,
 /// or the wait for a transaction that holds the key ran out (the response may
 /// or may not be stored by then; the caller answers the same either way).
-Datum idempotency_save_final(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_save_final(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         const Request request = request_arguments(fcinfo);
         require_arguments(fcinfo, 5, "status");
         const StoredResponse response = response_arguments(fcinfo, 4, 5, 6, -1, 8);
@@ -160,8 +160,8 @@ extern "C" {
 PG_FUNCTION_INFO_V1(idempotency_is_final);
 }
 /// idempotency.is_final(status) -> boolean
-Datum idempotency_is_final(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_is_final(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         PG_RETURN_BOOL(is_final_status(PG_GETARG_INT32(0)));
     });
 }
@@ -170,8 +170,8 @@ extern "C" {
 PG_FUNCTION_INFO_V1(idempotency_forget);
 }
 /// idempotency.forget(principal, key) -> boolean: removes one key (operator tool).
-Datum idempotency_forget(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_forget(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         check_principal_binding(PG_GETARG_TEXT_PP(0));
         PreventCommandIfReadOnly("idempotency.forget()");
         PG_RETURN_BOOL(forget_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
@@ -183,8 +183,8 @@ PG_FUNCTION_INFO_V1(idempotency_bound_principal);
 }
 /// idempotency.bound_principal(principal) -> text: the principal, when the
 /// calling role may act for it under idempotency.principal_binding (42501 otherwise).
-Datum idempotency_bound_principal(PG_FUNCTION_ARGS) {
-    return sql_entry(fcinfo, [](FunctionCallInfo fcinfo) -> Datum {
+Datum idempotency_bound_principal(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         check_principal_binding(PG_GETARG_TEXT_PP(0));
         PG_RETURN_DATUM(PG_GETARG_DATUM(0));
     });
