@@ -75,17 +75,20 @@ def _name(sql: bytes) -> bytes:
     return b"pg_idempotency_" + hashlib.sha1(sql).hexdigest()[:16].encode()
 
 
-BEGIN_NAME, COMPLETE_NAME, SAVE_FINAL_NAME = (_name(s) for s in (BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL))
+BEGIN_NAME, COMPLETE_NAME, SAVE_FINAL_NAME, EXPIRY_NAME = (
+    _name(s) for s in (BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL)
+)
 PREPARES = [
     _wire.Prepare(BEGIN_NAME, BEGIN_SQL),
     _wire.Prepare(COMPLETE_NAME, COMPLETE_SQL),
     _wire.Prepare(SAVE_FINAL_NAME, SAVE_FINAL_SQL),
+    _wire.Prepare(EXPIRY_NAME, STORED_EXPIRY_SQL),
 ]
 # Lost (DISCARD ALL, a transaction pooler on another server session) or already there.
 STATEMENT_GONE = "26000"
 STATEMENT_EXISTS = "42P05"
 
-# The sessions (psycopg connections) on which the three statements are prepared.
+# The sessions (psycopg connections) on which the statements of PREPARES are prepared.
 _prepared: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
@@ -388,15 +391,28 @@ class ClientBase:
         ]
         name = SAVE_FINAL_NAME if attempt._named and conn in _prepared else None
         save = _wire.Statement(SAVE_FINAL_SQL, params, name)
-        expiry = _wire.Statement(STORED_EXPIRY_SQL, [request.principal, request.key])
+        key = [request.principal, request.key]
+        expiry = _wire.Statement(STORED_EXPIRY_SQL, key, None if name is None else EXPIRY_NAME)
         results = yield from _wire.pipeline(
             conn, [_wire.Statement(b"ROLLBACK"), _wire.SYNC, save, _wire.SYNC, expiry, _wire.SYNC]
         )
-        if name is not None and _state(results[1].error) == STATEMENT_GONE:
+        if name is not None and _state(results[1].error) != STATEMENT_GONE and \
+                _state(results[2].error) == STATEMENT_GONE:
+            # save_final ran; only the expiry's statement is gone: read it unnamed.
+            _prepared.discard(conn)
+            _wire.raise_first(results[:2])
+            results = yield from _wire.pipeline(conn, [_wire.Statement(STORED_EXPIRY_SQL, key), _wire.SYNC])
+        elif name is not None and _state(results[1].error) == STATEMENT_GONE:
             # A transaction pooler may hand the implicit transaction to another session.
             _prepared.discard(conn)
             results = yield from _wire.pipeline(
-                conn, [_wire.Statement(SAVE_FINAL_SQL, params), _wire.SYNC, expiry, _wire.SYNC]
+                conn,
+                [
+                    _wire.Statement(SAVE_FINAL_SQL, params),
+                    _wire.SYNC,
+                    _wire.Statement(STORED_EXPIRY_SQL, key),
+                    _wire.SYNC,
+                ],
             )
         _wire.raise_first(results)
         self._count("stored_errors")
