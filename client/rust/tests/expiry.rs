@@ -78,7 +78,7 @@ async fn expiry_is_the_stored_rows_on_every_answer_and_never_stored() {
 }
 
 /// A transaction on its own connection that holds (who, key) until dropped.
-async fn hold(pg: &mut tokio_postgres::Client, req: &Request) -> Transaction<'_> {
+async fn hold<'a>(pg: &'a mut tokio_postgres::Client, req: &Request) -> Transaction<'a> {
     let holder = pg.transaction().await.unwrap();
     assert!(matches!(Client::default().begin(&holder, req).await.unwrap(), Begun::Started));
     holder
