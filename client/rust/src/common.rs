@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 use tokio_postgres::error::SqlState;
 
+use crate::http::DuplicateMode;
+
 /// Any error a body or handler may return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -27,6 +29,10 @@ pub struct Request {
     pub exclude: Vec<String>,
     /// Operation name stored with the key; empty: "METHOD path".
     pub action: String,
+    /// What a duplicate of this request does while the first runs (transactional
+    /// protocol); None: the client's `Options::duplicates`. A route or middleware sets
+    /// it from the request (a fixed value per route, or a function of the request).
+    pub duplicates: Option<DuplicateMode>,
 }
 
 impl Request {

@@ -7,6 +7,12 @@
 
 use serde_json::{json, Value};
 
+mod expiry;
+pub use expiry::{
+    http_date, DuplicateMode, DEFAULT_DUPLICATE_MODE, DUPLICATE_MODES, EXPIRES_FORMAT,
+    EXPIRES_HEADER,
+};
+
 /// `Content-Type` of every problem body.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 /// Default prefix of problem `type` URIs.
@@ -53,6 +59,14 @@ impl Response {
     pub fn set_header(&mut self, name: &str, value: &str) {
         self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         self.headers.push((name.to_string(), value.to_string()));
+    }
+
+    /// Sets `Idempotency-Expires` to the key row's expiry (seconds since the epoch),
+    /// replacing any value already there; does nothing for None (no key row).
+    pub fn set_expires(&mut self, expires_epoch: Option<i64>) {
+        if let Some(epoch) = expires_epoch {
+            self.set_header(EXPIRES_HEADER, &http_date(epoch));
+        }
     }
 }
 
@@ -285,11 +299,13 @@ pub fn outcome_problem(outcome: Outcome, type_base: &str, retry_after: u32) -> O
 }
 
 /// The kept headers of a response as a JSON array of `[name, value]` pairs, in
-/// their order, repeated names (Set-Cookie, Link) included.
+/// their order, repeated names (Set-Cookie, Link) included. `Idempotency-Expires` is
+/// never kept, whatever `kept` says: every answer gets the key row's own value.
 pub fn kept_headers_json<S: AsRef<str>>(response: &Response, kept: &[S]) -> String {
     let pairs: Vec<Value> = response
         .headers
         .iter()
+        .filter(|(name, _)| !name.eq_ignore_ascii_case(EXPIRES_HEADER))
         .filter(|(name, _)| kept.iter().any(|k| k.as_ref().eq_ignore_ascii_case(name)))
         .map(|(name, value)| json!([name, value]))
         .collect();
@@ -402,5 +418,24 @@ mod tests {
         response.headers.push(("Content-Type".into(), "application/json".into()));
         let json = kept_headers_json(&response, &DEFAULT_KEPT_HEADERS);
         assert_eq!(json, r#"[["location","/o/1"],["Content-Type","application/json"]]"#);
+    }
+
+    #[test]
+    fn the_expiry_header_is_never_kept_and_set_once() {
+        let mut response = Response::new(201, Vec::new(), "");
+        response.headers.push(("idempotency-expires".into(), "the handler's".into()));
+        response.headers.push(("Location".into(), "/o/1".into()));
+        let kept = [EXPIRES_HEADER, "Location"];
+        assert_eq!(kept_headers_json(&response, &kept), r#"[["Location","/o/1"]]"#);
+        response.set_expires(None);
+        assert_eq!(response.header(EXPIRES_HEADER), Some("the handler's"));
+        response.set_expires(Some(784_111_777));
+        let values: Vec<&str> = response
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(EXPIRES_HEADER))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(values, ["Sun, 06 Nov 1994 08:49:37 GMT"]);
     }
 }

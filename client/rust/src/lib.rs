@@ -24,7 +24,7 @@ mod queue;
 mod transactional;
 
 pub use common::{BoxError, Error, Request};
-pub use http::{Outcome, Problem, Response};
+pub use http::{DuplicateMode, Outcome, Problem, Response};
 pub use lease::{
     LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
 };

@@ -14,12 +14,14 @@ use tokio_postgres::{Client as PgClient, Row, Statement, Transaction};
 
 use crate::common::{body_invalid, key_refused, millis, BoxError, Error, FinalStatuses, Request};
 use crate::http::{
-    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key, Outcome,
-    Problem, Response, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
+    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key,
+    DuplicateMode, Outcome, Problem, Response, DEFAULT_DUPLICATE_MODE, DEFAULT_KEPT_HEADERS,
+    DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
 
 const BEGIN_SQL: &str = "SELECT outcome, response_status, \
      response_headers::text AS response_headers, response_body, resource_id, \
+     floor(extract(epoch FROM expires_at))::bigint AS expires_epoch, \
      ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer \
      FROM idempotency.begin($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
      $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond')";
@@ -30,6 +32,9 @@ const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
      idempotency.fingerprint($4, $5, $6, $7), status => $8::int4, body => $9::bytea, \
      headers => $10::text::jsonb, ttl => $11::int8 * interval '1 millisecond', \
      one_time_secret => $12::boolean)";
+/// The stored row's expiry after save_final (which starts the ttl at its own now()).
+const STORED_EXPIRY_SQL: &str = "SELECT floor(extract(epoch FROM expires_at))::bigint \
+     FROM idempotency.lookup($1, $2)";
 const FINGERPRINT_SQL: &str = "SELECT idempotency.fingerprint($1, $2, $3, $4)";
 
 /// Settings of a `Client`.
@@ -41,6 +46,10 @@ pub struct Options {
     pub kept_headers: Vec<String>,
     /// How long begin waits for a transaction that holds the key; None: server default.
     pub wait: Option<Duration>,
+    /// What a duplicate of a running request does: `Wait` (the default) waits for it
+    /// (up to `wait`), then replays; `Reject` answers 409 request-in-progress with
+    /// Retry-After at once (begin with wait 0). `Request::duplicates` overrides it.
+    pub duplicates: DuplicateMode,
     /// Key lifetime; None: idempotency.key_ttl.
     pub ttl: Option<Duration>,
     /// Attempts of `handle` on serialization failures and deadlocks.
@@ -61,6 +70,7 @@ impl Default for Options {
             methods_requiring_key: vec!["POST".into(), "PATCH".into()],
             kept_headers: DEFAULT_KEPT_HEADERS.iter().map(|h| h.to_string()).collect(),
             wait: None,
+            duplicates: DEFAULT_DUPLICATE_MODE,
             ttl: None,
             max_attempts: 3,
             retry_after: DEFAULT_RETRY_AFTER_SECONDS,
@@ -97,6 +107,8 @@ pub struct Connection {
 struct Statements {
     begin: Statement,
     complete: Statement,
+    save_final: Statement,
+    stored_expiry: Statement,
 }
 
 impl Connection {
@@ -193,9 +205,29 @@ impl Client {
 
     /// Claims the request's key inside the caller's transaction (`idempotency.begin`,
     /// the fingerprint computed by the server in the same statement). On `Started`
-    /// run the work in `tx`, then call `complete` before committing.
+    /// run the work in `tx`, then call `complete` before committing. Answers carry
+    /// `Idempotency-Expires` when there is a key row; in reject mode (`duplicates`)
+    /// begin does not wait for a transaction that holds the key.
     pub async fn begin(&self, tx: &Transaction<'_>, request: &Request) -> Result<Begun, Error> {
+        Ok(self.begin_with(tx, BEGIN_SQL, request).await?.0)
+    }
+
+    /// Like `begin`, with the key row's expiry (seconds since the epoch) when begin
+    /// returned one (`Started`: the new row's; see `http::http_date`).
+    pub async fn begin_expiring(
+        &self,
+        tx: &Transaction<'_>,
+        request: &Request,
+    ) -> Result<(Begun, Option<i64>), Error> {
         self.begin_with(tx, BEGIN_SQL, request).await
+    }
+
+    /// begin's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
+    fn wait_millis(&self, request: &Request) -> Option<i64> {
+        match request.duplicates.unwrap_or(self.options.duplicates) {
+            DuplicateMode::Reject => Some(0),
+            DuplicateMode::Wait => millis(self.options.wait),
+        }
     }
 
     async fn begin_with<T>(
@@ -203,23 +235,23 @@ impl Client {
         tx: &Transaction<'_>,
         sql: &T,
         request: &Request,
-    ) -> Result<Begun, Error>
+    ) -> Result<(Begun, Option<i64>), Error>
     where
         T: ?Sized + tokio_postgres::ToStatement,
     {
         if let Some(answer) = self.check_key(request) {
-            return Ok(Begun::Rejected(answer));
+            return Ok((Begun::Rejected(answer), None));
         }
         let key = request.key.clone().unwrap_or_default();
         let (action, exclude) = (request.action_name(), request.exclude_param());
-        let times = [millis(self.options.ttl), millis(self.options.wait)];
+        let times = [millis(self.options.ttl), self.wait_millis(request)];
         let params = begin_params(request, &key, &action, &exclude, &times);
         let row = tx.query_one(sql, &params).await.map_err(Error::from);
         let row = match row {
             Ok(row) => row,
             Err(error) if key_refused(&error) => {
                 let detail = "The Idempotency-Key was refused by the server.";
-                return Ok(Begun::Rejected(self.problem(Problem::KeyMalformed, detail)));
+                return Ok((Begun::Rejected(self.problem(Problem::KeyMalformed, detail)), None));
             }
             Err(error) if body_invalid(&error) => {
                 let detail = match &error {
@@ -228,33 +260,36 @@ impl Client {
                     }
                     other => other.to_string(),
                 };
-                return Ok(Begun::Rejected(self.problem(Problem::BodyInvalid, &detail)));
+                return Ok((Begun::Rejected(self.problem(Problem::BodyInvalid, &detail)), None));
             }
             Err(error) => return Err(error),
         };
         self.outcome_of(&row)
     }
 
-    fn outcome_of(&self, row: &Row) -> Result<Begun, Error> {
+    fn outcome_of(&self, row: &Row) -> Result<(Begun, Option<i64>), Error> {
         let name: String = row.get(0);
         let outcome = Outcome::parse(&name).ok_or_else(|| {
             Error::Protocol(format!("begin returned an unknown outcome: {}", name))
         })?;
-        let response = match outcome {
-            Outcome::Started => return Ok(Begun::Started),
+        let expires: Option<i64> = row.get(5);
+        let mut response = match outcome {
+            Outcome::Started => return Ok((Begun::Started, expires)),
             Outcome::Replay => {
                 let status: i32 = row.get(1);
                 let headers: Option<String> = row.get(2);
                 stored_response(status as u16, headers.as_deref(), row.get(3), row.get(4))
             }
             _ => {
-                let lease: Option<i32> = row.get(5);
+                let lease: Option<i32> = row.get(6);
                 let retry_after = lease.map_or(self.options.retry_after, |s| s.max(1) as u32);
                 let base = &self.options.problem_type_base;
                 outcome_problem(outcome, base, retry_after).expect("a problem outcome")
             }
         };
-        Ok(Begun::Answer(outcome, response))
+        // Replay, 422, secret_replay, a lease-held in_progress: the row's expiry.
+        response.set_expires(expires);
+        Ok((Begun::Answer(outcome, response), expires))
     }
 
     /// Stores the final response of a key that `begin` started in `tx`
@@ -303,6 +338,23 @@ impl Client {
         request: &Request,
         response: &Response,
     ) -> Result<bool, Error> {
+        let none: Option<&str> = None;
+        Ok(self.save_final_with(client, SAVE_FINAL_SQL, none, request, response).await?.0)
+    }
+
+    /// save_final with `save`; with `expiry` (STORED_EXPIRY_SQL, prepared) the stored
+    /// row's expiry is read in the same round trip: (saved, expires_epoch).
+    async fn save_final_with<T>(
+        &self,
+        client: &PgClient,
+        save: &T,
+        expiry: Option<&T>,
+        request: &Request,
+        response: &Response,
+    ) -> Result<(bool, Option<i64>), Error>
+    where
+        T: ?Sized + tokio_postgres::ToStatement,
+    {
         let key = request.key.clone().unwrap_or_default();
         let (action, exclude) = (request.action_name(), request.exclude_param());
         let secret = response.one_time_secret;
@@ -324,7 +376,17 @@ impl Client {
             &ttl,
             &secret,
         ];
-        Ok(client.query_one(SAVE_FINAL_SQL, &params).await?.get(0))
+        let saved = client.query_one(save, &params);
+        let expiry = match expiry {
+            None => return Ok((saved.await?.get(0), None)),
+            Some(expiry) => expiry,
+        };
+        // Sent together, in this order: join! polls its futures in order the first
+        // time, and a prepared statement goes out on its future's first poll.
+        let key_params: [&(dyn ToSql + Sync); 2] = [&request.principal, &key];
+        let (saved, stored) = tokio::join!(saved, client.query_opt(expiry, &key_params));
+        let saved: bool = saved?.get(0);
+        Ok((saved, stored?.and_then(|row| row.get::<_, Option<i64>>(0))))
     }
 }
 

@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 
 use pg_idempotency::http::{
-    Outcome, Problem, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, KEY_HEADER,
+    http_date, Outcome, Problem, DEFAULT_DUPLICATE_MODE, DEFAULT_KEPT_HEADERS,
+    DEFAULT_RETRY_AFTER_SECONDS, DUPLICATE_MODES, EXPIRES_FORMAT, EXPIRES_HEADER, KEY_HEADER,
     PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE, REPLAY_HEADER,
 };
 use serde_json::Value;
@@ -26,6 +27,20 @@ fn constants_match() {
     let kept: Vec<&str> =
         p["kept_headers"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(kept, DEFAULT_KEPT_HEADERS);
+}
+
+#[test]
+fn expiry_and_duplicate_modes_match() {
+    let p = protocol();
+    assert_eq!(p["expires_header"], EXPIRES_HEADER);
+    assert_eq!(p["expires_format"], EXPIRES_FORMAT);
+    let modes: Vec<&str> =
+        p["duplicate_modes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let ours: Vec<&str> = DUPLICATE_MODES.iter().map(|m| m.name()).collect();
+    assert_eq!(modes, ours);
+    assert_eq!(p["default_duplicate_mode"], DEFAULT_DUPLICATE_MODE.name());
+    // RFC 9110's own example of an IMF-fixdate.
+    assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
 }
 
 #[test]

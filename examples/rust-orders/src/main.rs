@@ -7,6 +7,8 @@
 //!
 //!     POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
 //!                           Authorization: Bearer <principal>; ?delay_ms=N slows the handler
+//!     POST /reject/orders   the same in reject mode: a duplicate of a running request
+//!                           gets 409 with Retry-After at once instead of waiting
 //!     POST /plain/orders    the same handler without the middleware (baseline)
 //!     POST /classic/orders  the same as /orders
 //!     POST /flaky/orders    the first run for each (principal, key) inserts the order,
@@ -70,10 +72,11 @@ async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
         None => return problem(401, "Unauthorized", "Send Authorization: Bearer <token>."),
     };
     let delay = delay_ms(&request);
-    let req = match read_request(request, &principal).await {
+    let mut req = match read_request(request, &principal).await {
         Ok(req) => req,
         Err(e) => return problem(400, "Bad request", &e.to_string()),
     };
+    req.duplicates = route.duplicates();
     let mut slot = match app.pool.get().await {
         Ok(slot) => slot,
         Err(e) => return problem(503, "Service unavailable", &e.to_string()),

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::io::Read;
 use std::sync::Mutex;
 
-use pg_idempotency::{BoxError, Response};
+use pg_idempotency::{BoxError, DuplicateMode, Response};
 use serde_json::{json, Value};
 use tokio_postgres::{Client, Transaction};
 
@@ -14,6 +14,8 @@ use crate::pool::Statements;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     Orders,
+    /// The orders handler in reject mode: a duplicate of a running request is 409 at once.
+    RejectOrders,
     Plain,
     Flaky,
     ApiKeys,
@@ -23,9 +25,19 @@ impl Route {
     pub fn of(path: &str) -> Option<Route> {
         match path {
             "/orders" | "/classic/orders" => Some(Route::Orders),
+            "/reject/orders" => Some(Route::RejectOrders),
             "/plain/orders" => Some(Route::Plain),
             "/flaky/orders" => Some(Route::Flaky),
             "/api-keys" => Some(Route::ApiKeys),
+            _ => None,
+        }
+    }
+
+    /// What a duplicate of a running request does on this route (the request's
+    /// `duplicates`): reject on /reject/orders, the client's default (wait) elsewhere.
+    pub fn duplicates(self) -> Option<DuplicateMode> {
+        match self {
+            Route::RejectOrders => Some(DuplicateMode::Reject),
             _ => None,
         }
     }

@@ -3,7 +3,8 @@
 
 use tokio_postgres::Transaction;
 
-use super::{Begun, Client, Connection, HandlerFuture, Statements, BEGIN_SQL, COMPLETE_SQL};
+use super::{Begun, Client, Connection, HandlerFuture, Statements};
+use super::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
 use crate::common::{Error, Request};
 use crate::http::Response;
 
@@ -44,7 +45,9 @@ impl Client {
         if conn.statements.is_none() {
             let begin = conn.client.prepare(BEGIN_SQL).await?;
             let complete = conn.client.prepare(COMPLETE_SQL).await?;
-            conn.statements = Some(Statements { begin, complete });
+            let save_final = conn.client.prepare(SAVE_FINAL_SQL).await?;
+            let stored_expiry = conn.client.prepare(STORED_EXPIRY_SQL).await?;
+            conn.statements = Some(Statements { begin, complete, save_final, stored_expiry });
         }
         let mut attempt = 1;
         loop {
@@ -70,18 +73,18 @@ impl Client {
         let Connection { client, statements } = conn;
         let statements = statements.as_ref().expect("prepared by handle");
         let tx = client.transaction().await?;
-        match self.begin_with(&tx, &statements.begin, request).await? {
-            Begun::Started => {}
-            Begun::Answer(_, response) => {
+        let expires = match self.begin_with(&tx, &statements.begin, request).await? {
+            (Begun::Started, expires) => expires,
+            (Begun::Answer(_, response), _) => {
                 tx.commit().await?; // nothing held; ends the transaction
                 return Ok(response);
             }
-            Begun::Rejected(response) => {
+            (Begun::Rejected(response), _) => {
                 tx.rollback().await?;
                 return Ok(response);
             }
-        }
-        let answer = match handler(&tx).await {
+        };
+        let mut answer = match handler(&tx).await {
             Ok(answer) => answer,
             Err(error) => {
                 tx.rollback().await?; // nothing is stored; the error propagates
@@ -101,7 +104,10 @@ impl Client {
         if answer.status >= 400 {
             // A final error has no effect to keep: roll back, then store it alone.
             tx.rollback().await?;
-            self.save_final(client, request, &answer).await?;
+            let (save, expiry) = (&statements.save_final, Some(&statements.stored_expiry));
+            let (_, stored) =
+                self.save_final_with(client, save, expiry, request, &answer).await?;
+            answer.set_expires(stored); // the stored row's: save_final's own now() + ttl
             return Ok(answer);
         }
         // complete() and COMMIT are sent together (tokio-postgres pipelines requests
@@ -117,6 +123,7 @@ impl Client {
         std::mem::forget(tx);
         completed?;
         committed?;
+        answer.set_expires(expires); // the row begin made, now committed
         Ok(answer)
     }
 }
