@@ -1,4 +1,4 @@
-//! Idempotency keys on PostgreSQL (the `idempotency` extension, 0.6.0) for tokio-postgres.
+//! Idempotency keys on PostgreSQL (the `idempotency` extension, 0.6.0 or later) for tokio-postgres.
 //!
 //! - [`LeaseRunner`]: an effect outside the database under one of three [`Policy`]s
 //!   (`Once`, `CommitOnSuccess`, `Remember`), over the lease protocol with automatic
