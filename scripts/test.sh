@@ -137,7 +137,7 @@ start_cluster() {
 # The chroots' clusters use ports of their own; this run's cluster is stopped first.
 stop_cluster() { scripts/pgcluster.sh stop "$cluster/pg"; cluster_up=0; }
 
-regress() { make -s installcheck || { cat regression.diffs 2>/dev/null | head -200; return 1; }; }
+regress() { make -s installcheck || { cat regression.diffs output_iso/regression.diffs 2>/dev/null | head -200; return 1; }; }
 # The same suite in the distributed mode: every read and write of the key
 # table by SQL statements, as under Citus (docs/scale-out.md).
 regress_distributed() { PGOPTIONS="-c idempotency.distributed=on" regress; }
