@@ -400,7 +400,7 @@ class Suite:
         self.check("the key row keeps the status and the marker only", row == (201, True), repr(row))
         self.effects("one API key", "api_keys", who, 1)
 
-    def run(self, only: Optional[List[str]]) -> int:
+    def run(self, only: Optional[List[str]], without: Optional[List[str]] = None) -> int:
         scenarios: List[Tuple[str, Callable[[], None]]] = [
             ("replay", self.first_request_and_replay),
             ("keys", self.missing_and_malformed_keys),
@@ -415,6 +415,9 @@ class Suite:
         ]
         for name, scenario in scenarios:
             if only and name not in only:
+                continue
+            if without and name in without:
+                print(f"# {name}: NOT RUN (--without: the service does not implement it)")
                 continue
             print(f"# {name}")
             try:
@@ -431,12 +434,15 @@ def main() -> int:
     parser.add_argument("--dsn", required=True, help="libpq connection string of the service's database")
     parser.add_argument("--problem-base", default=PROTOCOL["problem_type_base"], help="prefix of problem type URIs")
     parser.add_argument("--only", action="append", help="run only this scenario (repeatable)")
+    parser.add_argument("--without", action="append",
+                        help="leave this scenario out, saying so (repeatable): for a service that does not"
+                             " implement it yet; every example service runs them all")
     parser.add_argument("--shard-dsn", action="append", default=[],
                         help="DSN of one shard, in partition order (repeatable): count effects over all of them and"
                              " hold keys on the principal's owner, hashtext(principal) & (shards - 1);"
                              " --dsn is then the proxy's database")
     args = parser.parse_args()
-    return Suite(args.base_url, args.dsn, args.problem_base, args.shard_dsn).run(args.only)
+    return Suite(args.base_url, args.dsn, args.problem_base, args.shard_dsn).run(args.only, args.without)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,14 @@ if ! source client/go/gopath.bash "$work"; then
   exit 1
 fi
 fresh_database idem_go_client
-check "gofmt: client/go and examples/go-orders are formatted" \
-  test -z "$(gofmt -l client/go examples/go-orders | tee /dev/stderr)"
+# The files gofmt would change go to stderr through the shell (tee /dev/stderr
+# reopens the path: when stderr is a log file, that truncated the whole log).
+gofmt_clean() {
+  local out
+  out=$(gofmt -l "$@")
+  [[ -z $out ]] || { echo "$out" >&2; return 1; }
+}
+check "gofmt: client/go and examples/go-orders are formatted" gofmt_clean client/go examples/go-orders
 check "go vet: client/go and examples/go-orders" go vet "$go_module" "${go_module%/client/go}/examples/go-orders"
 check "go test: client/go against the cluster" \
   env IDEM_GO_TEST_DSN="postgres://${PGUSER:-postgres}@127.0.0.1:$PGPORT/$service_db" \
