@@ -1,5 +1,5 @@
 -- The library against the schema version (pg_extension.extversion).
--- (a) This library serves the previous release's schema (0.6.0) until ALTER
+-- (a) This library serves the previous release's schema (0.7.0) until ALTER
 -- EXTENSION ... UPDATE, and the update keeps what roles were granted.
 -- (b) A schema newer than the library knows is refused by every C function,
 -- with a hint to reconnect; the refusal follows the catalog at once (the
@@ -11,13 +11,13 @@ SET client_min_messages = warning;
 DROP ROLE IF EXISTS idem_uplib_monitoring;
 CREATE ROLE idem_uplib_monitoring;
 DROP EXTENSION idempotency;
-CREATE EXTENSION idempotency VERSION '0.6.0';
+CREATE EXTENSION idempotency VERSION '0.7.0';
 RESET client_min_messages;
 GRANT USAGE ON SCHEMA idempotency TO idem_uplib_monitoring;
 GRANT SELECT ON idempotency.status TO idem_uplib_monitoring;
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 
--- (a) Both protocols, claim, forget and lookup on the 0.6.0 schema ...
+-- (a) Both protocols, claim, forget and lookup on the 0.7.0 schema ...
 BEGIN;
 SELECT outcome FROM idempotency.begin('p', 'uplib-tx', 'a', idempotency.fingerprint('POST', '/x'));
 SELECT idempotency.complete('p', 'uplib-tx', 201);
@@ -91,12 +91,12 @@ SELECT fn FROM pg_temp.call_every_c_function() WHERE code <> '0A000';
 SELECT outcome FROM idempotency.begin('p', 'uplib-new', 'a', idempotency.fingerprint('POST', '/x'));
 \set VERBOSITY sqlstate
 -- Back to a version the library knows: served again, in the same session.
-UPDATE pg_extension SET extversion = '0.7.0' WHERE extname = 'idempotency';
+UPDATE pg_extension SET extversion = '0.8.0' WHERE extname = 'idempotency';
 SELECT outcome, response_status FROM idempotency.begin('p', 'uplib-tx', 'a', idempotency.fingerprint('POST', '/x'));
 -- An unknown version that is not newer by number is refused too (fail closed).
-UPDATE pg_extension SET extversion = '0.6.9' WHERE extname = 'idempotency';
+UPDATE pg_extension SET extversion = '0.7.9' WHERE extname = 'idempotency';
 SELECT idempotency.is_final(200);
-UPDATE pg_extension SET extversion = '0.7.0' WHERE extname = 'idempotency';
+UPDATE pg_extension SET extversion = '0.8.0' WHERE extname = 'idempotency';
 SELECT idempotency.is_final(200);
 
 SET client_min_messages = warning;
