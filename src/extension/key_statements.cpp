@@ -57,7 +57,8 @@ const char* const kStoreSql =
     "       response_status = excluded.response_status, response_headers = "
     "excluded.response_headers,"
     "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
-    "       one_time_secret = excluded.one_time_secret, " FENCE_ABOVE_ROW ", lease_until = NULL,"
+    "       one_time_secret = excluded.one_time_secret, " FENCE_ABOVE_ROW
+    ", lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at" REPLACEABLE_ROW(
         "$12", "$13");
 
@@ -84,7 +85,8 @@ const char* const kLeaseSql =
     "'in_progress',"
     "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
-    "       one_time_secret = false, " FENCE_ABOVE_ROW ", lease_until = excluded.lease_until,"
+    "       one_time_secret = false, " FENCE_ABOVE_ROW
+    ", lease_until = excluded.lease_until,"
     "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
     "                    THEN excluded.created_at ELSE k.created_at END,"
     "       expires_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
@@ -136,7 +138,8 @@ const char* const kClaimSql =
     "'completed',"
     "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
-    "       one_time_secret = false, " FENCE_ABOVE_ROW ", lease_until = NULL,"
+    "       one_time_secret = false, " FENCE_ABOVE_ROW
+    ", lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
     " WHERE k.expires_at OPERATOR(pg_catalog.<=) $5"
     "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) "

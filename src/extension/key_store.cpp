@@ -57,15 +57,14 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
 
 // From 0.8.0 a fence is this node's clock in microseconds since 1970, or the
 // key's row's fence + 1 when that is higher, so that a key's fences grow on
-// whichever node its rows are: the row moves with its shard and carries its
-// fence; a row that is gone was deleted by cleanup only after its expiry and
-// lease had passed on the deleting node's clock, and both lie after the clock
-// reading of its fence. The argument and its one assumption (no node's clock
-// steps back, and nodes agree to within the time a deleted key stays away):
-// docs/scale-out.md, "Fences across moves". Also true after a crash or a dump
-// and restore: neither takes the clock back. A 0.6.0 or 0.7.0 schema keeps
-// drawing from idempotency.fences as those releases did: a node still on the
-// old library would otherwise draw fences far below this one's.
+// whichever node its rows are: a row moves with its shard and carries its
+// fence; a row that is gone was deleted (cleanup, forget) after its fence was
+// drawn, so the clock has moved on since - on this node because its clock does
+// not step back, on another as long as the nodes' clocks agree to within the
+// time the key stayed away (docs/scale-out.md, "Fences across moves", has the
+// argument). A crash or a dump and restore does not take the clock back. A
+// 0.6.0 or 0.7.0 schema keeps drawing from idempotency.fences as those
+// releases did: a node still on the old library would draw far below the clock.
 int64 next_fence(const KeyRow& current) {
     if (!schema_at_least("0.8.0")) return nextval_internal(key_table().fences, false);
     const int64 clock = GetCurrentTimestamp() + kUnixEpochInPostgresUs;

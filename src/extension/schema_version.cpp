@@ -118,7 +118,8 @@ void require_known_schema() {
 // version, and the oldest behaviour is the one to keep.
 bool schema_at_least(const char* version) {
     require_known_schema();
-    return state == SchemaState::served && served_index >= served(version) && served(version) >= 0;
+    const int wanted = served(version);
+    return state == SchemaState::served && wanted >= 0 && served_index >= wanted;
 }
 
 }  // namespace idem::pg
