@@ -16,7 +16,7 @@
 DO $fences$
 BEGIN
     IF (SELECT s.last_value FROM idempotency.fences AS s) OPERATOR(pg_catalog.>=)
-       pg_catalog.extract(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000000 THEN
+       (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000000) THEN
         RAISE EXCEPTION 'idempotency.fences is at or past the clock in microseconds'
             USING ERRCODE = '55000',
                   DETAIL = 'From 0.8.0 fences come from the clock; the existing fences must be below it.',
