@@ -19,14 +19,17 @@ BEGIN
        (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000000) THEN
         RAISE EXCEPTION 'idempotency.fences is at or past the clock in microseconds'
             USING ERRCODE = '55000',
-                  DETAIL = 'From 0.8.0 fences come from the clock; the existing fences must be below it.',
-                  HINT = 'Undo the setval that moved the sequence, or wait until the clock passes it.';
+                  DETAIL = 'From 0.8.0 fences come from the clock; the existing fences must be '
+                           'below it.',
+                  HINT = 'Undo the setval that moved the sequence, or wait until the clock '
+                         'passes it.';
     END IF;
 END
 $fences$;
 COMMENT ON SEQUENCE idempotency.fences IS
-    'Fences of the 0.6.0 and 0.7.0 schemas; from 0.8.0 a fence is the clock in microseconds since 1970 '
-    'or the row''s fence + 1 (never repeated for a key, across shard moves too); kept for compatibility';
+    'Fences of the 0.6.0 and 0.7.0 schemas; from 0.8.0 a fence is the clock in microseconds '
+    'since 1970 or the row''s fence + 1 (never repeated for a key, across shard moves too); '
+    'kept for compatibility';
 COMMENT ON COLUMN idempotency.keys.fence IS
-    'lease generation: the clock in microseconds since 1970 or the previous row''s fence + 1, whichever '
-    'is higher; higher at every takeover, never repeated for a key, on any node';
+    'lease generation: the clock in microseconds since 1970 or the previous row''s fence + 1, '
+    'whichever is higher; higher at every takeover, never repeated for a key, on any node';
