@@ -65,7 +65,7 @@ Datum idempotency_begin(FunctionCallInfo call) {
         // The row complete() will write, with the fence drawn now so that the caller knows it.
         KeyRow started;
         started.found = true;
-        started.fence = next_fence();
+        started.fence = next_fence(row);
         started.created_at = GetCurrentTransactionStartTimestamp();
         started.expires_at = DatumGetTimestampTz(
             DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(started.created_at),
@@ -152,7 +152,7 @@ Datum idempotency_save_final(FunctionCallInfo call) {
         if (lock.holder == LockHolder::none)
             PG_RETURN_BOOL(count_save_final(request.action, false));
         PG_RETURN_BOOL(count_save_final(
-            request.action, store_completed(request, response, &ttl, next_fence(), false)));
+            request.action, store_completed(request, response, &ttl, next_fence(KeyRow{}), false)));
     });
 }
 
