@@ -46,6 +46,7 @@ import {
   Problem,
   Response,
   asResponse,
+  notKeptResponse,
   problemResponse,
   type DuplicateMode,
   type ProblemType,
@@ -101,8 +102,11 @@ export interface Counters {
   retries: number;
 }
 
-/** The application's work: runs inside the transaction that holds the key, on `db`. */
-export type Handler = (db: Db) => Promise<Response> | Response;
+/**
+ * The application's work: runs inside the transaction that holds the key, on `db`;
+ * `expiresEpoch`: the key's expiry as begin() told it (epoch seconds), for a stream's headers.
+ */
+export type Handler = (db: Db, expiresEpoch?: string | null) => Promise<Response> | Response;
 
 /** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
 export type AttemptOutcome = "started" | "replay" | "mismatch" | "in_progress" | "secret_replay" | "rejected" | "unkeyed";
@@ -339,7 +343,7 @@ export class Client {
 
     let answer: Response;
     try {
-      answer = asResponse(await handler(db));
+      answer = asResponse(await handler(db, row.expires_epoch));
       if (!Number.isInteger(answer.status) || answer.status < 100 || answer.status > 599) {
         throw new RangeError(`handler returned HTTP status ${answer.status}`);
       }
@@ -439,12 +443,14 @@ export class Client {
   private answer(outcome: string, row: Record<string, string | null>): Response {
     if (outcome === "replay") {
       this.counters.replayed++;
-      return storedResponse(
+      const stored = storedResponse(
         Number(row.response_status),
         row.response_headers,
         decodeBytea(row.response_body),
         row.resource_id,
       );
+      // A stream too large to keep: never a truncated body, a 409 that says so.
+      return stored.streamTooLarge ? notKeptResponse(this.options.problemTypeBase) : stored;
     }
     if (outcome === "mismatch") {
       this.counters.mismatched++;
