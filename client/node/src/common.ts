@@ -10,6 +10,7 @@ import {
   STREAM_CHUNKS_ENTRY,
   headerNameEqual,
   httpDate,
+  notKeptResponse,
   type DuplicateMode,
 } from "./http";
 
@@ -174,12 +175,15 @@ export function chunkLengths(value: string, bodyLength: number): number[] | null
 /**
  * A stored response as it is replayed: kept headers, Idempotent-Replay: true; the
  * reserved entries set `chunks` or `streamTooLarge` and are never sent as headers.
+ * With `notKeptTypeBase`, a stream that was too large to keep is answered with
+ * notKeptResponse(notKeptTypeBase) instead.
  */
 export function storedResponse(
   status: number,
   headersJson: string | null,
   body: Buffer | null,
   resourceId: string | null,
+  notKeptTypeBase?: string,
 ): Response {
   const response = new Response(status, [], body ?? Buffer.alloc(0), { resourceId, replayed: true });
   if (headersJson) {
@@ -201,6 +205,8 @@ export function storedResponse(
       else if (!pair[0].startsWith(":")) response.headers.push([pair[0], pair[1]]);
     }
   }
+  // A stream too large to keep: never a truncated body, a 409 that says so.
+  if (response.streamTooLarge && notKeptTypeBase !== undefined) return notKeptResponse(notKeptTypeBase);
   response.setHeader("Idempotent-Replay", "true");
   return response;
 }

@@ -46,7 +46,6 @@ import {
   Problem,
   Response,
   asResponse,
-  notKeptResponse,
   problemResponse,
   type DuplicateMode,
   type ProblemType,
@@ -102,10 +101,7 @@ export interface Counters {
   retries: number;
 }
 
-/**
- * The application's work: runs inside the transaction that holds the key, on `db`;
- * `expiresEpoch`: the key's expiry as begin() told it (epoch seconds), for a stream's headers.
- */
+/** The application's work, in the key's transaction on `db`; `expiresEpoch`: begin()'s expiry. */
 export type Handler = (db: Db, expiresEpoch?: string | null) => Promise<Response> | Response;
 
 /** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
@@ -443,14 +439,13 @@ export class Client {
   private answer(outcome: string, row: Record<string, string | null>): Response {
     if (outcome === "replay") {
       this.counters.replayed++;
-      const stored = storedResponse(
+      return storedResponse(
         Number(row.response_status),
         row.response_headers,
         decodeBytea(row.response_body),
         row.resource_id,
+        this.options.problemTypeBase, // a stream too large to keep: 409 response-not-kept
       );
-      // A stream too large to keep: never a truncated body, a 409 that says so.
-      return stored.streamTooLarge ? notKeptResponse(this.options.problemTypeBase) : stored;
     }
     if (outcome === "mismatch") {
       this.counters.mismatched++;
