@@ -224,10 +224,12 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
     return headers;
   };
   // A piece of a stream: sent now (an empty one would end a chunked body) and captured.
+  let streamStatus = 200; // the status that went out with the first piece
   const piece = (data: Buffer, cb?: unknown): boolean => {
     if (!streaming) {
       streaming = true;
-      onStream(res.statusCode);
+      streamStatus = res.statusCode;
+      onStream(streamStatus);
     }
     stream.add(data);
     if (data.length === 0) {
@@ -253,7 +255,7 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
       ended = true;
       if (streaming) {
         if (data !== null) piece(data); // the last piece; the response ends after the commit
-        resolve(stream.response(res.statusCode, headersOf()));
+        resolve(stream.response(streamStatus, headersOf()));
       } else {
         if (data !== null) chunks.push(data);
         resolve(new Response(res.statusCode, headersOf(), Buffer.concat(chunks)));
