@@ -230,6 +230,8 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
       streaming = true;
       streamStatus = res.statusCode;
       onStream(streamStatus);
+      // node's write() sends the head through res.writeHead (_implicitHeader): the real one now.
+      self.writeHead = original.writeHead;
     }
     stream.add(data);
     if (data.length === 0) {

@@ -87,7 +87,7 @@ function raw(port, path, body, who, k) {
     const head =
       `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\nX-User: ${who}\r\nIdempotency-Key: ${k}\r\nConnection: close\r\n\r\n`;
-    socket.end(head + body);
+    socket.write(head + body); // no half-close: node ends such a connection at once
   });
 }
 
