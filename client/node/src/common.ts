@@ -196,9 +196,8 @@ export function storedResponse(
         ? Object.entries(parsed as Record<string, unknown>)
         : [];
     for (const pair of pairs) {
-      if (!(Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string" && typeof pair[1] === "string")) {
-        continue;
-      }
+      const named = Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string";
+      if (!named || typeof pair[1] !== "string") continue;
       // The reserved entries (":" names) describe the stream; they are never sent.
       if (pair[0] === STREAM_CHUNKS_ENTRY) response.chunks = chunkLengths(pair[1], response.body.length);
       else if (pair[0] === NOT_KEPT_ENTRY) response.streamTooLarge = true;

@@ -25,7 +25,14 @@ import type { IncomingMessage, ServerResponse } from "http";
 import type { Pool, PoolClient } from "pg";
 
 import { sqlstate, type Db, type Request } from "./common";
-import { DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, Response, httpDate, type DuplicateMode, type Headers } from "./http";
+import {
+  DEFAULT_MAX_STREAM_BYTES,
+  EXPIRES_HEADER,
+  Response,
+  httpDate,
+  type DuplicateMode,
+  type Headers,
+} from "./http";
 import type { Client } from "./transactional";
 
 /** What the middleware hands the route in `req.idempotency`. */
@@ -149,12 +156,15 @@ export class StreamCapture {
   /** What the key is completed with: the chunks and their lengths, or the marker alone. */
   response(status: number, headers: Headers): Response {
     if (this.tooLarge) return new Response(status, headers, Buffer.alloc(0), { streamTooLarge: true });
-    return new Response(status, headers, Buffer.concat(this.chunks), { chunks: this.chunks.map((c) => c.length) });
+    const chunks = this.chunks.map((c) => c.length);
+    return new Response(status, headers, Buffer.concat(this.chunks), { chunks });
   }
 }
 
 function checkMaxStreamBytes(value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
+  }
 }
 
 /** What capture() hands back: the answer, and whether it went out as a stream. */
