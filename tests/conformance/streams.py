@@ -166,9 +166,10 @@ def stream_scenario(suite: Any) -> None:
     expected = problem_body(kind["status"], suite.problem_base + kind["type"], kind["title"],
                             protocol["not_kept_detail"])
     again = post(b'{"chunks":3,"chunk_bytes":40000}', "key-stream-large")
-    suite.check("stream: its retry is 409 response-not-kept problem+json",
+    suite.check("stream: its retry is 409 response-not-kept problem+json, Idempotent-Replay: true",
                 again.status == kind["status"] and again.body == expected
-                and again.header("Content-Type") == protocol["problem_content_type"],
+                and again.header("Content-Type") == protocol["problem_content_type"]
+                and again.header(replay_header) == "true",
                 f"expected {expected!r}\ngot {again.describe()}")
     suite.effects("stream: an over-limit stream and its retry", "orders", who, 2)
 
