@@ -86,8 +86,7 @@ Datum idempotency_begin_batch(FunctionCallInfo call) {
             const int i = batch.sorted[n];
             const Request request{principal, batch.keys[i], action, DatumGetByteaPP(prints[i])};
             new (&shown[i]) KeyRow();
-            outcomes[i] =
-                begin_key(request, ttl, remaining_wait_ms(deadline, wait_ms), &shown[i]);
+            outcomes[i] = begin_key(request, ttl, remaining_wait_ms(deadline, wait_ms), &shown[i]);
         }
 
         InitMaterializedSRF(fcinfo, 0);
@@ -177,8 +176,7 @@ Datum idempotency_claim_batch(FunctionCallInfo call) {
 
         InitMaterializedSRF(fcinfo, 0);
         auto* result = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-        for (int i = 0; i < batch.count; ++i)
-            put_flag_row(result, i, batch.keys[i], claimed[i]);
+        for (int i = 0; i < batch.count; ++i) put_flag_row(result, i, batch.keys[i], claimed[i]);
         return (Datum)0;
     });
 }

@@ -25,8 +25,8 @@ int compare_keys(const void* a, const void* b, void* arg) {
     text* right = keys[*static_cast<const int*>(b)];
     const int left_length = VARSIZE_ANY_EXHDR(left);
     const int right_length = VARSIZE_ANY_EXHDR(right);
-    const int common = memcmp(VARDATA_ANY(left), VARDATA_ANY(right),
-                              Min(left_length, right_length));
+    const int common =
+        memcmp(VARDATA_ANY(left), VARDATA_ANY(right), Min(left_length, right_length));
     if (common != 0) return common;
     return (left_length > right_length) - (left_length < right_length);
 }
@@ -80,8 +80,7 @@ Datum* batch_array(FunctionCallInfo fcinfo, int arg, Oid type, int count, const 
 
 BatchKeys batch_keys(FunctionCallInfo fcinfo, int arg) {
     if (PG_ARGISNULL(arg))
-        ereport(ERROR,
-                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("keys must not be null")));
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("keys must not be null")));
     ArrayType* array = batch_array_argument(fcinfo, arg, "keys");
     const int count = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
     Datum* elements = batch_array(fcinfo, arg, TEXTOID, count, "keys", false, nullptr);
@@ -98,12 +97,11 @@ BatchKeys batch_keys(FunctionCallInfo fcinfo, int arg) {
     qsort_arg(batch.sorted, count, sizeof(int), compare_keys, batch.keys);
     for (int i = 1; i < count; ++i)
         if (compare_keys(&batch.sorted[i - 1], &batch.sorted[i], batch.keys) == 0)
-            ereport(ERROR,
-                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                     errmsg("keys must not repeat: key %d is key %d again",
-                            Max(batch.sorted[i - 1], batch.sorted[i]) + 1,
-                            Min(batch.sorted[i - 1], batch.sorted[i]) + 1),
-                     errdetail("A batch gives each key one outcome.")));
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("keys must not repeat: key %d is key %d again",
+                                   Max(batch.sorted[i - 1], batch.sorted[i]) + 1,
+                                   Min(batch.sorted[i - 1], batch.sorted[i]) + 1),
+                            errdetail("A batch gives each key one outcome.")));
     return batch;
 }
 

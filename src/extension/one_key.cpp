@@ -61,12 +61,13 @@ Outcome begin_key(const Request& request, const Interval& ttl, int wait_ms, KeyR
 
 void require_completable(const PendingKey* entry, int status) {
     if (entry == nullptr)
-        ereport(ERROR,
-                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                 errmsg("idempotency key was not started in this transaction"),
-                 errhint("Call idempotency.begin() in the same transaction and complete only when it "
-                         "returns started; pass fence => for a key taken with "
-                         "idempotency.acquire().")));
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency key was not started in this transaction"),
+             errhint("Call idempotency.begin() in the same transaction and complete only when it "
+                     "returns started; pass fence => for a key taken with "
+                     "idempotency.acquire().")));
     if (entry->completed_subxact != InvalidSubTransactionId)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("idempotency key was already completed in this transaction")));

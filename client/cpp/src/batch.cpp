@@ -150,16 +150,16 @@ std::vector<BatchFlag> complete_batch(pqxx::transaction_base& tx, const std::str
         resource_ids.push_back(response.resource_id);
     }
     return flags_of(pq::exec(tx, kCompleteBatch, principal, array_literal(optional_all(keys)),
-                             array_literal(statuses), array_literal(bodies),
-                             array_literal(headers), array_literal(resource_ids)));
+                             array_literal(statuses), array_literal(bodies), array_literal(headers),
+                             array_literal(resource_ids)));
 }
 
 std::vector<BatchFlag> claim_batch(pqxx::transaction_base& tx, const std::string& principal,
                                    const std::vector<std::string>& keys,
                                    std::optional<std::chrono::milliseconds> ttl) {
     const auto ttl_text = interval_of(ttl);
-    return flags_of(pq::exec(tx, kClaimBatch, principal, array_literal(optional_all(keys)),
-                             or_null(ttl_text)));
+    return flags_of(
+        pq::exec(tx, kClaimBatch, principal, array_literal(optional_all(keys)), or_null(ttl_text)));
 }
 
 bool push_unique(pqxx::transaction_base& tx, const std::string& principal, const std::string& key,

@@ -47,13 +47,14 @@ std::vector<bool> values(const std::vector<idem::BatchFlag>& rows) {
 // word NULL, bytes above 0x7f. Each must come back from the server unchanged.
 TEST(BatchArrays, LiteralRoundTripsThroughTheServer) {
     const std::vector<std::optional<std::string>> elements{
-        "plain", "with \"quotes\"", "back\\slash", "a,b", "{braces}", " blank ", "NULL", "",
-        "\xc3\xa9t\xc3\xa9", std::nullopt};
+        "plain", "with \"quotes\"",   "back\\slash", "a,b", "{braces}", " blank ", "NULL",
+        "",      "\xc3\xa9t\xc3\xa9", std::nullopt};
     pqxx::connection connection(conninfo());
     pqxx::nontransaction tx(connection);
     const pqxx::result rows =
-        idem::pq::exec(tx, "SELECT e, e IS NULL FROM unnest($1::text[]) WITH ORDINALITY AS u(e, i) "
-                           "ORDER BY i",
+        idem::pq::exec(tx,
+                       "SELECT e, e IS NULL FROM unnest($1::text[]) WITH ORDINALITY AS u(e, i) "
+                       "ORDER BY i",
                        idem::array_literal(elements));
     ASSERT_EQ(rows.size(), static_cast<int>(elements.size()));
     for (std::size_t i = 0; i < elements.size(); ++i) {
@@ -138,10 +139,11 @@ TEST(Batch, Refusals) {
         }
         return "none";
     };
-    EXPECT_EQ(sqlstate([&](pqxx::work& tx) {
-                  idem::begin_batch(tx, who, {"a", "a"}, "consume", {digest_of("a"), digest_of("a")});
-              }),
-              "22023");
+    EXPECT_EQ(
+        sqlstate([&](pqxx::work& tx) {
+            idem::begin_batch(tx, who, {"a", "a"}, "consume", {digest_of("a"), digest_of("a")});
+        }),
+        "22023");
     std::vector<std::string> many;
     for (int i = 0; i < 1001; ++i) many.push_back("k" + std::to_string(i));
     EXPECT_EQ(sqlstate([&](pqxx::work& tx) { idem::claim_batch(tx, who, many); }), "54000");
@@ -181,7 +183,8 @@ TEST(Batch, ClaimBatchAndPushUnique) {
     int runs = 0;
     {
         pqxx::work tx(connection);
-        EXPECT_TRUE(idem::push_unique(tx, who, "p-1", std::chrono::hours(1), enqueue("p-1", &runs)));
+        EXPECT_TRUE(
+            idem::push_unique(tx, who, "p-1", std::chrono::hours(1), enqueue("p-1", &runs)));
         tx.abort();  // neither the claim nor the job row stays
     }
     {
@@ -194,9 +197,10 @@ TEST(Batch, ClaimBatchAndPushUnique) {
         pqxx::work tx(connection);
         EXPECT_FALSE(idem::push_unique(tx, who, "p-1", std::nullopt, enqueue("p-1", &runs)));
         EXPECT_EQ(runs, 2);
-        EXPECT_EQ(idem::pq::exec1(tx, "SELECT count(*) FROM batch_jobs WHERE principal = $1", who)[0]
-                      .as<int>(),
-                  1);
+        EXPECT_EQ(
+            idem::pq::exec1(tx, "SELECT count(*) FROM batch_jobs WHERE principal = $1", who)[0]
+                .as<int>(),
+            1);
     }
 }
 

@@ -51,10 +51,10 @@ struct BatchFlag {
 
 /// The response complete_batch stores for one key.
 struct BatchResponse {
-    int status = 200;                          ///< a final status (idempotency.is_final)
-    std::optional<std::string> body;           ///< the body bytes
-    std::optional<std::string> headers_json;   ///< headers to replay: a JSON object or pairs
-    std::optional<std::string> resource_id;    ///< what the request created
+    int status = 200;                         ///< a final status (idempotency.is_final)
+    std::optional<std::string> body;          ///< the body bytes
+    std::optional<std::string> headers_json;  ///< headers to replay: a JSON object or pairs
+    std::optional<std::string> resource_id;   ///< what the request created
 };
 
 /// idempotency.begin_batch: begin for each key (fingerprints[i] is the request
