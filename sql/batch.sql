@@ -56,9 +56,12 @@ COMMIT;
 SELECT key, state, response_status, convert_from(response_body, 'UTF8') AS body, response_headers, resource_id,
        expires_at - created_at AS ttl
   FROM idempotency.keys WHERE principal = 'batcher' AND key IN ('b-1', 'b-2', 'b-3') ORDER BY key;
+BEGIN;
 SELECT ord, key, outcome, response_status, convert_from(response_body, 'UTF8') AS body, resource_id
   FROM idempotency.begin_batch('batcher', ARRAY['b-2', 'b-3', 'b-1', 'b-4'], 'consume',
                                ARRAY[fp('2'), fp('3'), fp('1'), fp('4')]);
+-- (b-4 started: a COMMIT now would be refused with 55000 until it is completed)
+ROLLBACK;
 
 -- complete_batch completes keys begun one by one too; a savepoint rolled back
 -- forgets the keys begun in it.
