@@ -48,13 +48,13 @@ std::string hex_bytea(const std::string& bytes) {
 template <class Field>
 std::optional<BatchOutcome::Time> time_of(const Field& field) {
     if (field.is_null()) return std::nullopt;
-    return BatchOutcome::Time(std::chrono::microseconds(field.as<long long>()));
+    return BatchOutcome::Time(std::chrono::microseconds(field.template as<long long>()));
 }
 
 template <class Field>
 std::optional<std::string> text_of(const Field& field) {
     if (field.is_null()) return std::nullopt;
-    return field.as<std::string>();
+    return field.template as<std::string>();
 }
 
 // An interval parameter: "N milliseconds", or NULL (the server's default).
