@@ -92,6 +92,7 @@ SELECT fence AS lease_fence FROM idempotency.acquire('tenant', 'k-release', 'act
                                                      lease => '1 min') \gset
 SELECT ok(idempotency.release('tenant', 'k-release', :lease_fence), 'app can release');
 SELECT ok(idempotency.claim('tenant', 'k-claim'), 'app can claim');
+BEGIN;
 SELECT is((SELECT array_agg(outcome ORDER BY ord)
              FROM idempotency.begin_batch('tenant', ARRAY['k-b2', 'k-b1'], 'act',
                                           ARRAY[idempotency.fingerprint('POST', '/b2'),
@@ -100,6 +101,7 @@ SELECT is((SELECT array_agg(outcome ORDER BY ord)
 SELECT is((SELECT array_agg(completed ORDER BY ord)
              FROM idempotency.complete_batch('tenant', ARRAY['k-b2', 'k-b1'], ARRAY[201, 200])),
           '{t,t}', 'app can complete a batch');
+COMMIT;
 SELECT is((SELECT array_agg(claimed ORDER BY ord)
              FROM idempotency.claim_batch('tenant', ARRAY['k-claim', 'k-cb'])),
           '{f,t}', 'app can claim a batch');
