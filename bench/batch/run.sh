@@ -6,7 +6,8 @@
 # complete_batch() over the same 100 keys. Same transaction shape (BEGIN, the
 # calls, COMMIT), same keys, fingerprint, status and body. Rounds alternate the
 # two, on an emptied key table each; prints keys/s per round, the medians and
-# their ratio (the goal: batch >= 5x single), with the load average before and
+# their ratio (the goal: batch >= 5x single), the server CPU per key of each
+# (steadier than keys/s on a loaded machine), with the load average before and
 # after. Needs the extension installed in the server of PGBIN.
 #
 #   bench/batch/run.sh                      # 5 rounds of 10 s each way (ROUNDS, SECONDS_PER_ROUND)
@@ -51,15 +52,20 @@ array=$(for i in $(seq 1 "$keys"); do printf ":k || '-%d'," "$i"; done)
   echo 'COMMIT;'
 } >"$dir/batch.sql"
 
-run() {  # script -> keys/s
+run() {  # script -> "keys/s server-CPU-µs-per-key"
   psql -qX -c "TRUNCATE idempotency.keys" -c "CHECKPOINT" >/dev/null
-  local out tps
+  local out tps before after transactions
+  before=$(cpu_ticks "$dir/pg")
   out=$("$PGBIN/pgbench" -n -c 1 -j 1 -M prepared -T "$seconds" -f "$dir/$1.sql" 2>&1) \
     || { echo "$out" >&2; exit 1; }
+  sleep 0.2  # the benchmark's backend has exited and been reaped: its CPU is the postmaster's cutime
+  after=$(cpu_ticks "$dir/pg")
   [[ $(pgbench_value "$out" failed) == "" || $(pgbench_value "$out" failed) == 0 ]] \
     || { echo "$out" >&2; exit 1; }
   tps=$(pgbench_value "$out" tps)
-  echo "scale=0; $tps * $keys / 1" | bc
+  transactions=$(pgbench_value "$out" transactions)
+  echo "$(echo "scale=0; $tps * $keys / 1" | bc)" \
+       "$(echo "scale=1; ($after - $before) * 1000000 / $(getconf CLK_TCK) / ($transactions * $keys)" | bc)"
 }
 
 # The stored rows are the same either way (checked once, on a small run).
@@ -71,17 +77,19 @@ psql -qXAt -c "SELECT 'rows stored by 2 transactions of each: ' || count(*) || '
                  FROM idempotency.keys"
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min); $(nproc) cores"
-echo "round  single keys/s  batch keys/s  ratio"
-singles=() batches=()
+echo "round  single keys/s  batch keys/s  ratio  | server CPU µs per key: single  batch"
+singles=() batches=() single_cpu=() batch_cpu=()
 for r in $(seq 1 "$rounds"); do
-  s=$(run single)
-  b=$(run batch)
-  singles+=("$s") batches+=("$b")
-  printf '%5d  %13d  %12d  %5s\n' "$r" "$s" "$b" "$(ratio "$b" "$s")"
+  read -r s sc <<<"$(run single)"
+  read -r b bc <<<"$(run batch)"
+  singles+=("$s") batches+=("$b") single_cpu+=("$sc") batch_cpu+=("$bc")
+  printf '%5d  %13d  %12d  %5s  | %30s  %5s\n' "$r" "$s" "$b" "$(ratio "$b" "$s")" "$sc" "$bc"
 done
 ms=$(printf '%s\n' "${singles[@]}" | median)
 mb=$(printf '%s\n' "${batches[@]}" | median)
-echo "median single: $ms keys/s ($keys begin + $keys complete calls per transaction)"
-echo "median batch:  $mb keys/s (1 begin_batch + 1 complete_batch of $keys keys per transaction)"
-echo "ratio (median batch / median single): $(ratio "$mb" "$ms") (goal >= 5)"
+msc=$(printf '%s\n' "${single_cpu[@]}" | median)
+mbc=$(printf '%s\n' "${batch_cpu[@]}" | median)
+echo "median single: $ms keys/s, $msc µs server CPU per key ($keys begin + $keys complete calls per transaction)"
+echo "median batch:  $mb keys/s, $mbc µs server CPU per key (1 begin_batch + 1 complete_batch of $keys keys)"
+echo "ratio (median batch / median single): $(ratio "$mb" "$ms") keys/s (goal >= 5), $(ratio "$msc" "$mbc") server CPU"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
