@@ -37,6 +37,12 @@ namespace {
     "        AND k.lease_until OPERATOR(pg_catalog.<=) " CLOCK     \
     "        AND k.request_sha256 OPERATOR(pg_catalog.=) excluded.request_sha256)"
 
+// A replaced row's successor keeps a fence above the row's (FENCE_ABOVE_ROW).
+// begin() and acquire() draw their fence from the row they looked up, so this
+// changes nothing for them; save_final() and claim() do not look the row up.
+#define FENCE_ABOVE_ROW \
+    "fence = GREATEST(excluded.fence, k.fence OPERATOR(pg_catalog.+) 1::pg_catalog.int8)"
+
 // A completed row with its fence ($11), replacing a replaceable row.
 const char* const kStoreSql =
     "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, "
@@ -51,7 +57,8 @@ const char* const kStoreSql =
     "       response_status = excluded.response_status, response_headers = "
     "excluded.response_headers,"
     "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
-    "       one_time_secret = excluded.one_time_secret, fence = excluded.fence, lease_until = NULL,"
+    "       one_time_secret = excluded.one_time_secret, " FENCE_ABOVE_ROW
+    ", lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at" REPLACEABLE_ROW(
         "$12", "$13");
 
@@ -78,7 +85,8 @@ const char* const kLeaseSql =
     "'in_progress',"
     "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
-    "       one_time_secret = false, fence = excluded.fence, lease_until = excluded.lease_until,"
+    "       one_time_secret = false, " FENCE_ABOVE_ROW
+    ", lease_until = excluded.lease_until,"
     "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
     "                    THEN excluded.created_at ELSE k.created_at END,"
     "       expires_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
@@ -130,7 +138,8 @@ const char* const kClaimSql =
     "'completed',"
     "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
-    "       one_time_secret = false, fence = excluded.fence, lease_until = NULL,"
+    "       one_time_secret = false, " FENCE_ABOVE_ROW
+    ", lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
     " WHERE k.expires_at OPERATOR(pg_catalog.<=) $5"
     "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) "

@@ -26,8 +26,14 @@ namespace idem::pg {
 /// seen). The row is copied into the current memory context.
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot);
 
-/// A new fence from idempotency.fences: never handed out twice for a key.
-int64 next_fence();
+/// A new fence for a key whose row, as this call looked it up under the key
+/// lock, is `current` (found or not; KeyRow{} when the call does not look it
+/// up: the statement that replaces a row then keeps the fence above the row's).
+/// On a 0.8.0 schema: this node's clock in microseconds since 1970, or the
+/// row's fence + 1 when higher; never handed out twice for a key, on this node
+/// or after the key's rows moved to another (docs/scale-out.md). On an older
+/// schema: from idempotency.fences, as 0.7.0 did.
+int64 next_fence(const KeyRow& current);
 
 /// Stores a completed key with `fence`. `known_absent`: begin() saw no row, so
 /// it is inserted directly; otherwise an upsert replaces only a replaceable

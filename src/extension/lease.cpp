@@ -52,10 +52,11 @@ Datum idempotency_acquire(FunctionCallInfo call) {
 
         require_snapshot_sees_winner(request, row);
         // The caller holds the key with this fence as soon as it commits: the
-        // grant (and the sequence past it) must survive a crash even under
-        // synchronous_commit = off, or a fence could be handed out again.
+        // grant (and, on a 0.7.0 schema, the sequence past it) must survive a
+        // crash even under synchronous_commit = off, or a second holder could
+        // start (or a fence be handed out again).
         ForceSyncCommit();
-        const KeyRow written = take_lease(request, &lease, &ttl, next_fence());
+        const KeyRow written = take_lease(request, &lease, &ttl, next_fence(row));
         if (!written.found) {
             count_event(Counter::serialization_failures, request.action);
             ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

@@ -48,7 +48,7 @@ Outcome begin_key(const Request& request, const Interval& ttl, int wait_ms, KeyR
     // The row complete() will write, with the fence drawn now so that the caller knows it.
     KeyRow started;
     started.found = true;
-    started.fence = next_fence();
+    started.fence = next_fence(row);
     started.created_at = GetCurrentTransactionStartTimestamp();
     started.expires_at = DatumGetTimestampTz(
         DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(started.created_at),
@@ -92,7 +92,7 @@ void complete_key(PendingKey* entry, const StoredResponse& response) {
 
 bool claim_key(text* principal, text* key, const Interval& ttl, int wait_ms) {
     if (lock_key(principal, key, wait_ms).holder == LockHolder::none) return false;
-    return insert_claim(principal, key, &ttl, next_fence());
+    return insert_claim(principal, key, &ttl, next_fence(KeyRow{}));
 }
 
 }  // namespace idem::pg

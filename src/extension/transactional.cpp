@@ -98,7 +98,7 @@ Datum idempotency_save_final(FunctionCallInfo call) {
         if (lock.holder == LockHolder::none)
             PG_RETURN_BOOL(count_save_final(request.action, false));
         PG_RETURN_BOOL(count_save_final(
-            request.action, store_completed(request, response, &ttl, next_fence(), false)));
+            request.action, store_completed(request, response, &ttl, next_fence(KeyRow{}), false)));
     });
 }
 

@@ -11,8 +11,10 @@
 #   3. on fresh databases (same clusters) whose proxy starts with 2 of the 4 shards: keys and
 #      orders written, moved to their owners under 4 partitions while writers
 #      keep going (reshard.py), the proxy switched to 4; replays byte for byte,
-#      mismatches 422, one effect per key, no row on a non-owner shard, fences
-#      never repeated (check.py reshard).
+#      mismatches 422, one effect per key, no row on a non-owner shard; then
+#      moved keys expire and their new shard's cleanup deletes them, and their
+#      next fences are above their old ones although the new shards' sequences
+#      are far behind and nothing advanced them (check.py reshard).
 # Run by scripts/test.sh with the main cluster's environment (PGPORT); needs
 # postgresql-<version>-plproxy (scripts/install-deps.sh). Everything it starts
 # is stopped on any exit; exits non-zero on any failure.
