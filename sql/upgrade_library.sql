@@ -69,6 +69,9 @@ BEGIN
                               WHEN 'jsonb' THEN '''{}''::jsonb'
                               WHEN 'boolean' THEN 'false'
                               WHEN 'text[]' THEN '''{}''::text[]'
+                              WHEN 'bytea[]' THEN '''{}''::bytea[]'
+                              WHEN 'integer[]' THEN '''{}''::integer[]'
+                              WHEN 'jsonb[]' THEN '''{}''::jsonb[]'
                           END || '::' || t::regtype::text, ', ' ORDER BY i)
           INTO args
           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i);

@@ -8,6 +8,7 @@
 #include "guard.hpp"
 #include "key_lock.hpp"
 #include "key_store.hpp"
+#include "one_key.hpp"
 #include "outcome.hpp"
 #include "pending.hpp"
 #include "settings.hpp"
@@ -122,9 +123,7 @@ Datum idempotency_claim(FunctionCallInfo call) {
         const Interval ttl = ttl_argument(fcinfo, 2);
         PreventCommandIfReadOnly("idempotency.claim()");
         refuse_if_begun(principal, key, "idempotency.claim()");
-        if (lock_key(principal, key, wait_timeout_ms).holder == LockHolder::none)
-            PG_RETURN_BOOL(false);
-        PG_RETURN_BOOL(insert_claim(principal, key, &ttl, next_fence(KeyRow{})));
+        PG_RETURN_BOOL(claim_key(principal, key, ttl, wait_timeout_ms));
     });
 }
 

@@ -46,6 +46,7 @@ enum ResultColumn {
     rLeaseUntil,
     rColumns
 };
+static_assert(rColumns == kOutcomeColumns, "the columns of idempotency.key_outcome");
 
 // The result's descriptor: the type the call expression declares, whose
 // descriptor the type cache keeps across calls and statements (fn_extra lives
@@ -149,10 +150,11 @@ bool count_fenced(Counter done, bool held, text* action, text* principal, text* 
     return held;
 }
 
-Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row) {
-    Datum values[rColumns] = {};
-    bool nulls[rColumns];
-    for (bool& isnull : nulls) isnull = true;
+void outcome_columns(Outcome outcome, const KeyRow* row, Datum* values, bool* nulls) {
+    for (int column = 0; column < rColumns; ++column) {
+        values[column] = 0;
+        nulls[column] = true;
+    }
     auto set = [&](ResultColumn column, Datum value) {
         values[column] = value;
         nulls[column] = false;
@@ -175,6 +177,12 @@ Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row
         if ((outcome == Outcome::in_progress || outcome == Outcome::started) && row->has_lease)
             set(rLeaseUntil, TimestampTzGetDatum(row->lease_until));
     }
+}
+
+Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row) {
+    Datum values[rColumns];
+    bool nulls[rColumns];
+    outcome_columns(outcome, row, values, nulls);
     bool release;
     TupleDesc desc = result_descriptor(fcinfo, &release);
     HeapTuple tuple = heap_form_tuple(desc, values, nulls);

@@ -32,6 +32,14 @@ Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 /// request's action.
 void require_snapshot_sees_winner(const Request& request, const KeyRow& seen);
 
+/// The number of columns of idempotency.key_outcome (outcome to lease_until).
+constexpr int kOutcomeColumns = 9;
+
+/// Fills the kOutcomeColumns columns of idempotency.key_outcome into `values`
+/// and `nulls`, as outcome_result shows them (idempotency.batch_outcome has
+/// the same columns after ord and key).
+void outcome_columns(Outcome outcome, const KeyRow* row, Datum* values, bool* nulls);
+
 /// The idempotency.key_outcome row: the outcome and what of `row` it shows
 /// (started: the row about to be written; replay: the stored response;
 /// mismatch: the resource id; in_progress: the lease). `row` may be nullptr
