@@ -94,6 +94,12 @@ bool forget_key(text* principal, text* key) {
     return statements::forget_key(key_table(), principal, key);
 }
 
+// A statement whatever the placement: under Citus the policies are a
+// reference table, read on the node of the principal's shard.
+bool expiry_refused(Datum action, TimestampTz expired_at) {
+    return statements::expiry_refused(key_table(), action, expired_at);
+}
+
 void key_store_init() { key_table_init(); }
 
 }  // namespace idem::pg

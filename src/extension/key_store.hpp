@@ -61,6 +61,11 @@ bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence);
 /// Deletes one key. False when there was none.
 bool forget_key(text* principal, text* key);
 
+/// Whether the expiry policy of `action` refuses a key that expired at
+/// `expired_at` (idempotency.set_expiry_policy: refuse, within its grace).
+/// Asked only for a dead row, so a new key never pays for it.
+bool expiry_refused(Datum action, TimestampTz expired_at);
+
 /// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
 /// a no-op for a local table): the key lock is a lock of this node, so two
 /// calls for one key must run on the same node to exclude each other.

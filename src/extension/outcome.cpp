@@ -29,6 +29,7 @@ const char* outcome_text(Outcome outcome) {
         case Outcome::mismatch: return "mismatch";
         case Outcome::in_progress: return "in_progress";
         case Outcome::secret_replay: return "secret_replay";
+        case Outcome::expired: return "expired";
     }
     pg_unreachable();
 }
@@ -79,11 +80,21 @@ TupleDesc result_descriptor(FunctionCallInfo fcinfo, bool* release) {
 
 }  // namespace
 
+bool expiry_refuses(const KeyRow& row) {
+    if (!row.found) return false;
+    if (row.live()) return row.tombstone;
+    // Dead: a tombstone past its end goes; any other row asks its action's policy.
+    return !row.tombstone && expiry_refused(row.action, row.expires_at);
+}
+
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
-    if (!row.found || !row.live()) return Outcome::started;
+    if (!row.found) return Outcome::started;
+    const bool refused = expiry_refuses(row);
+    if (!refused && !row.live()) return Outcome::started;
     if (VARSIZE_ANY_EXHDR(row.request_sha256) != 32 ||
         memcmp(VARDATA_ANY(row.request_sha256), VARDATA_ANY(fingerprint), 32) != 0)
         return Outcome::mismatch;
+    if (refused) return Outcome::expired;
     if (row.completed) return row.one_time_secret ? Outcome::secret_replay : Outcome::replay;
     return row.leased() ? Outcome::in_progress : Outcome::started;
 }
@@ -117,6 +128,7 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
         case Outcome::secret_replay: return static_cast<Counter>(base + 2);
         case Outcome::mismatch: return static_cast<Counter>(base + 3);
         case Outcome::in_progress: return static_cast<Counter>(base + 4);
+        case Outcome::expired: break;  // no counter of its own (count_outcome)
     }
     pg_unreachable();
 }
@@ -125,8 +137,13 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
 
 void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
                    const KeyRow* row) {
-    const bool takeover =
-        outcome == Outcome::started && row != nullptr && row->found && !row->completed;
+    if (outcome == Outcome::expired) {
+        // idempotency.stats has no column for it yet: only the wait is counted.
+        count_wait(action, lock);
+        return;
+    }
+    const bool takeover = outcome == Outcome::started && row != nullptr && row->found &&
+                          !row->completed && !row->tombstone;
     count_start(outcome_counter(caller, outcome), action, takeover, lock.waited, lock.waited_us);
 }
 
@@ -158,7 +175,11 @@ Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row
         nulls[column] = false;
     };
     set(rOutcome, CStringGetTextDatum(outcome_text(outcome)));
-    if (row != nullptr && row->found) {
+    if (outcome == Outcome::expired) {
+        // Only when the key was first used and when it expired: nothing else is kept.
+        set(rCreated, TimestampTzGetDatum(row->created_at));
+        set(rExpires, TimestampTzGetDatum(row->expired_at()));
+    } else if (row != nullptr && row->found) {
         if (row->has_times) {
             set(rCreated, TimestampTzGetDatum(row->created_at));
             set(rExpires, TimestampTzGetDatum(row->expires_at));
