@@ -42,6 +42,8 @@ INVARIANTS = {
     "I5": "after in_progress the caller's transaction is still usable",
     "I6": "once every ttl and lease has passed, one cleanup leaves nothing expired or stuck",
     "I7": "any other fingerprint gets mismatch while the key lives, from every entry point",
+    "EXP": "with the expiry policy refuse, no key runs again within ttl + grace, and only such a key answers "
+           "expired (--refuse)",
     "BIND": "no call reads, writes, renews, releases or completes a row of a principal its role is not bound to "
             "(--roles)",
     "ROUTE": "every key row and effect lives only on the shard that owns its principal (function-call form)",
@@ -73,6 +75,7 @@ class Op:
         self.lease_min = None  # lower bound of the lease this op holds (acquire)
         self.response = None  # (status, headers, body) this op stores
         self.secret = False
+        self.refuse_grace = None  # seconds: the op's action refuses its key for this long after it expired
         self.writes = False  # may have written a key row (a generation)
         self.holds_lock = False  # begin/acquire answered started: the key lock is held until the transaction ends
         self.last_sent = None  # when the latest statement of a started transaction was sent
@@ -297,6 +300,7 @@ class Model:
                         "%s %s while the key's generation %s (%s, same fingerprint) was live: "
                         "a second effect for one generation" % (op.kind, what, current.id, state),
                         [current, op], "%s started on a live %s row" % (op.kind, state))
+            self.check_refused(op, current)
             self.check_lock(op)
             if op.fence is None:
                 return
@@ -312,6 +316,46 @@ class Model:
                         % (op.id, op.fence, other.id, other.fence),
                         [other, op], "fence handed out again")
                     return
+
+    def refused_window(self, gen, moment):
+        """(from, to) in server time while `gen`'s action certainly refuses a new
+        start under its key (expired, within its grace), or None: the generation
+        does not refuse, or its expiry is not certain (a lease generation whose
+        complete may have moved it)."""
+        if gen.refuse_grace is None or gen.expires is None:
+            return None
+        if gen.kind == "acquire" and self.completed(gen, moment) != "no":
+            return None
+        return gen.expires + MARGIN, gen.expires + gen.refuse_grace - MARGIN
+
+    def check_refused(self, op, current):
+        """EXP: a start (begin/acquire started, save_final/claim true) on a key
+        whose certain current generation's action refuses it: the key had
+        expired and its grace had not run out when the server decided."""
+        if current is None or op.now is None:
+            return
+        window = self.refused_window(current, op.sent)
+        if window is not None and window[0] < op.now < window[1]:
+            self.violation(
+                "EXP", op.key_id(),
+                "%s answered %s %.3f s after %s's key expired, within its grace of %.3f s (expired expected)"
+                % (op.id, op.outcome, op.now - current.expires, current.id, current.refuse_grace),
+                [current, op], "%s ran again within ttl + grace" % op.kind)
+
+    def check_expired(self, op):
+        """EXP: `expired` answered to `op` while the key's certain current
+        generation was certainly live by its ttl, or belongs to an action that
+        runs again (no refuse policy)."""
+        with self.lock:
+            current = self.certain_current(op.key_id(), op)
+            if current is None:
+                return
+            if current.refuse_grace is None:
+                self.violation("EXP", op.key_id(), "%s answered expired, but %s's action has no refuse policy"
+                               % (op.id, current.id), [current, op], "expired without a refuse policy")
+            elif self.unexpired(current, op.now, op.clock):
+                self.violation("EXP", op.key_id(), "%s answered expired while %s was live by its ttl"
+                               % (op.id, current.id), [current, op], "expired while live")
 
     def check_lock(self, op):
         """I1: nothing starts on a key while another transaction that got
