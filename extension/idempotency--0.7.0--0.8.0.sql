@@ -208,6 +208,66 @@ $$;
 COMMENT ON FUNCTION idempotency.cleanup_batch(integer, timestamptz) IS
     'Deletes up to batch_size expired keys expiring at or after `after` (NULL or omitted: any), oldest expiry first, or keeps those of a refusing action (idempotency.set_expiry_policy) as tombstones; returns how many and the latest expiry among them. Used by idempotency.cleanup';
 
+-- The counters of the outcome expired, as two columns after stats_reset (the
+-- library fills the columns the declaration has: 0.7.0's, or these too). The
+-- function and the view are created again; their grants are carried over (a
+-- plain table, as in 0.7.0's script: Citus runs this script inside a
+-- two-phase commit).
+CREATE TABLE idempotency.upgrade_080_grants AS
+SELECT 'view' AS kind, a.grantee, a.privilege_type, a.is_grantable
+  FROM pg_catalog.pg_class AS c, pg_catalog.aclexplode(c.relacl) AS a
+ WHERE c.oid OPERATOR(pg_catalog.=) 'idempotency.stats'::pg_catalog.regclass
+   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+UNION ALL
+SELECT 'function', a.grantee, a.privilege_type, a.is_grantable
+  FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+ WHERE p.oid OPERATOR(pg_catalog.=) 'idempotency.stats_counters()'::pg_catalog.regprocedure
+   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
+
+DROP VIEW idempotency.stats;
+DROP FUNCTION idempotency.stats_counters();
+CREATE FUNCTION idempotency.stats_counters(
+        OUT database name, OUT action text,
+        OUT begin_started bigint, OUT begin_replay bigint, OUT begin_secret_replay bigint,
+        OUT begin_mismatch bigint, OUT begin_in_progress bigint,
+        OUT acquire_started bigint, OUT acquire_replay bigint, OUT acquire_secret_replay bigint,
+        OUT acquire_mismatch bigint, OUT acquire_in_progress bigint,
+        OUT takeovers bigint, OUT completed bigint, OUT lease_completed bigint,
+        OUT save_final_stored bigint, OUT save_final_refused bigint, OUT commit_refused bigint,
+        OUT serialization_failures bigint, OUT stale_fence bigint, OUT renewed bigint, OUT released bigint,
+        OUT cleanup_deleted bigint,
+        OUT waits bigint, OUT wait_ms_sum double precision, OUT wait_ms_max double precision,
+        OUT wait_le_ms double precision[], OUT wait_buckets bigint[],
+        OUT stats_reset timestamptz,
+        OUT begin_expired bigint, OUT acquire_expired bigint)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'idempotency_stats_counters'
+    LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idempotency.stats_counters() IS
+    'The counters behind idempotency.stats (needs idempotency in shared_preload_libraries)';
+REVOKE ALL ON FUNCTION idempotency.stats_counters() FROM PUBLIC;
+
+CREATE VIEW idempotency.stats AS SELECT * FROM idempotency.stats_counters();
+COMMENT ON VIEW idempotency.stats IS
+    'What every call did since stats_reset, per database and action: outcomes (expired since 0.8.0), stores, refusals, 40001s, takeovers, stale fences, renewals, cleanup, and the waits for held keys. No key, principal or body';
+REVOKE ALL ON idempotency.stats FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM idempotency.upgrade_080_grants LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', g.privilege_type,
+            CASE g.kind WHEN 'view' THEN 'idempotency.stats'
+                        ELSE 'FUNCTION idempotency.stats_counters()' END,
+            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$grants$;
+DROP TABLE idempotency.upgrade_080_grants;
+
 -- distribute() as in 0.6.0, and the policies become a Citus reference table:
 -- the functions delegated to the node of a principal's shard read them there.
 -- On a cluster distributed before 0.8.0, run SELECT idempotency.distribute()

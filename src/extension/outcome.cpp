@@ -118,7 +118,7 @@ void require_snapshot_sees_winner(const Request& request, const KeyRow& seen) {
 namespace {
 
 // The counter of an outcome: the five of begin, or the five of acquire, in
-// the order of Outcome's texts in idempotency.stats.
+// the order of Outcome's texts in idempotency.stats; expired (0.8.0) after them.
 Counter outcome_counter(Caller caller, Outcome outcome) {
     const int base = static_cast<int>(caller == Caller::begin ? Counter::begin_started
                                                               : Counter::acquire_started);
@@ -128,7 +128,8 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
         case Outcome::secret_replay: return static_cast<Counter>(base + 2);
         case Outcome::mismatch: return static_cast<Counter>(base + 3);
         case Outcome::in_progress: return static_cast<Counter>(base + 4);
-        case Outcome::expired: break;  // no counter of its own (count_outcome)
+        case Outcome::expired:
+            return caller == Caller::begin ? Counter::begin_expired : Counter::acquire_expired;
     }
     pg_unreachable();
 }
@@ -137,11 +138,6 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
 
 void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
                    const KeyRow* row) {
-    if (outcome == Outcome::expired) {
-        // idempotency.stats has no column for it yet: only the wait is counted.
-        count_wait(action, lock);
-        return;
-    }
     const bool takeover = outcome == Outcome::started && row != nullptr && row->found &&
                           !row->completed && !row->tombstone;
     count_start(outcome_counter(caller, outcome), action, takeover, lock.waited, lock.waited_us);
