@@ -123,11 +123,6 @@ Datum idempotency_claim(FunctionCallInfo call) {
         refuse_if_begun(principal, key, "idempotency.claim()");
         if (lock_key(principal, key, wait_timeout_ms).holder == LockHolder::none)
             PG_RETURN_BOOL(false);
-        // A live row (a tombstone too) keeps the key; a dead row of an action
-        // that refuses expired keys too. Only a new key or a replaceable row
-        // goes on to the insert, which checks liveness again.
-        const KeyRow row = lookup_key(principal, key, InvalidSnapshot);
-        if (row.found && (row.live() || expiry_refuses(row))) PG_RETURN_BOOL(false);
         PG_RETURN_BOOL(insert_claim(principal, key, &ttl, next_fence()));
     });
 }

@@ -80,13 +80,6 @@ TupleDesc result_descriptor(FunctionCallInfo fcinfo, bool* release) {
 
 }  // namespace
 
-bool expiry_refuses(const KeyRow& row) {
-    if (!row.found) return false;
-    if (row.live()) return row.tombstone;
-    // Dead: a tombstone past its end goes; any other row asks its action's policy.
-    return !row.tombstone && expiry_refused(row.action, row.expires_at);
-}
-
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
     if (!row.found) return Outcome::started;
     const bool refused = expiry_refuses(row);

@@ -25,11 +25,6 @@ enum class Outcome { started, replay, mismatch, in_progress, secret_replay, expi
 /// its action's expiry policy refuses, of the same request).
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 
-/// The row stands for a key that expired and is refused: a live tombstone, or
-/// a dead row of an action whose policy refuses it (cleanup has not reached it
-/// yet). claim() and save_final() write nothing over it.
-bool expiry_refuses(const KeyRow& row);
-
 /// Under REPEATABLE READ / SERIALIZABLE the transaction snapshot may predate a
 /// row that committed while we waited (or just before we looked): when the
 /// latest state holds a row other than `seen` (what the snapshot found), raises
