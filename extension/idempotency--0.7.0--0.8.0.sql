@@ -63,7 +63,7 @@ BEGIN
     IF on_expiry = 'run' THEN
         DELETE FROM idempotency.expiry_policies AS p WHERE p.action = set_expiry_policy.action;
     ELSE
-        INSERT INTO idempotency.expiry_policies AS p (action, on_expiry, grace)
+        INSERT INTO idempotency.expiry_policies (action, on_expiry, grace)
         VALUES (set_expiry_policy.action, 'refuse', set_expiry_policy.grace)
         ON CONFLICT ON CONSTRAINT expiry_policies_pkey
             DO UPDATE SET on_expiry = excluded.on_expiry, grace = excluded.grace;

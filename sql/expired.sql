@@ -161,3 +161,5 @@ SELECT expire('k-run');
 SELECT deleted FROM idempotency.cleanup_batch(1000);
 SELECT key, state FROM idempotency.keys WHERE principal = 'exp' ORDER BY key;
 DELETE FROM idempotency.keys WHERE principal = 'exp';
+-- The helper depends on the extension's type (the upgrade tests drop the extension).
+DROP FUNCTION shown(idempotency.key_outcome, text);

@@ -28,7 +28,7 @@ SELECT idempotency.renew('p', 'uplib-lease', :f) AS renewed,
 SELECT idempotency.save_final('p', 'uplib-final', 'a', idempotency.fingerprint('POST', '/x'), 422) AS saved,
        idempotency.claim('p', 'uplib-claim') AS claimed, idempotency.forget('p', 'uplib-claim') AS forgotten;
 SELECT state, response_status FROM idempotency.lookup('p', 'uplib-tx');
-SELECT action, state, keys, oldest_key FROM idempotency.status ORDER BY 1, 2;
+SELECT action, state, keys FROM idempotency.status ORDER BY 1, 2;
 -- An expired key runs again on the 0.7.0 schema (no expiry policies, no
 -- tombstones before 0.8.0): begin starts, claim takes it.
 UPDATE idempotency.keys SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'

@@ -201,8 +201,7 @@ Statement complete_lease_statement{
 Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING};
 Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE};
-Statement expiry_refused_statement{
-    kExpiryRefusedSql, 2, {TEXTOID, TIMESTAMPTZOID}, SPI_OK_SELECT};
+Statement expiry_refused_statement{kExpiryRefusedSql, 2, {TEXTOID, TIMESTAMPTZOID}, SPI_OK_SELECT};
 Statement lookup_statement{kLookupSql, 2, {TEXTOID, TEXTOID}, SPI_OK_SELECT, Returns::whole_row};
 
 // Prepares a statement once per session (the plan is kept across
