@@ -40,7 +40,7 @@ SELECT idempotency.claim('p', 'uplib-final') AS claimed_expired;
 SELECT idempotency.forget('p', 'uplib-final') AS forgotten;
 -- The counters as 0.7.0 declared them (without the columns of 0.8.0).
 SET client_min_messages = error;
-SELECT count(*) >= 0 AS counters_read, max(begin_started) >= 0 AS has_begin_started
+SELECT count(*) >= 0 AS counters_read, coalesce(max(begin_started), 0) >= 0 AS has_begin_started
   FROM idempotency.stats_counters() WHERE database = current_database();
 RESET client_min_messages;
 -- ... then the update, and the same keys are served by the same session.
