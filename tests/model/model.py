@@ -31,6 +31,8 @@ with server values, and the checker's send/answer times with each other.
 import threading
 import time
 
+import expiry
+
 # Seconds kept on every timing comparison: a race at the boundary is not flagged.
 MARGIN = 0.02
 
@@ -145,6 +147,8 @@ class Violation:
 
 class Model:
     """Every op of a run, by key, and the checks run as ops finish."""
+
+    margin = MARGIN  # for the checks of other files (expiry.py)
 
     def __init__(self):
         self.lock = threading.RLock()
@@ -317,45 +321,14 @@ class Model:
                         [other, op], "fence handed out again")
                     return
 
-    def refused_window(self, gen, moment):
-        """(from, to) in server time while `gen`'s action certainly refuses a new
-        start under its key (expired, within its grace), or None: the generation
-        does not refuse, or its expiry is not certain (a lease generation whose
-        complete may have moved it)."""
-        if gen.refuse_grace is None or gen.expires is None:
-            return None
-        if gen.kind == "acquire" and self.completed(gen, moment) != "no":
-            return None
-        return gen.expires + MARGIN, gen.expires + gen.refuse_grace - MARGIN
-
     def check_refused(self, op, current):
-        """EXP: a start (begin/acquire started, save_final/claim true) on a key
-        whose certain current generation's action refuses it: the key had
-        expired and its grace had not run out when the server decided."""
-        if current is None or op.now is None:
-            return
-        window = self.refused_window(current, op.sent)
-        if window is not None and window[0] < op.now < window[1]:
-            self.violation(
-                "EXP", op.key_id(),
-                "%s answered %s %.3f s after %s's key expired, within its grace of %.3f s (expired expected)"
-                % (op.id, op.outcome, op.now - current.expires, current.id, current.refuse_grace),
-                [current, op], "%s ran again within ttl + grace" % op.kind)
+        """EXP (expiry.py): a start within ttl + grace of a refusing generation."""
+        expiry.check_refused(self, op, current)
 
     def check_expired(self, op):
-        """EXP: `expired` answered to `op` while the key's certain current
-        generation was certainly live by its ttl, or belongs to an action that
-        runs again (no refuse policy)."""
+        """EXP (expiry.py): an `expired` answer only for a key that is refused."""
         with self.lock:
-            current = self.certain_current(op.key_id(), op)
-            if current is None:
-                return
-            if current.refuse_grace is None:
-                self.violation("EXP", op.key_id(), "%s answered expired, but %s's action has no refuse policy"
-                               % (op.id, current.id), [current, op], "expired without a refuse policy")
-            elif self.unexpired(current, op.now, op.clock):
-                self.violation("EXP", op.key_id(), "%s answered expired while %s was live by its ttl"
-                               % (op.id, current.id), [current, op], "expired while live")
+            expiry.check_expired(self, op)
 
     def check_lock(self, op):
         """I1: nothing starts on a key while another transaction that got
