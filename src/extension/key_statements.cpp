@@ -16,6 +16,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -157,6 +158,13 @@ const char* const kForgetSql =
     "DELETE FROM idempotency.keys WHERE principal OPERATOR(pg_catalog.=) $1 AND key "
     "OPERATOR(pg_catalog.=) $2";
 
+// Whether the action ($1) of a key that expired at $2 refuses it now ($3):
+// the policy of idempotency.set_expiry_policy (0.8.0 on).
+const char* const kExpiryRefusedSql =
+    "SELECT p.action FROM idempotency.expiry_policies AS p"
+    " WHERE p.action OPERATOR(pg_catalog.=) $1"
+    "   AND $2 OPERATOR(pg_catalog.+) p.grace OPERATOR(pg_catalog.>) $3";
+
 // What a statement returns into `returned` of run().
 enum class Returns {
     lease,      // fence, lease_until, created_at, expires_at of a written lease row
@@ -202,6 +210,7 @@ Statement complete_lease_statement{
 Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING};
 Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE};
+Statement expiry_refused_statement{kExpiryRefusedSql, 2, {TEXTOID, TIMESTAMPTZOID}, SPI_OK_SELECT};
 Statement lookup_statement{kLookupSql, 2, {TEXTOID, TEXTOID}, SPI_OK_SELECT, Returns::whole_row};
 
 // Prepares a statement once per session (the plan is kept across
@@ -362,6 +371,14 @@ KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot sn
     KeyRow row;
     run(table, lookup_statement, values, nullptr, &row, nullptr, snapshot);
     return row;
+}
+
+bool expiry_refused(const KeyTable& table, Datum action, TimestampTz expired_at) {
+    // A schema older than 0.8.0 has no policies: an expired key is forgotten.
+    if (!OidIsValid(get_relname_relid("expiry_policies", get_rel_namespace(table.table))))
+        return false;
+    Datum values[2] = {action, TimestampTzGetDatum(expired_at)};
+    return run(table, expiry_refused_statement, values, nullptr) == 1;
 }
 
 }  // namespace idem::pg::statements

@@ -109,12 +109,25 @@ bool release_lease(Datum principal, Datum key, Datum fence, text** action) {
     return statements::release_lease(key_table(), principal, key, fence, action);
 }
 
+// A live row keeps the key (the statement checks that again); so does an
+// expired row that its action's policy refuses, which only a lookup can tell.
 bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence) {
+    const KeyRow row = lookup_key(principal, key, InvalidSnapshot);
+    if (row.found && (row.live() || expiry_refuses(row))) return false;
     return statements::insert_claim(key_table(), principal, key, ttl, fence);
 }
 
 bool forget_key(text* principal, text* key) {
     return statements::forget_key(key_table(), principal, key);
+}
+
+// The policies are read by a statement whatever the placement: under Citus
+// they are a reference table, read on the node of the principal's shard.
+bool expiry_refuses(const KeyRow& row) {
+    if (!row.found) return false;
+    if (row.live()) return row.tombstone;
+    // Dead: a tombstone past its end goes; any other row asks its action's policy.
+    return !row.tombstone && statements::expiry_refused(key_table(), row.action, row.expires_at);
 }
 
 void key_store_init() { key_table_init(); }

@@ -61,11 +61,18 @@ bool complete_lease(Datum principal, Datum key, Datum fence, const StoredRespons
 bool release_lease(Datum principal, Datum key, Datum fence, text** action = nullptr);
 
 /// Writes a claim marker (status 204, all-zero fingerprint) unless a live row
-/// exists. False when the key is taken.
+/// exists or an expired one is refused (expiry_refuses). False when the key is taken.
 bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence);
 
 /// Deletes one key. False when there was none.
 bool forget_key(text* principal, text* key);
+
+/// The row stands for a key that expired and is refused (0.8.0,
+/// idempotency.set_expiry_policy 'refuse'): a live tombstone, or a dead row of
+/// an action whose policy refuses it within its grace (cleanup has not reached
+/// it yet; only then are the policies read, so a new key never pays for them).
+/// Nothing may start or be written under such a key.
+bool expiry_refuses(const KeyRow& row);
 
 /// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
 /// a no-op for a local table): the key lock is a lock of this node, so two

@@ -29,6 +29,7 @@ const char* outcome_text(Outcome outcome) {
         case Outcome::mismatch: return "mismatch";
         case Outcome::in_progress: return "in_progress";
         case Outcome::secret_replay: return "secret_replay";
+        case Outcome::expired: return "expired";
     }
     pg_unreachable();
 }
@@ -81,10 +82,13 @@ TupleDesc result_descriptor(FunctionCallInfo fcinfo, bool* release) {
 }  // namespace
 
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
-    if (!row.found || !row.live()) return Outcome::started;
+    if (!row.found) return Outcome::started;
+    const bool refused = expiry_refuses(row);
+    if (!refused && !row.live()) return Outcome::started;
     if (VARSIZE_ANY_EXHDR(row.request_sha256) != 32 ||
         memcmp(VARDATA_ANY(row.request_sha256), VARDATA_ANY(fingerprint), 32) != 0)
         return Outcome::mismatch;
+    if (refused) return Outcome::expired;
     if (row.completed) return row.one_time_secret ? Outcome::secret_replay : Outcome::replay;
     return row.leased() ? Outcome::in_progress : Outcome::started;
 }
@@ -108,7 +112,7 @@ void require_snapshot_sees_winner(const Request& request, const KeyRow& seen) {
 namespace {
 
 // The counter of an outcome: the five of begin, or the five of acquire, in
-// the order of Outcome's texts in idempotency.stats.
+// the order of Outcome's texts in idempotency.stats; expired (0.8.0) after them.
 Counter outcome_counter(Caller caller, Outcome outcome) {
     const int base = static_cast<int>(caller == Caller::begin ? Counter::begin_started
                                                               : Counter::acquire_started);
@@ -118,6 +122,8 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
         case Outcome::secret_replay: return static_cast<Counter>(base + 2);
         case Outcome::mismatch: return static_cast<Counter>(base + 3);
         case Outcome::in_progress: return static_cast<Counter>(base + 4);
+        case Outcome::expired:
+            return caller == Caller::begin ? Counter::begin_expired : Counter::acquire_expired;
     }
     pg_unreachable();
 }
@@ -126,8 +132,8 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
 
 void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
                    const KeyRow* row) {
-    const bool takeover =
-        outcome == Outcome::started && row != nullptr && row->found && !row->completed;
+    const bool takeover = outcome == Outcome::started && row != nullptr && row->found &&
+                          !row->completed && !row->tombstone;
     count_start(outcome_counter(caller, outcome), action, takeover, lock.waited, lock.waited_us);
 }
 
@@ -160,7 +166,11 @@ void outcome_columns(Outcome outcome, const KeyRow* row, Datum* values, bool* nu
         nulls[column] = false;
     };
     set(rOutcome, CStringGetTextDatum(outcome_text(outcome)));
-    if (row != nullptr && row->found) {
+    if (outcome == Outcome::expired) {
+        // Only when the key was first used and when it expired: nothing else is kept.
+        set(rCreated, TimestampTzGetDatum(row->created_at));
+        set(rExpires, TimestampTzGetDatum(row->expired_at()));
+    } else if (row != nullptr && row->found) {
         if (row->has_times) {
             set(rCreated, TimestampTzGetDatum(row->created_at));
             set(rExpires, TimestampTzGetDatum(row->expires_at));

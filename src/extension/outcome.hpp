@@ -16,12 +16,13 @@ extern "C" {
 namespace idem::pg {
 
 /// What a new attempt under a key gets.
-enum class Outcome { started, replay, mismatch, in_progress, secret_replay };
+enum class Outcome { started, replay, mismatch, in_progress, secret_replay, expired };
 
 /// The outcome for a request with `fingerprint`, given the key's row: started
 /// (no live row, or an in_progress row of the same request whose lease ran
-/// out), mismatch (a live row of another request), replay, secret_replay, or
-/// in_progress (a live lease).
+/// out), mismatch (a live row of another request), replay, secret_replay,
+/// in_progress (a live lease), or expired (a tombstone, or a dead row that
+/// its action's expiry policy refuses, of the same request).
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 
 /// Under REPEATABLE READ / SERIALIZABLE the transaction snapshot may predate a
