@@ -18,7 +18,7 @@ from .async_lease import AsyncBody, AsyncLeaseRunner
 from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "AsyncAttempt",
