@@ -62,7 +62,7 @@ test("the Express-style middleware adds no round trip", async () => {
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const post = (k) =>
     new Promise((resolve, reject) => {
-      const req = http.request({ port: server.address().port, method: "POST", path: "/o", headers: { "Idempotency-Key": k } }, (res) => {
+      const req = http.request({ host: "127.0.0.1", port: server.address().port, method: "POST", path: "/o", headers: { "Idempotency-Key": k } }, (res) => {
         res.resume();
         res.on("end", () => resolve(res.statusCode));
       });
