@@ -104,7 +104,8 @@ TEST(ProtocolTable, ProblemsAreTheTables) {
         {"key_reuse", idem::Problem::key_reuse},
         {"request_in_progress", idem::Problem::request_in_progress},
         {"one_time_secret", idem::Problem::one_time_secret},
-        {"already_processed", idem::Problem::already_processed}};
+        {"already_processed", idem::Problem::already_processed},
+        {"key_expired", idem::Problem::key_expired}};
     EXPECT_EQ(table["problems"].size(), mine.size());
     const std::string base = table["problem_type_base"];
     for (const auto& [name, problem] : mine) {
