@@ -13,7 +13,8 @@ again against the same database.
 
 Routes every example service provides (examples/orders-service is the
 reference): POST /orders (?delay_ms=N), POST /reject/orders (reject mode), POST /flaky/orders,
-POST /api-keys.
+POST /api-keys. Scenario `expired` (expired.py) needs --dsn as a superuser and a 0.8.0
+extension (set_expiry_policy); it fails, saying why, on an older one.
 
 A service whose data is spread over shards (tests/scale-out: PL/Proxy) names
 each shard's DSN with --shard-dsn, in partition order: effects are then counted
@@ -41,6 +42,8 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import psycopg
+
+import expired
 
 # The protocol table every client follows: problem types, titles, statuses,
 # details, the replay header and the problem content type come from it.
@@ -98,6 +101,7 @@ class Suite:
         if self.shard_dsns and len(self.shard_dsns) & (len(self.shard_dsns) - 1):
             raise ValueError("the number of --shard-dsn must be a power of 2 (PL/Proxy's partitions)")
         self.run_id = uuid.uuid4().hex[:8]
+        self.problem_base = problem_base
         self.passed = 0
         self.failed = 0
         base = problem_base
@@ -412,6 +416,7 @@ class Suite:
             ("secret", self.one_time_secret),
             ("expiry", self.expiry_header),
             ("reject", self.reject_mode),
+            ("expired", lambda: expired.scenario(self, problem, PROTOCOL)),  # tests/conformance/expired.py
         ]
         for name, scenario in scenarios:
             if only and name not in only:
