@@ -305,10 +305,10 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     const bool kept = options_.policy == Policy::once ||
                       (options_.policy == Policy::commit_on_success ? response.status < 400
                                                                     : is_final(response.status));
-    const bool settled = !kept                                  ? fenced.release()
-                         : options_.policy == Policy::remember ? fenced.store(response,
-                                                                              options_.kept_headers)
-                                                               : fenced.complete(response.status);
+    const bool settled = !kept ? fenced.release()
+                         : options_.policy == Policy::remember
+                             ? fenced.store(response, options_.kept_headers)
+                             : fenced.complete(response.status);
     result.response = std::move(response);
     result.outcome = (settled && !lost) ? LeaseOutcome::fresh : LeaseOutcome::fresh_unfenced;
     stamp(result, settled && kept ? fenced.expiry(expiry_of(row)) : std::nullopt);

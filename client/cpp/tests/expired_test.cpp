@@ -23,8 +23,7 @@ std::string conninfo() {
 }
 
 std::string unique(const std::string& name) {
-    return name + "-" +
-           std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+    return name + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 long long now_epoch() {
@@ -75,8 +74,8 @@ TEST(LeaseExpiry, TheResultCarriesTheRowsExpiryAndAReleasedKeyNone) {
     const std::string who = unique("lease-expiry");
     const idem::LeaseResult first = runner.run(request(who, "k", "{}"), created);
     const long long want = std::stoll(scalar(
-        "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1, $2)",
-        who, std::string("k")));
+        "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1, $2)", who,
+        std::string("k")));
     EXPECT_EQ(first.outcome, idem::LeaseOutcome::fresh);
     EXPECT_GT(want, now_epoch());
     EXPECT_EQ(first.expires_epoch, want);
@@ -144,9 +143,10 @@ TEST(Expired, ARetryAfterExpiryIs410WithThePastExpiryWithoutRunning) {
     };
     ASSERT_EQ(client.handle(request(who, "k", "{}", action), handler).status, 201);
     // The contract's test sequence: the key expires now and cleanup leaves a tombstone.
-    scalar("UPDATE idempotency.keys SET expires_at = now() - interval '1 second'"
-           " WHERE principal = $1 AND key = $2",
-           who, std::string("k"));
+    scalar(
+        "UPDATE idempotency.keys SET expires_at = now() - interval '1 second'"
+        " WHERE principal = $1 AND key = $2",
+        who, std::string("k"));
     const long long expired = now_epoch() - 1;
     scalar("SELECT idempotency.cleanup_batch(1000)");
     const idem::Response gone = client.handle(request(who, "k", "{}", action), handler);
