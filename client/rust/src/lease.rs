@@ -293,7 +293,8 @@ impl LeaseRunner {
                 };
                 let kept = settled && self.keeps_row(response.status);
                 let expires = if kept { self.settled_expiry(&held, acquired).await? } else { None };
-                let result = LeaseResult { outcome, response, fence, renewals, expires_epoch: None };
+                let result =
+                    LeaseResult { outcome, response, fence, renewals, expires_epoch: None };
                 Ok(result.expiring(expires))
             }
         }
@@ -311,7 +312,11 @@ impl LeaseRunner {
 
     /// The settled row's expiry: acquire's while it is still ahead, read again after a
     /// completion past it (complete keeps the key one more ttl from its own now()).
-    async fn settled_expiry(&self, held: &Held, acquired: Option<i64>) -> Result<Option<i64>, Error> {
+    async fn settled_expiry(
+        &self,
+        held: &Held,
+        acquired: Option<i64>,
+    ) -> Result<Option<i64>, Error> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         match acquired {
             Some(epoch) if epoch > now => Ok(Some(epoch)),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pg_idempotency::http::{http_date, EXPIRES_HEADER};
 use pg_idempotency::{
-    BoxError, Begun, Client, Connection, DuplicateMode, LeaseOptions, LeaseOutcome, LeaseRunner,
+    Begun, BoxError, Client, Connection, DuplicateMode, LeaseOptions, LeaseOutcome, LeaseRunner,
     Options, Policy, Request, Response,
 };
 use tokio_postgres::Transaction;
@@ -20,7 +20,10 @@ const ORDER: &str = "{\"item\":\"book\"}";
 
 fn request(principal: &str, key: &str, body: &str, action: &str) -> Request {
     let body = Some(body.as_bytes().to_vec());
-    Request { action: action.into(), ..Request::new(principal, Some(key.into()), "POST", "/o", body) }
+    Request {
+        action: action.into(),
+        ..Request::new(principal, Some(key.into()), "POST", "/o", body)
+    }
 }
 
 fn now() -> i64 {
@@ -28,11 +31,17 @@ fn now() -> i64 {
 }
 
 async fn stored_epoch(pg: &tokio_postgres::Client, who: &str, key: &str) -> i64 {
-    let sql = "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1, $2)";
+    let sql =
+        "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1, $2)";
     pg.query_one(sql, &[&who, &key]).await.unwrap().get(0)
 }
 
-async fn lease_run(runner: &LeaseRunner, req: &Request, runs: &AtomicU32, status: u16) -> pg_idempotency::LeaseResult {
+async fn lease_run(
+    runner: &LeaseRunner,
+    req: &Request,
+    runs: &AtomicU32,
+    status: u16,
+) -> pg_idempotency::LeaseResult {
     runner
         .run(req, || async {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -71,7 +80,8 @@ async fn the_lease_runner_rejects_a_duplicate_at_once() {
         let mut req = request(&who, "k", ORDER, "");
         let holder: Transaction<'_> = pg.transaction().await.unwrap();
         assert!(matches!(Client::default().begin(&holder, &req).await.unwrap(), Begun::Started));
-        let mut options = LeaseOptions { wait: Some(Duration::from_secs(3)), ..LeaseOptions::default() };
+        let mut options =
+            LeaseOptions { wait: Some(Duration::from_secs(3)), ..LeaseOptions::default() };
         if per_request {
             req.duplicates = Some(DuplicateMode::Reject);
         } else {
@@ -90,7 +100,12 @@ async fn the_lease_runner_rejects_a_duplicate_at_once() {
 }
 
 /// handle() with a handler that counts its runs and answers 201.
-async fn handled(client: &Client, conn: &mut Connection, req: &Request, runs: &AtomicU32) -> Response {
+async fn handled(
+    client: &Client,
+    conn: &mut Connection,
+    req: &Request,
+    runs: &AtomicU32,
+) -> Response {
     let handler = |_tx: &Transaction<'_>| {
         runs.fetch_add(1, Ordering::SeqCst);
         let future: pg_idempotency::HandlerFuture<'_> =
@@ -140,7 +155,11 @@ async fn an_expired_key_is_410_without_running() {
     assert!((told - expired).abs() <= 1 && told < now(), "told {} expired {}", told, expired);
     let other = handled(&client, &mut conn, &request(&who, "k", "{}", &action), &runs).await;
     assert_eq!(other.status, 422);
-    let runner = LeaseRunner::new(common::config(), LeaseOptions { policy: Policy::Remember, ..LeaseOptions::default() }).unwrap();
+    let runner = LeaseRunner::new(
+        common::config(),
+        LeaseOptions { policy: Policy::Remember, ..LeaseOptions::default() },
+    )
+    .unwrap();
     let leased = lease_run(&runner, &req, &runs, 201).await;
     assert_eq!(leased.outcome, LeaseOutcome::Expired);
     check_gone("lease", &leased.response);
