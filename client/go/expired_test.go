@@ -122,7 +122,8 @@ func TestAnExpiredKeyIs410WithoutRunning(t *testing.T) {
 		t.Fatalf("first: %d %v", first.Status, err)
 	}
 	// The contract's test sequence: the key expires now and cleanup leaves a tombstone.
-	exec1(t, "UPDATE idempotency.keys SET expires_at = now() - interval '1 second'"+
+	exec1(t, "UPDATE idempotency.keys SET created_at = now() - interval '1 hour',"+
+		" expires_at = now() - interval '1 second'"+
 		" WHERE principal = $1 AND key = 'gone'", who)
 	expired := time.Now().Unix() - 1
 	exec1(t, "SELECT idempotency.cleanup_batch(1000)")

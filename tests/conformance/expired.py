@@ -53,9 +53,12 @@ def scenario(suite: Any, problem: Callable[[int, str, str, str], bytes], protoco
 
 
 def _expire(conn: psycopg.Connection, who: str) -> int:
-    """The contract's test sequence; returns the expiry the tombstone keeps (epoch seconds)."""
+    """The contract's test sequence; returns the expiry the tombstone keeps (epoch seconds).
+    created_at moves back too: the CHECK keys_expires_after_created refuses an expires_at
+    before it, and the first request was made less than a second ago."""
     moved = conn.execute(
-        "UPDATE idempotency.keys SET expires_at = now() - interval '1 second'"
+        "UPDATE idempotency.keys SET created_at = now() - interval '1 hour',"
+        " expires_at = now() - interval '1 second'"
         " WHERE principal = %s AND key = %s RETURNING floor(extract(epoch FROM expires_at))::bigint",
         (who, KEY),
     ).fetchone()

@@ -144,7 +144,8 @@ TEST(Expired, ARetryAfterExpiryIs410WithThePastExpiryWithoutRunning) {
     ASSERT_EQ(client.handle(request(who, "k", "{}", action), handler).status, 201);
     // The contract's test sequence: the key expires now and cleanup leaves a tombstone.
     scalar(
-        "UPDATE idempotency.keys SET expires_at = now() - interval '1 second'"
+        "UPDATE idempotency.keys SET created_at = now() - interval '1 hour',"
+        " expires_at = now() - interval '1 second'"
         " WHERE principal = $1 AND key = $2",
         who, std::string("k"));
     const long long expired = now_epoch() - 1;

@@ -96,7 +96,10 @@ async function refusing(t, conn) {
 // The contract's test sequence; returns the expiry (epoch seconds) the tombstone keeps.
 async function expire(conn, who, k) {
   await conn.query(
-    "UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE principal = $1 AND key = $2", [who, k]);
+    "UPDATE idempotency.keys SET created_at = now() - interval '1 hour'," +
+      " expires_at = now() - interval '1 second' WHERE principal = $1 AND key = $2",
+    [who, k],
+  );
   const { rows } = await conn.query("SELECT floor(extract(epoch FROM now() - interval '1 second'))::bigint AS e");
   await conn.query("SELECT idempotency.cleanup_batch(1000)");
   return Number(rows[0].e);

@@ -130,7 +130,8 @@ def refusing(admin):
 
 def expire(admin: psycopg.Connection, principal: str, key: str) -> int:
     """The contract's test sequence; returns the expiry (epoch seconds) the tombstone keeps."""
-    admin.execute("UPDATE idempotency.keys SET expires_at = now() - interval '1 second'"
+    admin.execute("UPDATE idempotency.keys SET created_at = now() - interval '1 hour',"
+                  " expires_at = now() - interval '1 second'"
                   " WHERE principal = %s AND key = %s", (principal, key))
     epoch = admin.execute("SELECT floor(extract(epoch FROM now() - interval '1 second'))::bigint").fetchone()[0]
     admin.execute("SELECT idempotency.cleanup_batch(1000)")

@@ -144,7 +144,8 @@ async fn an_expired_key_is_410_without_running() {
     let runs = AtomicU32::new(0);
     assert_eq!(handled(&client, &mut conn, &req, &runs).await.status, 201);
     // The contract's test sequence: the key expires now and cleanup leaves a tombstone.
-    let expire = "UPDATE idempotency.keys SET expires_at = now() - interval '1 second' \
+    let expire = "UPDATE idempotency.keys SET created_at = now() - interval '1 hour', \
+                  expires_at = now() - interval '1 second' \
                   WHERE principal = $1 AND key = 'k'";
     pg.execute(expire, &[&who]).await.unwrap();
     let expired = now() - 1;
