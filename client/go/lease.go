@@ -168,7 +168,7 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 		}
 	}
 	var outcome string
-	var fence int64
+	var fence *int64 // NULL for a transaction's hold and for expired
 	var stored storedRow
 	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
 		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(options.TTL),
@@ -191,7 +191,10 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 		result.ExpiresEpoch = stored.expiresEpoch
 		return result, nil
 	}
-	return r.runHeld(ctx, req, fence, stored.expiresEpoch, effect)
+	if fence == nil {
+		return LeaseResult{}, errors.New("idempotency: acquire started without a fence")
+	}
+	return r.runHeld(ctx, req, *fence, stored.expiresEpoch, effect)
 }
 
 // answer maps an outcome that does not run the effect.

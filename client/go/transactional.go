@@ -128,6 +128,7 @@ func (c *Client) Counters() Counters {
 		RejectedKeys:   atomic.LoadInt64(&n.RejectedKeys),
 		NotStored:      atomic.LoadInt64(&n.NotStored),
 		StoredErrors:   atomic.LoadInt64(&n.StoredErrors), Retries: atomic.LoadInt64(&n.Retries),
+		Expired: atomic.LoadInt64(&n.Expired),
 	}
 }
 
