@@ -106,13 +106,13 @@ async fn handled(
     req: &Request,
     runs: &AtomicU32,
 ) -> Response {
-    let handler = |_tx: &Transaction<'_>| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        let future: pg_idempotency::HandlerFuture<'_> =
-            Box::pin(async move { Ok(Response::new(201, vec![], "{}")) });
-        future
-    };
-    client.handle(conn, req, handler).await.unwrap()
+    client
+        .handle(conn, req, |_tx: &Transaction<'_>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move { Ok(Response::new(201, vec![], "{}")) })
+        })
+        .await
+        .unwrap()
 }
 
 fn check_gone(what: &str, response: &Response) {
