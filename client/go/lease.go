@@ -13,6 +13,7 @@ import (
 const (
 	acquireSQL = "SELECT outcome, fence, response_status::integer, response_headers::text," +
 		" response_body, resource_id," +
+		" floor(extract(epoch FROM expires_at))::bigint," +
 		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
 		" FROM idempotency.acquire($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval," +
@@ -59,6 +60,9 @@ const (
 	FreshUnfenced LeaseOutcome = "fresh_unfenced"
 	// Rejected: missing or malformed key: 400.
 	Rejected LeaseOutcome = "rejected"
+	// Expired: the key expired under an on_expiry 'refuse' policy (a tombstone): 410,
+	// the effect did not run.
+	Expired LeaseOutcome = "expired"
 )
 
 // LeaseOptions are the settings of a LeaseRunner; zero values take the defaults.
@@ -74,6 +78,10 @@ type LeaseOptions struct {
 	MaxRenewFailures int
 	// TTL and Wait as in Options (0: the server's defaults).
 	TTL, Wait time.Duration
+	// Duplicates: DuplicatesWait (the default, "": acquire waits up to Wait for a
+	// transaction holding the key) or DuplicatesReject (acquire with wait 0: 409 at
+	// once); a live lease is 409 at once in both. Request.Duplicates overrides it.
+	Duplicates DuplicateMode
 	// KeptHeaders, FinalStatuses, ProblemTypeBase, MaxKeyLength as in Options.
 	KeptHeaders     []string
 	FinalStatuses   []int
@@ -90,6 +98,10 @@ type LeaseResult struct {
 	Fence int64
 	// Renewals counts the successful renewals while the body ran.
 	Renewals int
+	// ExpiresEpoch is when the key stops counting: its row's expires_at in seconds
+	// since the epoch (in the past for Expired); nil when no row backs the answer
+	// (rejected, released). Response already carries it as Idempotency-Expires.
+	ExpiresEpoch *int64
 }
 
 // Effect is the work outside the database. It runs outside any transaction and
@@ -156,13 +168,13 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 		}
 	}
 	var outcome string
-	var fence int64
+	var fence *int64 // NULL for a transaction's hold and for expired
 	var stored storedRow
 	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
 		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(options.TTL),
-		interval(options.Wait)).Scan(&outcome, &fence, &stored.status, &stored.headers,
-		&stored.body,
-		&stored.resourceID, &stored.leaseSeconds)
+		waitArg(req.Duplicates, options.Duplicates, options.Wait)).Scan(&outcome, &fence,
+		&stored.status, &stored.headers, &stored.body, &stored.resourceID, &stored.expiresEpoch,
+		&stored.leaseSeconds)
 	if sqlState(err) == stateKeyRefused {
 		return LeaseResult{Outcome: Rejected, Response: r.problem(ProblemKeyMalformed,
 			"The Idempotency-Key was refused by the server.")}, nil
@@ -171,9 +183,18 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 		return LeaseResult{}, err
 	}
 	if outcome != "started" {
-		return r.answer(outcome, stored)
+		result, err := r.answer(outcome, stored)
+		if err != nil {
+			return result, err
+		}
+		result.Response = stamped(result.Response, stored.expiresEpoch)
+		result.ExpiresEpoch = stored.expiresEpoch
+		return result, nil
 	}
-	return r.runHeld(ctx, req, fence, effect)
+	if fence == nil {
+		return LeaseResult{}, errors.New("idempotency: acquire started without a fence")
+	}
+	return r.runHeld(ctx, req, *fence, stored.expiresEpoch, effect)
 }
 
 // answer maps an outcome that does not run the effect.
@@ -194,6 +215,8 @@ func (r *LeaseRunner) answer(outcome string, stored storedRow) (LeaseResult, err
 		return LeaseResult{Outcome: Mismatch, Response: response}, nil
 	case "in_progress":
 		return LeaseResult{Outcome: InProgress, Response: response}, nil
+	case "expired":
+		return LeaseResult{Outcome: Expired, Response: response}, nil
 	}
 	return LeaseResult{Outcome: Replayed, Response: response}, nil
 }

@@ -2,15 +2,17 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
 
 // runHeld runs the effect under the lease (fence) and settles the key.
-func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, effect Effect) (
-	LeaseResult, error) {
+func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, expires *int64,
+	effect Effect) (LeaseResult, error) {
 	options := r.options
 	var renew *renewer
 	if !options.NoRenew {
@@ -21,7 +23,7 @@ func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, eff
 	if renew != nil {
 		lost, renewals = renew.stop()
 	}
-	settled, err := r.settle(ctx, req, fence, response, failure)
+	settled, kept, err := r.settle(ctx, req, fence, response, failure)
 	if err != nil {
 		return LeaseResult{}, err
 	}
@@ -32,20 +34,43 @@ func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, eff
 	if !settled || lost {
 		outcome = FreshUnfenced
 	}
-	return LeaseResult{Outcome: outcome, Response: response, Fence: fence, Renewals: renewals}, nil
+	if expires, err = r.settledExpiry(ctx, req, settled && kept, expires); err != nil {
+		return LeaseResult{}, err
+	}
+	return LeaseResult{Outcome: outcome, Response: stamped(response, expires), Fence: fence,
+		Renewals: renewals, ExpiresEpoch: expires}, nil
+}
+
+// settledExpiry is the settled key's expiry: acquire's while it is still ahead,
+// read again when the key was completed after it passed (complete then keeps it
+// one more ttl from its own now()), nil when no row stays (released, lost).
+func (r *LeaseRunner) settledExpiry(ctx context.Context, req Request, kept bool,
+	acquired *int64) (*int64, error) {
+	if !kept || acquired == nil {
+		return nil, nil
+	}
+	if *acquired > time.Now().Unix() {
+		return acquired, nil
+	}
+	var stored *int64
+	err := r.pool.QueryRow(ctx, storedExpirySQL, req.Principal, req.Key).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return stored, err
 }
 
 // settle marks the key done, stores the response or releases the key, by the
-// policy; false when the fence no longer holds the key.
+// policy; false when the fence no longer holds the key. kept is false when it
+// released the key (no row stays).
 func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, response Response,
-	failure error) (bool, error) {
+	failure error) (settled, kept bool, err error) {
 	p, k := req.Principal, req.Key
-	var settled bool
 	run := func(sql string, args ...interface{}) error {
+		kept = sql != releaseSQL
 		return r.pool.QueryRow(ctx, sql, append([]interface{}{p, k, fence},
 			args...)...).Scan(&settled)
 	}
-	var err error
 	switch {
 	case failure != nil && r.options.Policy == Once:
 		err = run(markDoneSQL, 500)
@@ -67,7 +92,7 @@ func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, resp
 	default:
 		err = run(releaseSQL)
 	}
-	return settled, err
+	return settled, kept, err
 }
 
 // renewer renews a lease from its own goroutine every third of the lease (at

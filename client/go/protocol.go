@@ -35,6 +35,7 @@ var (
 		"one-time-secret", 409, "The response to this request was sent once and not kept"}
 	ProblemAlreadyProcessed = Problem{"request-already-processed", 409,
 		"This request was already processed"}
+	ProblemKeyExpired = Problem{"idempotency-key-expired", 410, "Idempotency-Key has expired"}
 )
 
 // Problems maps the names of client/protocol.json's "problems" to the types.
@@ -46,6 +47,7 @@ var Problems = map[string]Problem{
 	"request_in_progress": ProblemRequestInProgress,
 	"one_time_secret":     ProblemOneTimeSecret,
 	"already_processed":   ProblemAlreadyProcessed,
+	"key_expired":         ProblemKeyExpired,
 }
 
 // Constants of the HTTP mapping shared by every client.
@@ -123,6 +125,11 @@ var Outcomes = map[string]OutcomeRule{
 	"secret_replay": {Problem: "one_time_secret", Replayed: true,
 		Detail: "The first response to this request carried a secret and was not kept;" +
 			" create a new one with a new key."},
+	// A retry of a key that expired under an on_expiry 'refuse' policy (a tombstone):
+	// 410, with Idempotency-Expires set to the (past) expiry begin/acquire returned.
+	"expired": {Problem: "key_expired",
+		Detail: "This Idempotency-Key expired and its response is no longer kept;" +
+			" the request was not run again. Use a new key for a new request."},
 }
 
 // detailAlreadyProcessed answers a duplicate under the lease policies once and

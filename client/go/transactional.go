@@ -84,6 +84,8 @@ func (o Options) withDefaults() Options {
 type Counters struct {
 	Started, Replayed, Mismatched, InProgress, SecretReplayed int64
 	RejectedKeys, NotStored, StoredErrors, Retries            int64
+	// Expired counts retries of keys that expired under an on_expiry 'refuse' policy (410).
+	Expired int64
 }
 
 // Handler is the application's work. It runs inside the transaction that holds
@@ -126,6 +128,7 @@ func (c *Client) Counters() Counters {
 		RejectedKeys:   atomic.LoadInt64(&n.RejectedKeys),
 		NotStored:      atomic.LoadInt64(&n.NotStored),
 		StoredErrors:   atomic.LoadInt64(&n.StoredErrors), Retries: atomic.LoadInt64(&n.Retries),
+		Expired: atomic.LoadInt64(&n.Expired),
 	}
 }
 
@@ -262,14 +265,19 @@ func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
 
 // waitArg is begin's wait: 0 in reject mode (409 at once), else Options.Wait.
 func (c *Client) waitArg(req Request) interface{} {
-	mode := req.Duplicates
+	return waitArg(req.Duplicates, c.options.Duplicates, c.options.Wait)
+}
+
+// waitArg is begin's or acquire's wait: 0 in reject mode (the request's mode, else
+// the configured one), else wait (0: the server's idempotency.wait_timeout).
+func waitArg(mode, configured DuplicateMode, wait time.Duration) interface{} {
 	if mode == "" {
-		mode = c.options.Duplicates
+		mode = configured
 	}
 	if mode == DuplicatesReject {
 		return "0 seconds"
 	}
-	return interval(c.options.Wait)
+	return interval(wait)
 }
 
 // answer ends the transaction of an outcome that does not run the handler.
@@ -284,6 +292,8 @@ func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, sto
 		atomic.AddInt64(&c.counters.InProgress, 1)
 	case "secret_replay":
 		atomic.AddInt64(&c.counters.SecretReplayed, 1)
+	case "expired":
+		atomic.AddInt64(&c.counters.Expired, 1)
 	}
 	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase,
 		c.options.RetryAfter)

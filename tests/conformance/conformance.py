@@ -13,7 +13,9 @@ again against the same database.
 
 Routes every example service provides (examples/orders-service is the
 reference): POST /orders (?delay_ms=N), POST /reject/orders (reject mode), POST /flaky/orders,
-POST /api-keys, POST /orders/stream (scenario `stream`, in streams.py).
+POST /api-keys, POST /orders/stream (scenario `stream`, in streams.py). Scenario `expired`
+(expired.py) needs --dsn as a superuser and a 0.8.0 extension (set_expiry_policy); it
+fails, saying why, on an older one.
 
 A service whose data is spread over shards (tests/scale-out: PL/Proxy) names
 each shard's DSN with --shard-dsn, in partition order: effects are then counted
@@ -43,6 +45,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from streams import stream_scenario  # tests/conformance/streams.py: the script's folder is on sys.path
+import expired
 
 # The protocol table every client follows: problem types, titles, statuses,
 # details, the replay header and the problem content type come from it.
@@ -416,6 +419,7 @@ class Suite:
             ("expiry", self.expiry_header),
             ("reject", self.reject_mode),
             ("stream", lambda: stream_scenario(self)),
+            ("expired", lambda: expired.scenario(self, problem, PROTOCOL)),  # tests/conformance/expired.py
         ]
         for name, scenario in scenarios:
             if only and name not in only:

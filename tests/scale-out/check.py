@@ -95,7 +95,9 @@ class Proxy:
         while True:
             try:
                 status, headers, out, replayed = self.conn().execute(
-                    "SELECT * FROM shop.create_order(%s, %s, '/orders', %s, %s)", (principal, key, body, delay_ms)
+                    "SELECT status, headers, response_body, replayed"
+                    " FROM shop.create_order(%s, %s, '/orders', %s, %s)",
+                    (principal, key, body, delay_ms),
                 ).fetchone()
                 return status, headers, bytes(out), replayed
             except psycopg.Error as error:
@@ -108,7 +110,8 @@ class Proxy:
 
     def api_key(self, principal: str, key: str, body: bytes) -> Answer:
         status, headers, out, replayed = self.conn().execute(
-            "SELECT * FROM shop.create_api_key(%s, %s, %s)", (principal, key, body)
+            "SELECT status, headers, response_body, replayed FROM shop.create_api_key(%s, %s, %s)",
+            (principal, key, body),
         ).fetchone()
         return status, headers, bytes(out), replayed
 

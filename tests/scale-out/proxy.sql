@@ -9,14 +9,17 @@ CREATE SCHEMA shop;
 
 CREATE FUNCTION shop.create_order(principal text, key text, path text, body bytea,
                                   delay_ms integer DEFAULT 0, fail boolean DEFAULT false,
-                                  OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean)
+                                  wait_ms integer DEFAULT NULL,
+                                  OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean,
+                                  OUT expires_epoch bigint)
 LANGUAGE plproxy AS $$
   CLUSTER 'orders';
   RUN ON hashtext(principal);
 $$;
 
 CREATE FUNCTION shop.create_api_key(principal text, key text, body bytea,
-                                    OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean)
+                                    OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean,
+                                    OUT expires_epoch bigint)
 LANGUAGE plproxy AS $$
   CLUSTER 'orders';
   RUN ON hashtext(principal);

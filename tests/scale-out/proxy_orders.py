@@ -10,6 +10,8 @@ principal (tests/scale-out/shard.sql); the answers are app.py's, byte for byte.
     POST /orders          {"item": "...", "quantity": n}; Idempotency-Key;
                           Authorization: Bearer <principal>; ?delay_ms=N slows the handler
     POST /classic/orders  the same as /orders
+    POST /reject/orders   the same in reject mode: a duplicate of a running request is
+                          409 with Retry-After at once (begin's wait 0)
     POST /flaky/orders    the first run for each (principal, key) that would answer
                           201 answers 500 instead: rolled back, not stored
     POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
@@ -20,13 +22,16 @@ What the WSGI middleware of client/python answers before the database (no or
 a malformed key: 400) is answered here; a key the server refuses (22P02) is
 400 too, a body it cannot fingerprint (54000, 54001) 400 request-body-invalid,
 and a shard that does not own the principal (SH503, a resharding under way)
-503 with Retry-After. /plain/orders (app.py's baseline without keys) is not
-offered.
+503 with Retry-After. Every answer backed by a key row carries
+Idempotency-Expires (the row's expires_at the shard function returns; in the
+past for 410 idempotency-key-expired). /plain/orders (app.py's baseline without
+keys) is not offered.
 """
 
 from __future__ import annotations
 
 import argparse
+import email.utils
 import os
 import sys
 import threading
@@ -62,8 +67,10 @@ def valid_key(key: str) -> bool:
 flaky_lock = threading.Lock()
 flaky_failed: set = set()
 
-ORDER_SQL = "SELECT status, headers, response_body, replayed FROM shop.create_order(%s, %s, %s, %s, %s, %s)"
-API_KEY_SQL = "SELECT status, headers, response_body, replayed FROM shop.create_api_key(%s, %s, %s)"
+ORDER_SQL = ("SELECT status, headers, response_body, replayed, expires_epoch"
+             " FROM shop.create_order(%s, %s, %s, %s, %s, %s, %s)")
+API_KEY_SQL = "SELECT status, headers, response_body, replayed, expires_epoch FROM shop.create_api_key(%s, %s, %s)"
+EXPIRES_HEADER = "Idempotency-Expires"
 
 
 def make_app(pool: Pool):
@@ -75,7 +82,7 @@ def make_app(pool: Pool):
     def call(sql: str, params: tuple) -> Tuple[int, Headers, bytes]:
         try:
             with pool.connection() as conn:
-                status, headers, body, _ = conn.execute(sql, params).fetchone()
+                status, headers, body, _, expires = conn.execute(sql, params).fetchone()
         except psycopg.Error as error:
             state = getattr(error, "sqlstate", None)
             if state == "22P02":
@@ -90,7 +97,10 @@ def make_app(pool: Pool):
                                                 "Its data is moving between shards; retry shortly.")
                 return status, headers + [("Retry-After", "1")], body
             raise
-        return status, [(name, value) for name, value in headers], bytes(body)
+        fields = [(name, value) for name, value in headers]
+        if expires is not None:  # the key row's expiry, never a stored header
+            fields.append((EXPIRES_HEADER, email.utils.formatdate(expires, usegmt=True)))
+        return status, fields, bytes(body)
 
     def app(environ: dict, start_response):
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
@@ -101,7 +111,7 @@ def make_app(pool: Pool):
             with pool.connection() as conn:
                 count = sum(n for (n,) in conn.execute("SELECT * FROM shop.order_count()"))
             return send(start_response, (200, [("Content-Type", "application/json")], dumps({"orders": count})))
-        routes = ("/orders", "/classic/orders", "/flaky/orders", "/api-keys")
+        routes = ("/orders", "/classic/orders", "/flaky/orders", "/reject/orders", "/api-keys")
         if method != "POST" or path not in routes:
             return send(start_response, problem(404, "about:blank", "Not found", "No such route."))
         principal = principal_of(environ)
@@ -131,7 +141,8 @@ def make_app(pool: Pool):
         if path == "/flaky/orders":
             with flaky_lock:
                 fail = (principal, key) not in flaky_failed
-        result = call(ORDER_SQL, (principal, key, path, body, delay_ms, fail))
+        wait_ms = 0 if path == "/reject/orders" else None  # reject: 409 at once
+        result = call(ORDER_SQL, (principal, key, path, body, delay_ms, fail, wait_ms))
         if fail and result[0] == 500:
             with flaky_lock:
                 flaky_failed.add((principal, key))

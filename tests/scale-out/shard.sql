@@ -4,15 +4,21 @@
 -- as SQL functions so that PL/Proxy can run each request on the shard that
 -- owns its principal:
 --
---   shop.create_order(principal, key, path, body, delay_ms, fail)
---       POST /orders (and /flaky/orders): idempotency.begin, the order,
---       idempotency.complete, in the function's one transaction; answers
---       (status, headers, response_body, replayed) exactly as app.py behind
---       the WSGI middleware does: 201 with Location, the stored response with
---       Idempotent-Replay on a retry, 422 problem on a mismatch, 409 problem
---       with Retry-After when the key is held, a final 400/422 stored.
+--   shop.create_order(principal, key, path, body, delay_ms, fail, wait_ms)
+--       POST /orders (and /flaky/orders, /reject/orders): idempotency.begin,
+--       the order, idempotency.complete, in the function's one transaction;
+--       answers (status, headers, response_body, replayed, expires_epoch)
+--       exactly as app.py behind the WSGI middleware does: 201 with Location,
+--       the stored response with Idempotent-Replay on a retry, 422 problem on
+--       a mismatch, 409 problem with Retry-After when the key is held, 410
+--       problem for a key that expired under an on_expiry 'refuse' policy
+--       (0.8.0 tombstones), a final 400/422 stored. expires_epoch is the key
+--       row's expires_at (seconds since the epoch; NULL when no row backs the
+--       answer): the service sends it as Idempotency-Expires.
 --       fail => true makes a run that would answer 201 answer 500 instead,
 --       rolled back: nothing stored, no order (the /flaky/orders route).
+--       wait_ms is begin's wait (NULL: idempotency.wait_timeout; 0: reject
+--       mode, 409 at once for a key a running request holds).
 --   shop.create_api_key(principal, key, body)
 --       POST /api-keys: the secret is answered once (one_time_secret).
 --   shop.order_count()  the orders of this shard (GET /orders/count sums them).
@@ -97,6 +103,12 @@ BEGIN
       'The first response to this request carried a secret and was not kept; create a new one with a new key.');
     headers := headers || '[["Idempotent-Replay","true"]]'::jsonb;
     replayed := true;
+  WHEN 'expired' THEN
+    -- A tombstone (0.8.0): the key expired under on_expiry 'refuse'; never run again.
+    SELECT * INTO status, headers, response_body, replayed FROM shop.problem(410,
+      '/problems/idempotency-key-expired', 'Idempotency-Key has expired',
+      'This Idempotency-Key expired and its response is no longer kept; the request was not run again.'
+      ' Use a new key for a new request.');
   WHEN 'in_progress' THEN
     SELECT * INTO status, headers, response_body, replayed FROM shop.problem(409,
       '/problems/request-in-progress', 'A request with this Idempotency-Key is in progress',
@@ -121,7 +133,9 @@ $$;
 
 -- One attempt of POST <path> (the handler of app.py inside the middleware).
 CREATE FUNCTION shop.order_attempt(p_principal text, p_key text, p_path text, p_body bytea, p_delay_ms integer,
-                                   OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean)
+                                   p_wait_ms integer,
+                                   OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean,
+                                   OUT expires_epoch bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
   b idempotency.key_outcome;
@@ -134,7 +148,10 @@ DECLARE
 BEGIN
   PERFORM shop.check_owner(p_principal);
   SELECT * INTO b FROM idempotency.begin(p_principal, p_key, 'POST ' || p_path,
-                                         idempotency.fingerprint('POST', p_path, p_body));
+                                         idempotency.fingerprint('POST', p_path, p_body),
+                                         wait => p_wait_ms * interval '1 millisecond');
+  -- For started the expiry complete stores; for the others the row's (NULL: none).
+  expires_epoch := floor(extract(epoch FROM b.expires_at))::bigint;
   IF b.outcome <> 'started' THEN
     SELECT * INTO status, headers, response_body, replayed FROM shop.answer(b);
     RETURN;
@@ -180,30 +197,34 @@ $$;
 -- first run of /flaky/orders for a key.
 CREATE FUNCTION shop.create_order(principal text, key text, path text, body bytea,
                                   delay_ms integer DEFAULT 0, fail boolean DEFAULT false,
-                                  OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean)
+                                  wait_ms integer DEFAULT NULL,
+                                  OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean,
+                                  OUT expires_epoch bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
   IF NOT fail THEN
-    SELECT * INTO status, headers, response_body, replayed
-      FROM shop.order_attempt(principal, key, path, body, delay_ms);
+    SELECT * INTO status, headers, response_body, replayed, expires_epoch
+      FROM shop.order_attempt(principal, key, path, body, delay_ms, wait_ms);
     RETURN;
   END IF;
   BEGIN
-    SELECT * INTO status, headers, response_body, replayed
-      FROM shop.order_attempt(principal, key, path, body, delay_ms);
+    SELECT * INTO status, headers, response_body, replayed, expires_epoch
+      FROM shop.order_attempt(principal, key, path, body, delay_ms, wait_ms);
     IF status BETWEEN 200 AND 299 AND NOT replayed THEN
       RAISE EXCEPTION 'flaky' USING ERRCODE = 'SH500';  -- rolls the attempt back
     END IF;
   EXCEPTION WHEN SQLSTATE 'SH500' THEN
     SELECT * INTO status, headers, response_body, replayed FROM shop.problem(500, 'about:blank', 'Internal error',
       'The request failed; it is safe to retry with the same key.');
+    expires_epoch := NULL;  -- nothing stored
   END;
 END
 $$;
 
 -- POST /api-keys: the response carries a secret, sent once and not stored.
 CREATE FUNCTION shop.create_api_key(principal text, key text, body bytea,
-                                    OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean)
+                                    OUT status integer, OUT headers jsonb, OUT response_body bytea, OUT replayed boolean,
+                                    OUT expires_epoch bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
   b idempotency.key_outcome;
@@ -214,6 +235,7 @@ BEGIN
   PERFORM shop.check_owner(create_api_key.principal);
   SELECT * INTO b FROM idempotency.begin(create_api_key.principal, create_api_key.key, 'POST /api-keys',
                                          idempotency.fingerprint('POST', '/api-keys', create_api_key.body));
+  expires_epoch := floor(extract(epoch FROM b.expires_at))::bigint;
   IF b.outcome <> 'started' THEN
     SELECT * INTO status, headers, response_body, replayed FROM shop.answer(b);
     RETURN;

@@ -244,6 +244,8 @@ std::optional<Response> Client::answer(const std::string& outcome, std::optional
         ++counters_.secret_replayed;
     else if (outcome == "in_progress")
         ++counters_.in_progress;
+    else if (outcome == "expired")
+        ++counters_.expired;
     if (std::optional<Response> problem = detail::problem_for_outcome(
             outcome, lease_seconds, options_.retry_after, options_.problem_type_base))
         return problem;

@@ -129,6 +129,13 @@ std::optional<Response> problem_for_outcome(const std::string& outcome,
         response.set_header("Retry-After", std::to_string(std::max(1L, retry)));
         return response;
     }
+    // A tombstone of a key that expired under on_expiry 'refuse': the caller adds
+    // Idempotency-Expires (the past expiry begin/acquire returned).
+    if (outcome == "expired")
+        return problem_response(Problem::key_expired,
+                                "This Idempotency-Key expired and its response is no longer kept; "
+                                "the request was not run again. Use a new key for a new request.",
+                                problem_type_base);
     return std::nullopt;
 }
 

@@ -56,6 +56,7 @@ const char* problem_slug(Problem problem) noexcept {
         case Problem::request_in_progress: return "request-in-progress";
         case Problem::one_time_secret: return "one-time-secret";
         case Problem::already_processed: return "request-already-processed";
+        case Problem::key_expired: return "idempotency-key-expired";
     }
     return "about:blank";
 }
@@ -69,6 +70,7 @@ int problem_status(Problem problem) noexcept {
         case Problem::request_in_progress:
         case Problem::one_time_secret:
         case Problem::already_processed: return 409;
+        case Problem::key_expired: return 410;
     }
     return 500;
 }
@@ -86,6 +88,7 @@ const char* problem_title(Problem problem) {
         case Problem::one_time_secret:
             return "The response to this request was sent once and not kept";
         case Problem::already_processed: return "This request was already processed";
+        case Problem::key_expired: return "Idempotency-Key has expired";
     }
     return "Error";
 }

@@ -21,6 +21,7 @@ const char* to_string(LeaseOutcome outcome) noexcept {
         case LeaseOutcome::mismatch: return "mismatch";
         case LeaseOutcome::fresh_unfenced: return "fresh_unfenced";
         case LeaseOutcome::rejected: return "rejected";
+        case LeaseOutcome::expired: return "expired";
     }
     return "unknown";
 }
@@ -131,7 +132,10 @@ pqxx::row acquire(pqxx::connection& connection, const Request& request, const st
                                    : request.action;
     const std::string ttl =
         options.ttl ? std::to_string(options.ttl->count()) + " seconds" : std::string();
-    const std::string wait = options.wait ? interval_ms(*options.wait) : std::string();
+    const bool reject = request.duplicates.value_or(options.duplicates) == Duplicates::reject;
+    const std::string wait = reject         ? interval_ms(std::chrono::milliseconds(0))
+                             : options.wait ? interval_ms(*options.wait)
+                                            : std::string();
     pqxx::nontransaction tx(connection);
     return pq::exec1(
         tx,
@@ -139,12 +143,12 @@ pqxx::row acquire(pqxx::connection& connection, const Request& request, const st
         "response_body,"
         "       resource_id, ceil(extract(epoch FROM lease_until - "
         "pg_catalog.clock_timestamp()))::integer"
-        "       AS lease_seconds"
+        "       AS lease_seconds, floor(extract(epoch FROM expires_at))::bigint AS expires_epoch"
         "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
         request.principal, key, action,
         pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
         interval_ms(options.lease), options.ttl ? ttl.c_str() : nullptr,
-        options.wait ? wait.c_str() : nullptr);
+        wait.empty() ? nullptr : wait.c_str());
 }
 
 // acquire()'s answer when it is not "started": the result to return without
@@ -172,15 +176,25 @@ std::optional<LeaseResult> answer_without_running(const std::string& outcome,
             outcome, lease_seconds, std::chrono::seconds(1), options.problem_type_base)) {
         result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
                          : outcome == "in_progress" ? LeaseOutcome::in_progress
+                         : outcome == "expired"     ? LeaseOutcome::expired
                                                     : LeaseOutcome::replayed;
         result.response = std::move(*problem);
         return result;
     }
     if (outcome != "started")
         throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
-    if (outcome != "started")
-        throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
     return std::nullopt;
+}
+
+std::optional<long long> expiry_of(const pqxx::row& row) {
+    if (row["expires_epoch"].is_null()) return std::nullopt;
+    return row["expires_epoch"].as<long long>();
+}
+
+// Sets the result's expiry and the response's Idempotency-Expires (when known).
+void stamp(LeaseResult& result, std::optional<long long> expires_epoch) {
+    result.expires_epoch = expires_epoch;
+    if (expires_epoch) result.response.set_header(expires_header, http_date(*expires_epoch));
 }
 
 // The fenced statements that settle a key after its body ran; each returns
@@ -199,6 +213,21 @@ struct Fenced {
     bool release() const {
         return pq::exec1(tx, "SELECT idempotency.release($1, $2, $3)", principal, key, fence)[0]
             .as<bool>();
+    }
+    // The settled row's expiry: acquire's while it is still ahead, read again after a
+    // completion past it (complete keeps the key one more ttl from its own now()).
+    std::optional<long long> expiry(std::optional<long long> acquired) const {
+        const long long now = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+        if (!acquired || *acquired > now) return acquired;
+        const pqxx::result rows =
+            pq::exec(tx,
+                     "SELECT floor(extract(epoch FROM expires_at))::bigint AS expires_epoch"
+                     "  FROM idempotency.lookup($1, $2)",
+                     principal, key);
+        if (rows.empty()) return std::nullopt;
+        return expiry_of(rows[0]);
     }
     bool store(const Response& response, const std::vector<std::string>& kept_headers) const {
         return pq::exec1(
@@ -236,8 +265,10 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
         row["lease_seconds"].is_null() ? std::nullopt
                                        : std::optional<int>(row["lease_seconds"].as<int>());
     if (std::optional<LeaseResult> answered =
-            answer_without_running(outcome, lease_seconds, row, options_))
+            answer_without_running(outcome, lease_seconds, row, options_)) {
+        stamp(*answered, expiry_of(row));
         return std::move(*answered);
+    }
     result.fence = row["fence"].as<std::int64_t>();
 
     // Run the body, never cancelled, while a background thread renews the lease.
@@ -270,20 +301,17 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
             fenced.release();
         std::rethrow_exception(failure);
     }
-    bool settled;
-    switch (options_.policy) {
-        case Policy::once: settled = fenced.complete(response.status); break;
-        case Policy::commit_on_success:
-            settled = response.status < 400 ? fenced.complete(response.status) : fenced.release();
-            break;
-        case Policy::remember:
-        default:
-            settled = is_final(response.status) ? fenced.store(response, options_.kept_headers)
-                                                : fenced.release();
-            break;
-    }
+    // kept: settling leaves a row (done or stored); false when it releases the key.
+    const bool kept = options_.policy == Policy::once ||
+                      (options_.policy == Policy::commit_on_success ? response.status < 400
+                                                                    : is_final(response.status));
+    const bool settled = !kept ? fenced.release()
+                         : options_.policy == Policy::remember
+                             ? fenced.store(response, options_.kept_headers)
+                             : fenced.complete(response.status);
     result.response = std::move(response);
     result.outcome = (settled && !lost) ? LeaseOutcome::fresh : LeaseOutcome::fresh_unfenced;
+    stamp(result, settled && kept ? fenced.expiry(expiry_of(row)) : std::nullopt);
     return result;
 }
 

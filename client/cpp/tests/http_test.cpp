@@ -18,14 +18,14 @@ TEST(Problem, BodiesFollowRfc9457) {
         int status;
         const char* slug;
     };
-    for (const Case& c :
-         {Case{idem::Problem::key_missing, 400, "idempotency-key-missing"},
-          Case{idem::Problem::key_malformed, 400, "idempotency-key-malformed"},
-          Case{idem::Problem::body_invalid, 400, "request-body-invalid"},
-          Case{idem::Problem::key_reuse, 422, "idempotency-key-reuse"},
-          Case{idem::Problem::request_in_progress, 409, "request-in-progress"},
-          Case{idem::Problem::one_time_secret, 409, "one-time-secret"},
-          Case{idem::Problem::already_processed, 409, "request-already-processed"}}) {
+    for (const Case& c : {Case{idem::Problem::key_missing, 400, "idempotency-key-missing"},
+                          Case{idem::Problem::key_malformed, 400, "idempotency-key-malformed"},
+                          Case{idem::Problem::body_invalid, 400, "request-body-invalid"},
+                          Case{idem::Problem::key_reuse, 422, "idempotency-key-reuse"},
+                          Case{idem::Problem::request_in_progress, 409, "request-in-progress"},
+                          Case{idem::Problem::one_time_secret, 409, "one-time-secret"},
+                          Case{idem::Problem::already_processed, 409, "request-already-processed"},
+                          Case{idem::Problem::key_expired, 410, "idempotency-key-expired"}}) {
         idem::Response r =
             idem::problem_response(c.problem, "detail \"quoted\" \xC3\xA9", "/problems/");
         EXPECT_EQ(r.status, c.status);
@@ -104,7 +104,8 @@ TEST(ProtocolTable, ProblemsAreTheTables) {
         {"key_reuse", idem::Problem::key_reuse},
         {"request_in_progress", idem::Problem::request_in_progress},
         {"one_time_secret", idem::Problem::one_time_secret},
-        {"already_processed", idem::Problem::already_processed}};
+        {"already_processed", idem::Problem::already_processed},
+        {"key_expired", idem::Problem::key_expired}};
     EXPECT_EQ(table["problems"].size(), mine.size());
     const std::string base = table["problem_type_base"];
     for (const auto& [name, problem] : mine) {

@@ -180,6 +180,7 @@ export const Problem = {
     status: 409,
     title: "The response to this request was too large to keep",
   },
+  KEY_EXPIRED: { slug: "idempotency-key-expired", status: 410, title: "Idempotency-Key has expired" },
 } as const satisfies Record<string, ProblemType>;
 
 /**
@@ -208,7 +209,45 @@ export const DETAILS = {
   responseNotKept:
     "The first response to this request was streamed and was larger than this service keeps;" +
     " it was sent once and not stored. Use a new key for a new request.",
+  keyExpired:
+    "This Idempotency-Key expired and its response is no longer kept; the request was not run again." +
+    " Use a new key for a new request.",
 } as const;
+
+/** The outcomes of begin()/acquire() that are answered with a problem, and its detail. */
+export const OUTCOME_PROBLEMS: Readonly<Record<string, readonly [ProblemType, string]>> = {
+  mismatch: [Problem.KEY_REUSE, DETAILS.keyReuse],
+  in_progress: [Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress],
+  secret_replay: [Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret],
+  expired: [Problem.KEY_EXPIRED, DETAILS.keyExpired],
+};
+
+/**
+ * The one mapping from an outcome of begin()/acquire() to an HTTP problem response:
+ * mismatch 422; in_progress 409 with Retry-After (the rest of the lease when known,
+ * else `retryAfter`, at least 1); secret_replay 409 with Idempotent-Replay; expired
+ * 410 (the caller adds Idempotency-Expires, the past expiry begin/acquire returned).
+ * null for the outcomes that are not problems.
+ */
+export function problemForOutcome(
+  outcome: string,
+  leaseSeconds: string | number | null | undefined,
+  retryAfter: number,
+  typeBase = "/problems/",
+): Response | null {
+  const entry = Object.prototype.hasOwnProperty.call(OUTCOME_PROBLEMS, outcome) ? OUTCOME_PROBLEMS[outcome] : null;
+  if (entry === null) return null;
+  const response = problemResponse(entry[0], entry[1], typeBase);
+  if (outcome === "in_progress") {
+    const retry = leaseSeconds === null || leaseSeconds === undefined ? retryAfter : Number(leaseSeconds);
+    response.setHeader("Retry-After", String(Math.max(1, retry)));
+  }
+  if (outcome === "secret_replay") {
+    response.replayed = true;
+    response.setHeader("Idempotent-Replay", "true");
+  }
+  return response;
+}
 
 /**
  * The answer to a retry whose first response was a stream too large to keep (stored

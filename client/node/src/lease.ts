@@ -27,11 +27,23 @@ import {
   intervalText,
   keptHeadersJson,
   sqlstate,
+  stamped,
   storedResponse,
   validKey,
   type Request,
 } from "./common";
-import { DETAILS, Problem, Response, asResponse, problemResponse, type ProblemType } from "./http";
+import {
+  DEFAULT_DUPLICATE_MODE,
+  DETAILS,
+  DUPLICATE_MODES,
+  Problem,
+  Response,
+  asResponse,
+  problemForOutcome,
+  problemResponse,
+  type DuplicateMode,
+  type ProblemType,
+} from "./http";
 
 // Statement names, unique per copy of the module: node-pg prepares a named
 // statement once per connection, and the runner's connections are its own.
@@ -40,7 +52,8 @@ const PREFIX = "pg_idempotency_lease_" + randomBytes(4).toString("hex");
 const ACQUIRE_SQL =
   "SELECT outcome, fence::text AS fence, response_status, response_headers::text AS response_headers," +
   " response_body, resource_id, to_json(lease_until) #>> '{}' AS lease_until," +
-  " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
+  " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds," +
+  " floor(extract(epoch FROM expires_at))::bigint AS expires_epoch" +
   " FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6::bytea, $7::text[])," +
   " $8::interval, $9::interval, $10::interval)";
 const RENEW_SQL = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval) AS ok";
@@ -49,6 +62,10 @@ const REMEMBER_SQL =
   "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer," +
   " body => $5::bytea, headers => $6::jsonb, resource_id => $7::text, one_time_secret => $8::boolean) AS ok";
 const RELEASE_SQL = "SELECT idempotency.release($1, $2, $3::bigint) AS ok";
+// The settled row's expiry, read only when the key was completed after acquire's
+// expires_at had passed (complete then keeps it one more ttl from its own now()).
+const STORED_EXPIRY_SQL =
+  "SELECT floor(extract(epoch FROM expires_at))::bigint AS expires_epoch FROM idempotency.lookup($1, $2)";
 
 /**
  * What happens to the key after the effect ran:
@@ -63,7 +80,8 @@ export type Policy = "once" | "commit_on_success" | "remember";
  * "replayed" (remember: the stored response), "in_progress" (409), "duplicate"
  * (once / commit_on_success: already done, 409), "mismatch" (422),
  * "fresh_unfenced" (the body ran but the lease was lost meanwhile: nothing was
- * stored), "rejected" (missing or malformed key: 400).
+ * stored), "rejected" (missing or malformed key: 400), "expired" (the key expired
+ * under an on_expiry 'refuse' policy: 410, the body did not run).
  */
 export type LeaseOutcome =
   | "fresh"
@@ -72,7 +90,8 @@ export type LeaseOutcome =
   | "duplicate"
   | "mismatch"
   | "fresh_unfenced"
-  | "rejected";
+  | "rejected"
+  | "expired";
 
 /** Settings of a LeaseRunner; every member is optional. */
 export interface LeaseOptions {
@@ -88,6 +107,12 @@ export interface LeaseOptions {
   ttlMs?: number | null;
   /** How long acquire waits for a transaction holding the key, in ms; default idempotency.wait_timeout. */
   waitMs?: number | null;
+  /**
+   * "wait" (default: acquire waits up to waitMs for a transaction holding the key) or
+   * "reject" (acquire with wait 0: 409 at once); a live lease is 409 at once in both.
+   * Request.duplicates overrides it per call.
+   */
+  duplicates?: DuplicateMode;
   /** Response headers stored (policy remember) and replayed. */
   keptHeaders?: readonly string[];
   /** Statuses that are stored; default: ask the server once. */
@@ -109,6 +134,12 @@ export interface LeaseResult {
   leaseUntil: string | null;
   /** Successful renewals while the body ran. */
   renewals: number;
+  /**
+   * When the key stops counting: its row's expires_at in seconds since the epoch (in the
+   * past for "expired"), null when no row backs the answer (rejected, released). The
+   * response already carries it as Idempotency-Expires (httpDate(expiresEpoch)).
+   */
+  expiresEpoch: number | null;
 }
 
 /** The effect: runs outside any database transaction and is never cancelled. */
@@ -168,6 +199,10 @@ class Renewer {
   }
 }
 
+function epoch(text: string | null | undefined): number | null {
+  return text === null || text === undefined ? null : Number(text);
+}
+
 /** Runs external effects under leases. Runs may overlap; each uses the runner's connection in turn. */
 export class LeaseRunner {
   /** The settings, defaults filled in. */
@@ -189,12 +224,16 @@ export class LeaseRunner {
       maxRenewFailures: options.maxRenewFailures ?? 3,
       ttlMs: options.ttlMs ?? null,
       waitMs: options.waitMs ?? null,
+      duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
       keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
       finalStatuses: options.finalStatuses,
       problemTypeBase: options.problemTypeBase ?? "/problems/",
       maxKeyLength: options.maxKeyLength ?? 255,
     };
     if (!(this.options.leaseMs > 0)) throw new RangeError("leaseMs must be positive");
+    if (!DUPLICATE_MODES.includes(this.options.duplicates)) {
+      throw new RangeError(`duplicates must be "wait" or "reject", not ${this.options.duplicates}`);
+    }
     if (!["once", "commit_on_success", "remember"].includes(this.options.policy)) {
       throw new RangeError(`unknown policy: ${this.options.policy}`);
     }
@@ -232,8 +271,42 @@ export class LeaseRunner {
     return problemResponse(problem, detail, this.options.problemTypeBase);
   }
 
-  private result(outcome: LeaseOutcome, response: Response): LeaseResult {
-    return { outcome, response, fence: 0n, leaseUntil: null, renewals: 0 };
+  private result(outcome: LeaseOutcome, response: Response, expires: string | null = null): LeaseResult {
+    stamped(response, expires);
+    return { outcome, response, fence: 0n, leaseUntil: null, renewals: 0, expiresEpoch: epoch(expires) };
+  }
+
+  /** acquire's wait: 0 in reject mode (409 at once), else waitMs. */
+  private waitText(request: Request): string | null {
+    const mode = request.duplicates ?? this.options.duplicates;
+    if (!DUPLICATE_MODES.includes(mode)) throw new RangeError(`duplicates must be "wait" or "reject", not ${mode}`);
+    if (mode === "reject") return intervalText(0);
+    return this.options.waitMs === null ? null : intervalText(this.options.waitMs);
+  }
+
+  /** The answer of an acquire that did not start, null when it started. */
+  private unstarted(row: Record<string, string | null>): LeaseResult | null {
+    const outcome = row.outcome as string;
+    const expires = row.expires_epoch;
+    if (outcome === "started") return null;
+    if (outcome === "replay" || outcome === "secret_replay") {
+      if (this.options.policy !== "remember") {
+        return this.result("duplicate", this.problem(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed), expires);
+      }
+      if (outcome === "replay") {
+        const stored = storedResponse(
+          Number(row.response_status),
+          row.response_headers,
+          decodeBytea(row.response_body),
+          row.resource_id,
+        );
+        return this.result("replayed", stored, expires);
+      }
+    }
+    const response = problemForOutcome(outcome, row.lease_seconds, 1, this.options.problemTypeBase);
+    if (response === null) throw new Error(`idempotency.acquire returned an unknown outcome: ${outcome}`);
+    const kinds: Record<string, LeaseOutcome> = { mismatch: "mismatch", in_progress: "in_progress", expired: "expired" };
+    return this.result(kinds[outcome] ?? "replayed", response, expires);
   }
 
   /**
@@ -270,7 +343,7 @@ export class LeaseRunner {
           request.exclude && request.exclude.length > 0 ? request.exclude : null,
           intervalText(options.leaseMs),
           options.ttlMs === null ? null : intervalText(options.ttlMs),
-          options.waitMs === null ? null : intervalText(options.waitMs),
+          this.waitText(request),
         ],
         types: RAW_TYPES,
       });
@@ -282,34 +355,8 @@ export class LeaseRunner {
       }
       throw error;
     }
-    const outcome = row.outcome;
-    if (outcome === "mismatch") return this.result("mismatch", this.problem(Problem.KEY_REUSE, DETAILS.keyReuse));
-    if (outcome === "in_progress") {
-      const response = this.problem(Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress);
-      const seconds = row.lease_seconds === null ? 1 : Math.max(1, Number(row.lease_seconds));
-      response.setHeader("Retry-After", String(seconds));
-      return this.result("in_progress", response);
-    }
-    if (outcome === "replay" || outcome === "secret_replay") {
-      if (options.policy !== "remember") {
-        return this.result("duplicate", this.problem(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed));
-      }
-      let response: Response;
-      if (outcome === "replay") {
-        response = storedResponse(
-          Number(row.response_status),
-          row.response_headers,
-          decodeBytea(row.response_body),
-          row.resource_id,
-        );
-      } else {
-        response = this.problem(Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret);
-        response.replayed = true;
-        response.setHeader("Idempotent-Replay", "true");
-      }
-      return this.result("replayed", response);
-    }
-    if (outcome !== "started") throw new Error(`idempotency.acquire returned an unknown outcome: ${outcome}`);
+    const answered = this.unstarted(row);
+    if (answered !== null) return answered;
     const fenceText = row.fence as string;
     const fence = BigInt(fenceText);
 
@@ -346,7 +393,11 @@ export class LeaseRunner {
       return (result.rows[0] as { ok: string | null }).ok === "t";
     };
     const markDone = (status: number) => ask("done", MARK_DONE_SQL, [principal, key, fenceText, String(status)]);
-    const release = () => ask("release", RELEASE_SQL, [principal, key, fenceText]);
+    let kept = true; // false once the key is released: no row backs the answer
+    const release = () => {
+      kept = false;
+      return ask("release", RELEASE_SQL, [principal, key, fenceText]);
+    };
     if (failed) {
       if (options.policy === "once") await markDone(500);
       else await release();
@@ -371,12 +422,19 @@ export class LeaseRunner {
     } else {
       settled = await release();
     }
+    // The settled row's expiry: acquire's while it is still ahead; read after a late completion.
+    let expires = settled && kept ? row.expires_epoch : null;
+    if (expires !== null && Number(expires) * 1000 <= Date.now()) {
+      const stored = await conn.query({ text: STORED_EXPIRY_SQL, values: [principal, key], types: RAW_TYPES });
+      expires = (stored.rows[0] as { expires_epoch: string | null } | undefined)?.expires_epoch ?? null;
+    }
     return {
       outcome: settled && !lost ? "fresh" : "fresh_unfenced",
-      response,
+      response: stamped(response, expires),
       fence,
       leaseUntil: row.lease_until,
       renewals,
+      expiresEpoch: epoch(expires),
     };
   }
 }

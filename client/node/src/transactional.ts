@@ -46,6 +46,7 @@ import {
   Problem,
   Response,
   asResponse,
+  problemForOutcome,
   problemResponse,
   type DuplicateMode,
   type ProblemType,
@@ -95,6 +96,8 @@ export interface Counters {
   mismatched: number;
   inProgress: number;
   secretReplayed: number;
+  /** Retries of a key that expired under an on_expiry 'refuse' policy (410). */
+  expired: number;
   rejectedKeys: number;
   notStored: number;
   storedErrors: number;
@@ -105,7 +108,23 @@ export interface Counters {
 export type Handler = (db: Db, expiresEpoch?: string | null) => Promise<Response> | Response;
 
 /** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
-export type AttemptOutcome = "started" | "replay" | "mismatch" | "in_progress" | "secret_replay" | "rejected" | "unkeyed";
+export type AttemptOutcome =
+  | "started"
+  | "replay"
+  | "mismatch"
+  | "in_progress"
+  | "secret_replay"
+  | "expired"
+  | "rejected"
+  | "unkeyed";
+
+/** The counter each problem outcome of begin() counts in. */
+const OUTCOME_COUNTERS = {
+  mismatch: "mismatched",
+  in_progress: "inProgress",
+  secret_replay: "secretReplayed",
+  expired: "expired",
+} as const;
 
 /** A statement the client sends: $n parameters, their types, a per-process unique name. */
 interface Template {
@@ -215,6 +234,7 @@ export class Client {
     mismatched: 0,
     inProgress: 0,
     secretReplayed: 0,
+    expired: 0,
     rejectedKeys: 0,
     notStored: 0,
     storedErrors: 0,
@@ -447,26 +467,11 @@ export class Client {
         this.options.problemTypeBase, // a stream too large to keep: 409 response-not-kept
       );
     }
-    if (outcome === "mismatch") {
-      this.counters.mismatched++;
-      return this.problem(Problem.KEY_REUSE, DETAILS.keyReuse);
-    }
-    if (outcome === "secret_replay") {
-      this.counters.secretReplayed++;
-      const response = this.problem(Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret);
-      response.replayed = true;
-      response.setHeader("Idempotent-Replay", "true");
-      return response;
-    }
-    if (outcome === "in_progress") {
-      this.counters.inProgress++;
-      let retry = this.options.retryAfter;
-      if (row.lease_seconds !== null && row.lease_seconds !== undefined) retry = Math.max(1, Number(row.lease_seconds));
-      const response = this.problem(Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress);
-      response.setHeader("Retry-After", String(Math.max(1, retry)));
-      return response;
-    }
-    throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
+    const options = this.options;
+    const response = problemForOutcome(outcome, row.lease_seconds, options.retryAfter, options.problemTypeBase);
+    if (response === null) throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
+    this.counters[OUTCOME_COUNTERS[outcome as keyof typeof OUTCOME_COUNTERS]]++;
+    return response;
   }
 }
 

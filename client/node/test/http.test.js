@@ -37,6 +37,7 @@ test("every problem has its status and slug", () => {
     ONE_TIME_SECRET: [409, "one-time-secret"],
     ALREADY_PROCESSED: [409, "request-already-processed"],
     RESPONSE_NOT_KEPT: [409, "response-not-kept"],
+    KEY_EXPIRED: [410, "idempotency-key-expired"],
   };
   assert.deepEqual(Object.keys(Problem).sort(), Object.keys(expected).sort());
   for (const [name, [status, slug]] of Object.entries(expected)) {

@@ -80,6 +80,7 @@ test("the details the clients share are the table's", () => {
   assert.equal(DETAILS.keyReuse, table.outcomes.mismatch.detail);
   assert.equal(DETAILS.inProgress, table.outcomes.in_progress.detail);
   assert.equal(DETAILS.oneTimeSecret, table.outcomes.secret_replay.detail);
+  assert.equal(DETAILS.keyExpired, table.outcomes.expired.detail);
 });
 
 test("the stream entries, the limit and the not-kept answer are the table's", () => {

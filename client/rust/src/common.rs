@@ -29,8 +29,8 @@ pub struct Request {
     pub exclude: Vec<String>,
     /// Operation name stored with the key; empty: "METHOD path".
     pub action: String,
-    /// What a duplicate of this request does while the first runs (transactional
-    /// protocol); None: the client's `Options::duplicates`. A route or middleware sets
+    /// What a duplicate of this request does while the first runs; None: the client's
+    /// `Options::duplicates` (or the lease runner's `LeaseOptions::duplicates`). A route or middleware sets
     /// it from the request (a fixed value per route, or a function of the request).
     pub duplicates: Option<DuplicateMode>,
 }

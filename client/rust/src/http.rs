@@ -87,11 +87,13 @@ pub enum Problem {
     OneTimeSecret,
     /// 409: lease policies once / commit_on_success: done before, result not kept.
     AlreadyProcessed,
+    /// 410: the key expired under an on_expiry 'refuse' policy (a tombstone).
+    KeyExpired,
 }
 
 impl Problem {
     /// Every problem type, in protocol.json's order.
-    pub const ALL: [Problem; 7] = [
+    pub const ALL: [Problem; 8] = [
         Problem::KeyMissing,
         Problem::KeyMalformed,
         Problem::BodyInvalid,
@@ -99,6 +101,7 @@ impl Problem {
         Problem::RequestInProgress,
         Problem::OneTimeSecret,
         Problem::AlreadyProcessed,
+        Problem::KeyExpired,
     ];
 
     /// The name of this problem in protocol.json (`key_reuse`).
@@ -162,6 +165,9 @@ impl Problem {
                 409,
                 "This request was already processed",
             ),
+            Problem::KeyExpired => {
+                ("key_expired", "idempotency-key-expired", 410, "Idempotency-Key has expired")
+            }
         }
     }
 }
@@ -179,6 +185,9 @@ pub enum Outcome {
     InProgress,
     /// The stored response carried a one-time secret: 409.
     SecretReplay,
+    /// The key expired under an on_expiry 'refuse' policy (a tombstone): 410, with
+    /// Idempotency-Expires set to the (past) expiry begin/acquire returned.
+    Expired,
 }
 
 /// How an outcome maps to HTTP (one row of `outcomes` in protocol.json).
@@ -200,12 +209,13 @@ pub struct Mapping {
 
 impl Outcome {
     /// Every outcome, in protocol.json's order.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::Started,
         Outcome::Replay,
         Outcome::Mismatch,
         Outcome::InProgress,
         Outcome::SecretReplay,
+        Outcome::Expired,
     ];
 
     /// The outcome as the server spells it (`in_progress`).
@@ -216,6 +226,7 @@ impl Outcome {
             Outcome::Mismatch => "mismatch",
             Outcome::InProgress => "in_progress",
             Outcome::SecretReplay => "secret_replay",
+            Outcome::Expired => "expired",
         }
     }
 
@@ -262,6 +273,14 @@ impl Outcome {
                 ),
                 ..none
             },
+            Outcome::Expired => Mapping {
+                problem: Some(Problem::KeyExpired),
+                detail: Some(
+                    "This Idempotency-Key expired and its response is no longer kept; \
+                     the request was not run again. Use a new key for a new request.",
+                ),
+                ..none
+            },
         }
     }
 }
@@ -282,7 +301,7 @@ pub fn problem_response(problem: Problem, detail: &str, type_base: &str) -> Resp
 }
 
 /// The answer for an outcome that does not run the handler and sends a problem
-/// (mismatch, in_progress, secret_replay); `retry_after` is used when the mapping
+/// (mismatch, in_progress, secret_replay, expired); `retry_after` is used when the mapping
 /// asks for it. None for started and replay.
 pub fn outcome_problem(outcome: Outcome, type_base: &str, retry_after: u32) -> Option<Response> {
     let mapping = outcome.mapping();

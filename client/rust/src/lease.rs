@@ -9,14 +9,15 @@
 
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::{Client as PgClient, Config, NoTls, Row};
 
 use crate::common::{key_refused, millis, BoxError, Error, FinalStatuses, Request};
 use crate::http::{
-    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key, Outcome,
-    Problem, Response, DEFAULT_KEPT_HEADERS, PROBLEM_TYPE_BASE,
+    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key,
+    DuplicateMode, Outcome, Problem, Response, DEFAULT_DUPLICATE_MODE, DEFAULT_KEPT_HEADERS,
+    PROBLEM_TYPE_BASE,
 };
 
 mod renew;
@@ -25,7 +26,8 @@ use renew::Renewer;
 
 const ACQUIRE_SQL: &str = "SELECT outcome, fence, response_status, \
      response_headers::text AS response_headers, response_body, resource_id, \
-     ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer \
+     ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer, \
+     floor(extract(epoch FROM expires_at))::int8 \
      FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
      $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond', \
      $10::int8 * interval '1 millisecond')";
@@ -36,6 +38,10 @@ const REMEMBER_SQL: &str = "SELECT idempotency.complete($1, $2, fence => $3::int
      status => $4::int4, body => $5::bytea, headers => $6::text::jsonb, resource_id => $7::text, \
      one_time_secret => $8::boolean)";
 const RELEASE_SQL: &str = "SELECT idempotency.release($1, $2, $3::int8)";
+// The settled row's expiry, read only when the key was completed after acquire's
+// expires_at had passed (complete then keeps it one more ttl from its own now()).
+const STORED_EXPIRY_SQL: &str =
+    "SELECT floor(extract(epoch FROM expires_at))::int8 FROM idempotency.lookup($1, $2)";
 
 /// The default `application_name` of a runner's connections; its renewal
 /// connections add `-renew`.
@@ -70,6 +76,9 @@ pub enum LeaseOutcome {
     FreshUnfenced,
     /// Missing or malformed key: 400.
     Rejected,
+    /// The key expired under an on_expiry 'refuse' policy (a tombstone): 410, the body
+    /// did not run.
+    Expired,
 }
 
 /// Settings of a `LeaseRunner`.
@@ -87,6 +96,10 @@ pub struct LeaseOptions {
     pub ttl: Option<Duration>,
     /// How long acquire waits for a transaction that holds the key; None: server default.
     pub wait: Option<Duration>,
+    /// `Wait` (acquire waits up to `wait` for a transaction holding the key) or
+    /// `Reject` (acquire with wait 0: 409 at once); a live lease is 409 at once in
+    /// both. `Request::duplicates` overrides it per call.
+    pub duplicates: DuplicateMode,
     /// Response headers stored and replayed (policy remember).
     pub kept_headers: Vec<String>,
     /// Statuses stored by remember; None: the server's idempotency.final_statuses.
@@ -109,6 +122,7 @@ impl Default for LeaseOptions {
             max_renew_failures: 3,
             ttl: None,
             wait: None,
+            duplicates: DEFAULT_DUPLICATE_MODE,
             kept_headers: DEFAULT_KEPT_HEADERS.iter().map(|h| h.to_string()).collect(),
             final_statuses: None,
             problem_type_base: PROBLEM_TYPE_BASE.to_string(),
@@ -129,11 +143,22 @@ pub struct LeaseResult {
     pub fence: i64,
     /// Successful renewals while the body ran.
     pub renewals: u32,
+    /// When the key stops counting: its row's expires_at in seconds since the epoch (in
+    /// the past for `Expired`); None when no row backs the answer (rejected, released).
+    /// `response` already carries it as `Idempotency-Expires`.
+    pub expires_epoch: Option<i64>,
 }
 
 impl LeaseResult {
     fn answer(outcome: LeaseOutcome, response: Response) -> Self {
-        LeaseResult { outcome, response, fence: 0, renewals: 0 }
+        LeaseResult { outcome, response, fence: 0, renewals: 0, expires_epoch: None }
+    }
+
+    /// Stamps the answer with the key row's expiry.
+    fn expiring(mut self, expires_epoch: Option<i64>) -> Self {
+        self.response.set_expires(expires_epoch);
+        self.expires_epoch = expires_epoch;
+        self
     }
 }
 
@@ -242,8 +267,9 @@ impl LeaseRunner {
         let outcome = Outcome::parse(&name).ok_or_else(|| {
             Error::Protocol(format!("acquire returned an unknown outcome: {}", name))
         })?;
+        let acquired: Option<i64> = row.get(7);
         if outcome != Outcome::Started {
-            return Ok(self.answer(outcome, &row));
+            return Ok(self.answer(outcome, &row).expiring(acquired));
         }
         let fence: i64 = row.get(1);
         let held = Held { principal: request.principal.clone(), key: key.to_string(), fence };
@@ -265,7 +291,41 @@ impl LeaseRunner {
                 } else {
                     LeaseOutcome::FreshUnfenced
                 };
-                Ok(LeaseResult { outcome, response, fence, renewals })
+                let kept = settled && self.keeps_row(response.status);
+                let expires = if kept { self.settled_expiry(&held, acquired).await? } else { None };
+                let result =
+                    LeaseResult { outcome, response, fence, renewals, expires_epoch: None };
+                Ok(result.expiring(expires))
+            }
+        }
+    }
+
+    /// True when settling a successful body of this status leaves a key row (marked
+    /// done or stored), false when it releases the key.
+    fn keeps_row(&self, status: u16) -> bool {
+        match self.options.policy {
+            Policy::Once => true,
+            Policy::CommitOnSuccess => status < 400,
+            Policy::Remember => self.final_statuses.is_final(status),
+        }
+    }
+
+    /// The settled row's expiry: acquire's while it is still ahead, read again after a
+    /// completion past it (complete keeps the key one more ttl from its own now()).
+    async fn settled_expiry(
+        &self,
+        held: &Held,
+        acquired: Option<i64>,
+    ) -> Result<Option<i64>, Error> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        match acquired {
+            Some(epoch) if epoch > now => Ok(Some(epoch)),
+            None => Ok(None),
+            Some(_) => {
+                let client = self.take().await?;
+                let rows = client.query(STORED_EXPIRY_SQL, &[&held.principal, &held.key]).await;
+                self.give_back(client, rows.is_err());
+                Ok(rows?.first().and_then(|row| row.get(0)))
             }
         }
     }
@@ -308,11 +368,19 @@ impl LeaseRunner {
                     &request.exclude_param(),
                     &millis(Some(options.lease)),
                     &millis(options.ttl),
-                    &millis(options.wait),
+                    &self.wait_millis(request),
                 ],
             )
             .await?;
         Ok(row)
+    }
+
+    /// acquire's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
+    pub(crate) fn wait_millis(&self, request: &Request) -> Option<i64> {
+        match request.duplicates.unwrap_or(self.options.duplicates) {
+            DuplicateMode::Reject => Some(0),
+            DuplicateMode::Wait => millis(self.options.wait),
+        }
     }
 
     /// The answer for an outcome other than started.
@@ -338,6 +406,7 @@ impl LeaseRunner {
         let kind = match outcome {
             Outcome::Mismatch => LeaseOutcome::Mismatch,
             Outcome::InProgress => LeaseOutcome::InProgress,
+            Outcome::Expired => LeaseOutcome::Expired,
             _ => LeaseOutcome::Replayed,
         };
         LeaseResult::answer(kind, response)

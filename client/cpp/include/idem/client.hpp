@@ -112,6 +112,8 @@ struct Counters {
     unsigned long long started = 0, replayed = 0, mismatched = 0, in_progress = 0,
                        secret_replayed = 0, stored_errors = 0, not_stored = 0, retries = 0,
                        rejected_keys = 0;
+    /// Retries of keys that expired under an on_expiry 'refuse' policy (410).
+    unsigned long long expired = 0;
 };
 
 /// Runs handlers through begin / handler / complete on one connection.
@@ -135,7 +137,9 @@ public:
     ///    writes; a final error (4xx) is rolled back and stored with save_final();
     ///    anything else (401, 429, 3xx, 5xx) is rolled back and not stored;
     ///  - replay: the stored status, kept headers and body, Idempotent-Replay: true;
-    ///  - mismatch: 422; in_progress: 409 with Retry-After; secret_replay: 409.
+    ///  - mismatch: 422; in_progress: 409 with Retry-After; secret_replay: 409;
+    ///  - expired (a key that expired under an on_expiry 'refuse' policy): 410 with
+    ///    Idempotency-Expires set to the past expiry; the handler does not run.
     /// Serialization failures and deadlocks are retried (Options::max_attempts);
     /// when attempts run out the last pqxx::serialization_failure or
     /// pqxx::deadlock_detected propagates. A commit whose outcome is unknown

@@ -57,6 +57,7 @@ enum class Problem {
     one_time_secret,      ///< 409: the response held a secret and was not kept
     already_processed,    ///< 409: lease policies once / commit_on_success: done before, result not
                           ///< kept
+    key_expired,          ///< 410: the key expired under an on_expiry 'refuse' policy (tombstone)
 };
 
 /// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.

@@ -46,6 +46,8 @@ enum class LeaseOutcome {
     fresh_unfenced,  ///< the body ran, but the lease was lost meanwhile: nothing was stored,
                      ///< another holder may have run (or may yet run) the body too
     rejected,        ///< missing or malformed key: 400
+    expired,         ///< the key expired under an on_expiry 'refuse' policy (a tombstone): 410,
+                     ///< the body did not run
 };
 
 /// Name of an outcome ("fresh_unfenced"), for logs and metrics.
@@ -55,7 +57,9 @@ const char* to_string(LeaseOutcome outcome) noexcept;
 /// (it may already have charged a card). May throw; then the policy decides.
 using ExternalBody = std::function<Response()>;
 
-/// Settings of a LeaseRunner.
+/// Settings of a LeaseRunner. KeyOptions::duplicates (or Request::duplicates) set to
+/// `reject` calls acquire with wait 0: a transaction holding the key is answered 409 at
+/// once instead of after `wait` (a live lease is answered 409 at once in both modes).
 struct LeaseOptions : KeyOptions {
     /// What a finished or failed body does to the key.
     Policy policy = Policy::remember;
@@ -80,6 +84,10 @@ struct LeaseResult {
     std::int64_t fence = 0;
     /// Successful renewals while the body ran.
     int renewals = 0;
+    /// When the key stops counting: its row's expires_at in seconds since the epoch (in
+    /// the past for `expired`); empty when no row backs the answer (rejected,
+    /// released). `response` already carries it as Idempotency-Expires.
+    std::optional<long long> expires_epoch;
 };
 
 /// Runs external effects under leases. Not thread-safe: one runner per thread.

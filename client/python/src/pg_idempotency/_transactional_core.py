@@ -134,6 +134,8 @@ class Counters:
     mismatched: int = 0
     in_progress: int = 0
     secret_replayed: int = 0
+    expired: int = 0
+    """Retries of a key that expired under an on_expiry 'refuse' policy (410)."""
     rejected_keys: int = 0
     not_stored: int = 0
     stored_errors: int = 0

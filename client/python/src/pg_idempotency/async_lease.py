@@ -21,7 +21,15 @@ import psycopg
 
 from ._common import Request, interval
 from .http import Response
-from .lease import ACQUIRE_SQL, RENEW_SQL, LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunnerBase, Policy
+from .lease import (
+    ACQUIRE_SQL,
+    RENEW_SQL,
+    STORED_EXPIRY_SQL,
+    LeaseOptions,
+    LeaseResult,
+    LeaseRunnerBase,
+    Policy,
+)
 
 __all__ = ["AsyncBody", "AsyncLeaseRunner"]
 
@@ -133,9 +141,13 @@ class AsyncLeaseRunner(LeaseRunnerBase):
         settled = await asyncio.shield(self._settle(sql, params))
         if failure is not None:
             raise failure
+        expires, read = self._settled_expiry(sql, settled, row[7])
+        if read:
+            conn = await self.connection()
+            stored = await (await conn.execute(STORED_EXPIRY_SQL, (request.principal, request.key))).fetchone()
+            expires = None if stored is None or stored[0] is None else int(stored[0])
         lost, renewals = (renewer.lost, renewer.renewals) if renewer is not None else (False, 0)
-        outcome = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
-        return LeaseResult(outcome, response, fence=fence, renewals=renewals)
+        return self._fresh(row, settled, lost, renewals, response, expires)
 
     async def _settle(self, sql: str, params: tuple) -> bool:
         conn = await self.connection()

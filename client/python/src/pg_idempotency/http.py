@@ -135,6 +135,7 @@ class Problem(enum.Enum):
         409,
         "The response to this request was too large to keep",
     )
+    KEY_EXPIRED = ("idempotency-key-expired", 410, "Idempotency-Key has expired")
 
     @property
     def slug(self) -> str:
@@ -173,6 +174,8 @@ DETAILS = {
     "key_refused": "The Idempotency-Key was refused by the server.",
     "response_not_kept": "The first response to this request was streamed and was larger than this"
     " service keeps; it was sent once and not stored. Use a new key for a new request.",
+    "key_expired": "This Idempotency-Key expired and its response is no longer kept; the request was not run"
+    " again. Use a new key for a new request.",
 }
 """The problem details the clients (C++, Python, Node) write, word for word."""
 
@@ -180,6 +183,7 @@ OUTCOME_PROBLEMS = {
     "mismatch": (Problem.KEY_REUSE, DETAILS["key_reuse"]),
     "in_progress": (Problem.REQUEST_IN_PROGRESS, DETAILS["in_progress"]),
     "secret_replay": (Problem.ONE_TIME_SECRET, DETAILS["one_time_secret"]),
+    "expired": (Problem.KEY_EXPIRED, DETAILS["key_expired"]),
 }
 """The outcomes of begin()/acquire() that are answered with a problem, and its detail."""
 
@@ -190,7 +194,8 @@ def problem_for_outcome(
     """The one mapping from an outcome of begin()/acquire() to an HTTP problem
     response: mismatch 422; in_progress 409 with Retry-After (the rest of the
     lease when known, else ``retry_after``, at least 1); secret_replay 409 with
-    Idempotent-Replay. None for the outcomes that are not problems."""
+    Idempotent-Replay; expired 410 (the caller adds Idempotency-Expires, the past
+    expiry begin/acquire returned). None for the outcomes that are not problems."""
     entry = OUTCOME_PROBLEMS.get(outcome)
     if entry is None:
         return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, Tuple
@@ -30,12 +31,23 @@ from ._common import (
     stored_response,
     valid_key,
 )
-from .http import DETAILS, Problem, Response, problem_for_outcome, problem_response
+from .http import (
+    DEFAULT_DUPLICATE_MODE,
+    DETAILS,
+    DUPLICATE_MODES,
+    EXPIRES_HEADER,
+    Problem,
+    Response,
+    http_date,
+    problem_for_outcome,
+    problem_response,
+)
 
 ACQUIRE_SQL = (
     "SELECT outcome, fence, response_status, response_headers::text AS response_headers,"
     " response_body, resource_id,"
-    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
+    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds,"
+    " floor(extract(epoch FROM expires_at))::bigint AS expires_epoch"
     " FROM idempotency.acquire(%s, %s, %s, idempotency.fingerprint(%s, %s, %s::bytea, %s::text[]),"
     " %s::interval, %s::interval, %s::interval)"
 )
@@ -47,6 +59,9 @@ REMEMBER_SQL = (
     " one_time_secret => %s::boolean)"
 )
 RELEASE_SQL = "SELECT idempotency.release(%s, %s, %s::bigint)"
+# The settled row's expiry, read only when the key was completed after acquire's
+# expires_at had passed (complete then keeps it one more ttl from its own now()).
+STORED_EXPIRY_SQL = "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup(%s, %s)"
 
 
 class Policy(enum.Enum):
@@ -77,6 +92,8 @@ class LeaseOutcome(enum.Enum):
     """The body ran, but the lease was lost meanwhile: nothing was stored."""
     REJECTED = "rejected"
     """Missing or malformed key: 400."""
+    EXPIRED = "expired"
+    """The key expired under an on_expiry 'refuse' policy (a tombstone): 410, the body did not run."""
 
 
 @dataclass
@@ -92,6 +109,11 @@ class LeaseOptions:
     """Consecutive renewal errors after which renewing stops (an error is not a lost lease)."""
     ttl: Optional[timedelta] = None
     wait: Optional[timedelta] = None
+    """How long acquire waits for a transaction holding the key (begin); None: idempotency.wait_timeout."""
+    duplicates: str = DEFAULT_DUPLICATE_MODE
+    """"wait" (acquire waits up to ``wait`` for a transaction holding the key) or "reject"
+    (acquire with wait 0: 409 at once). A live lease is answered 409 at once in both modes.
+    Request.duplicates overrides it per call."""
     kept_headers: Sequence[str] = DEFAULT_KEPT_HEADERS
     final_statuses: Optional[Sequence[int]] = None
     problem_type_base: str = "/problems/"
@@ -109,6 +131,14 @@ class LeaseResult:
     """The fence this call held (0 when it held none)."""
     renewals: int = 0
     """Successful renewals while the body ran."""
+    expires_epoch: Optional[int] = None
+    """When the key stops counting (its row's expires_at, epoch seconds; in the past for
+    EXPIRED), None when no row backs the answer (rejected, released). The response
+    already carries it as Idempotency-Expires; ``expires_header()`` gives the value."""
+
+    def expires_header(self) -> Optional[str]:
+        """The Idempotency-Expires value (IMF-fixdate) of this result, or None."""
+        return None if self.expires_epoch is None else http_date(self.expires_epoch)
 
 
 class _Renewer:
@@ -203,12 +233,28 @@ class LeaseRunnerBase:
             list(request.exclude) or None,
             interval(options.lease),
             interval(options.ttl),
-            interval(options.wait),
+            interval(self._wait(request)),
         )
 
+    def _wait(self, request: Request) -> Optional[timedelta]:
+        """acquire's wait: 0 in reject mode (409 at once), else the configured wait."""
+        mode = request.duplicates or self.options.duplicates
+        if mode not in DUPLICATE_MODES:
+            raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
+        return timedelta(0) if mode == "reject" else self.options.wait
+
     def _answer(self, row: Any) -> Optional[LeaseResult]:
-        """The result of an acquire that did not start, None when it started."""
-        outcome, fence, status, headers, stored_body, resource_id, lease_seconds = row
+        """The result of an acquire that did not start (its response carrying the
+        row's expiry), None when it started."""
+        result = self._unstarted(row)
+        if result is not None:
+            result.expires_epoch = None if row[7] is None else int(row[7])
+            if result.expires_epoch is not None:
+                result.response.set_header(EXPIRES_HEADER, http_date(result.expires_epoch))
+        return result
+
+    def _unstarted(self, row: Any) -> Optional[LeaseResult]:
+        outcome, fence, status, headers, stored_body, resource_id, lease_seconds, _ = row
         if outcome == "started":
             return None
         if outcome in ("replay", "secret_replay") and self.options.policy != Policy.REMEMBER:
@@ -220,7 +266,11 @@ class LeaseRunnerBase:
         response = problem_for_outcome(outcome, lease_seconds, 1, self.options.problem_type_base)
         if response is None:
             raise psycopg.InterfaceError(f"idempotency.acquire returned an unknown outcome: {outcome}")
-        kind = {"mismatch": LeaseOutcome.MISMATCH, "in_progress": LeaseOutcome.IN_PROGRESS}
+        kind = {
+            "mismatch": LeaseOutcome.MISMATCH,
+            "in_progress": LeaseOutcome.IN_PROGRESS,
+            "expired": LeaseOutcome.EXPIRED,
+        }
         return LeaseResult(kind.get(outcome, LeaseOutcome.REPLAYED), response)
 
     def _settlement(self, request: Request, fence: int, failed: bool, response: Response) -> Tuple[str, tuple]:
@@ -240,6 +290,25 @@ class LeaseRunnerBase:
         params = (principal, key, fence, response.status, response.body, headers, response.resource_id,
                   response.one_time_secret)
         return REMEMBER_SQL, params
+
+    @staticmethod
+    def _settled_expiry(sql: str, settled: bool, acquired: Optional[int]) -> Tuple[Optional[int], bool]:
+        """The settled key's expiry: (acquire's, False) while that is still ahead, (None,
+        True) when it must be read (completed after it passed), (None, False) when no
+        row stays (released, or the settlement lost the key)."""
+        if not settled or sql == RELEASE_SQL or acquired is None:
+            return None, False
+        if acquired > time.time():
+            return acquired, False
+        return None, True
+
+    def _fresh(self, row: Any, settled: bool, lost: bool, renewals: int,
+               response: Response, expires: Optional[int]) -> LeaseResult:
+        """The result of a run whose body ran, stamped with the settled row's expiry."""
+        outcome = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
+        if expires is not None:
+            response.set_header(EXPIRES_HEADER, http_date(expires))
+        return LeaseResult(outcome, response, fence=row[1], renewals=renewals, expires_epoch=expires)
 
 
 class LeaseRunner(LeaseRunnerBase):
@@ -299,6 +368,9 @@ class LeaseRunner(LeaseRunnerBase):
         settled = bool(self.connection().execute(sql, params).fetchone()[0])  # type: ignore[index]
         if failure is not None:
             raise failure
+        expires, read = self._settled_expiry(sql, settled, row[7])
+        if read:
+            stored = self.connection().execute(STORED_EXPIRY_SQL, (request.principal, request.key)).fetchone()
+            expires = None if stored is None or stored[0] is None else int(stored[0])
         lost, renewals = (renewer.lost, renewer.renewals) if renewer is not None else (False, 0)
-        outcome = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
-        return LeaseResult(outcome, response, fence=fence, renewals=renewals)
+        return self._fresh(row, settled, lost, renewals, response, expires)
