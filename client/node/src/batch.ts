@@ -12,7 +12,15 @@
  * read as the server's text, as the rest of the client reads them.
  */
 
-import { RAW_TYPES, actionName, intervalText, keptHeadersJson, stamped, type Db, type Request } from "./common";
+import {
+  RAW_TYPES,
+  actionName,
+  intervalText,
+  keptHeadersJson,
+  stamped,
+  type Db,
+  type Request,
+} from "./common";
 import { Response } from "./http";
 import { Client, type AttemptOutcome } from "./transactional";
 
@@ -61,22 +69,28 @@ function iso(column: string): string {
   return `CASE WHEN isfinite(${column}) THEN to_json(${column}) #>> '{}' END`;
 }
 
+// The columns begin's statement has (read by the client's answer()), then the rest of
+// idempotency.batch_outcome; the fingerprints are computed by the server, in order.
 const BEGIN_BATCH_SQL =
-  "SELECT b.ord, b.key, b.outcome, b.response_status, b.response_headers::text AS response_headers," +
-  ` b.response_body, b.resource_id, ${iso("b.created_at")} AS created_at,` +
-  ` ${iso("b.expires_at")} AS expires_at, b.fence::text AS fence, ${iso("b.lease_until")} AS lease_until,` +
-  " CASE WHEN isfinite(b.expires_at) THEN floor(extract(epoch FROM b.expires_at))::bigint END AS expires_epoch," +
-  " CASE WHEN isfinite(b.lease_until)" +
-  " THEN ceil(extract(epoch FROM b.lease_until - pg_catalog.clock_timestamp()))::integer END AS lease_seconds" +
+  "SELECT b.ord, b.key, b.outcome, b.response_status," +
+  " b.response_headers::text AS response_headers, b.response_body, b.resource_id," +
+  ` ${iso("b.created_at")} AS created_at, ${iso("b.expires_at")} AS expires_at,` +
+  ` b.fence::text AS fence, ${iso("b.lease_until")} AS lease_until,` +
+  " CASE WHEN isfinite(b.expires_at)" +
+  " THEN floor(extract(epoch FROM b.expires_at))::bigint END AS expires_epoch," +
+  " CASE WHEN isfinite(b.lease_until) THEN" +
+  " ceil(extract(epoch FROM b.lease_until - pg_catalog.clock_timestamp()))::integer" +
+  " END AS lease_seconds" +
   " FROM idempotency.begin_batch($1::text, $2::text[], $3::text," +
   " ARRAY(SELECT idempotency.fingerprint(u.m, u.p, u.b, $7::text[])" +
-  " FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n) ORDER BY u.n)," +
-  " $8::interval, $9::interval) AS b ORDER BY b.ord";
+  " FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n)" +
+  " ORDER BY u.n), $8::interval, $9::interval) AS b ORDER BY b.ord";
 const COMPLETE_BATCH_SQL =
-  "SELECT ord, key, completed FROM idempotency.complete_batch($1::text, $2::text[], $3::integer[]," +
-  " $4::bytea[], $5::text[]::jsonb[], $6::text[]) ORDER BY ord";
+  "SELECT ord, key, completed FROM idempotency.complete_batch($1::text, $2::text[]," +
+  " $3::integer[], $4::bytea[], $5::text[]::jsonb[], $6::text[]) ORDER BY ord";
 const CLAIM_BATCH_SQL =
-  "SELECT ord, key, claimed FROM idempotency.claim_batch($1::text, $2::text[], $3::interval) ORDER BY ord";
+  "SELECT ord, key, claimed FROM idempotency.claim_batch($1::text, $2::text[], $3::interval)" +
+  " ORDER BY ord";
 const CLAIM_SQL = "SELECT idempotency.claim($1::text, $2::text, $3::interval) AS claimed";
 
 type Row = Record<string, string | null>;
@@ -93,8 +107,10 @@ function interval(ms: number | null | undefined): string | null {
 /** The key of each request; every request of a batch must have one and share the principal. */
 function batchKeys(requests: readonly Request[]): string[] {
   return requests.map((r, i) => {
-    if (r.key === null || r.key === undefined) throw new TypeError(`batch request ${i + 1} has no key`);
     if (r.principal !== requests[0].principal) throw new TypeError("a batch has one principal");
+    if (r.key === null || r.key === undefined) {
+      throw new TypeError(`batch request ${i + 1} has no key`);
+    }
     return r.key;
   });
 }
@@ -108,24 +124,35 @@ function batchKeys(requests: readonly Request[]): string[] {
  * retryAfter apply (and its counters count the answers). The server refuses a
  * duplicate key (22023) and more than 1000 keys (54000).
  */
-export async function beginBatch(db: Db, requests: readonly Request[], client = new Client()): Promise<BatchOutcome[]> {
+export async function beginBatch(
+  db: Db,
+  requests: readonly Request[],
+  client = new Client(),
+): Promise<BatchOutcome[]> {
   if (requests.length === 0) return [];
   const keys = batchKeys(requests);
   const first = requests[0];
-  const mode = first.duplicates ?? client.options.duplicates;
+  const modeOf = (r: Request) => r.duplicates ?? client.options.duplicates;
+  const excludeOf = (r: Request) => JSON.stringify(r.exclude ?? []);
   for (const r of requests) {
-    if (actionName(r) !== actionName(first)) throw new TypeError("a batch has one action");
-    if ((r.duplicates ?? client.options.duplicates) !== mode) throw new TypeError("a batch has one duplicate mode");
-    if (JSON.stringify(r.exclude ?? []) !== JSON.stringify(first.exclude ?? [])) {
-      throw new TypeError("a batch has one exclude list");
+    if (actionName(r) !== actionName(first) || modeOf(r) !== modeOf(first) ||
+        excludeOf(r) !== excludeOf(first)) {
+      throw new TypeError("a batch has one action, one exclude list and one duplicate mode");
     }
   }
-  const bodies = requests.map((r) => (typeof r.body === "string" ? Buffer.from(r.body, "utf8") : r.body ?? null));
+  const bodies = requests.map((r) => (typeof r.body === "string" ? Buffer.from(r.body) : r.body));
   const exclude = first.exclude && first.exclude.length > 0 ? [...first.exclude] : null;
-  const wait = mode === "reject" ? "0 seconds" : interval(client.options.waitMs);
+  const wait = modeOf(first) === "reject" ? "0 seconds" : interval(client.options.waitMs);
   const found = await rows(db, BEGIN_BATCH_SQL, [
-    first.principal, keys, actionName(first), requests.map((r) => r.method), requests.map((r) => r.path),
-    bodies, exclude, interval(client.options.ttlMs), wait,
+    first.principal,
+    keys,
+    actionName(first),
+    requests.map((r) => r.method),
+    requests.map((r) => r.path),
+    bodies,
+    exclude,
+    interval(client.options.ttlMs),
+    wait,
   ]);
   return found.map((row) => {
     const outcome = row.outcome as KeyOutcome;
@@ -167,7 +194,9 @@ export async function completeBatch(
   }
   if (requests.length === 0) return [];
   const keys = batchKeys(requests);
-  if (responses.some((r) => r.oneTimeSecret)) throw new TypeError("a one-time secret cannot be completed in a batch");
+  if (responses.some((r) => r.oneTimeSecret)) {
+    throw new TypeError("a one-time secret cannot be completed in a batch");
+  }
   const found = await rows(db, COMPLETE_BATCH_SQL, [
     requests[0].principal,
     keys,
@@ -176,7 +205,11 @@ export async function completeBatch(
     responses.map((r) => keptHeadersJson(r, client.options.keptHeaders)),
     responses.map((r) => r.resourceId ?? null),
   ]);
-  return found.map((row) => ({ ord: Number(row.ord), key: row.key ?? "", completed: row.completed === "t" }));
+  return found.map((row) => ({
+    ord: Number(row.ord),
+    key: row.key ?? "",
+    completed: row.completed === "t",
+  }));
 }
 
 /**
@@ -193,7 +226,11 @@ export async function claimBatch(
 ): Promise<BatchClaim[]> {
   if (keys.length === 0) return [];
   const found = await rows(db, CLAIM_BATCH_SQL, [principal, [...keys], interval(ttlMs)]);
-  return found.map((row) => ({ ord: Number(row.ord), key: row.key ?? "", claimed: row.claimed === "t" }));
+  return found.map((row) => ({
+    ord: Number(row.ord),
+    key: row.key ?? "",
+    claimed: row.claimed === "t",
+  }));
 }
 
 /**

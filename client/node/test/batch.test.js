@@ -14,13 +14,15 @@ function request(who, key, body = '{"item":"book"}') {
 }
 
 async function order(conn, who, key) {
-  const { rows } = await conn.query("INSERT INTO orders (principal, item, quantity) VALUES ($1, 'book', 1) RETURNING id", [who]);
-  return new Response(201, [["Content-Type", "application/json"], ["X-Not-Kept", "1"]], key, { resourceId: String(rows[0].id) });
+  const { rows } = await conn.query(
+    "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'book', 1) RETURNING id", [who]);
+  const headers = [["Content-Type", "application/json"], ["X-Not-Kept", "1"]];
+  return new Response(201, headers, key, { resourceId: String(rows[0].id) });
 }
 
 const summary = (outcomes) => outcomes.map((o) => `${o.ord}:${o.key}:${o.outcome}`).join(" ");
 
-test("beginBatch answers each key as begin would; completeBatch stores the started ones", async () => {
+test("beginBatch answers each key as begin would; completeBatch stores the rest", async () => {
   const conn = await db.connect();
   const holder = await db.connect();
   const client = new Client({ duplicates: "reject" });
@@ -29,7 +31,8 @@ test("beginBatch answers each key as begin would; completeBatch stores the start
     await client.handle(conn, request(who, key), (c) => order(c, who, key));
   }
   await holder.query("BEGIN");
-  await holder.query("SELECT * FROM idempotency.begin($1, 'held', 'a', idempotency.fingerprint('POST', '/o'))", [who]);
+  await holder.query(
+    "SELECT * FROM idempotency.begin($1, 'held', 'a', idempotency.fingerprint('POST', '/o'))", [who]);
   const requests = [
     request(who, "new-1"),
     request(who, "done", Buffer.from('{ "item" : "b\\u006fok" }')),
@@ -39,7 +42,8 @@ test("beginBatch answers each key as begin would; completeBatch stores the start
   ];
   await conn.query("BEGIN");
   const outcomes = await beginBatch(conn, requests, client);
-  assert.equal(summary(outcomes), "1:new-1:started 2:done:replay 3:other:mismatch 4:held:in_progress 5:new-2:started");
+  assert.equal(summary(outcomes),
+    "1:new-1:started 2:done:replay 3:other:mismatch 4:held:in_progress 5:new-2:started");
   const [fresh, replay, mismatch, busy] = outcomes;
   assert.equal(fresh.response, null);
   assert.equal(replay.response.status, 201);
@@ -59,7 +63,10 @@ test("beginBatch answers each key as begin would; completeBatch stores the start
   const responses = [];
   for (const r of started) responses.push(await order(conn, who, r.key));
   const done = await completeBatch(conn, started, responses, client);
-  assert.deepEqual(done, [{ ord: 1, key: "new-1", completed: true }, { ord: 2, key: "new-2", completed: true }]);
+  assert.deepEqual(done, [
+    { ord: 1, key: "new-1", completed: true },
+    { ord: 2, key: "new-2", completed: true },
+  ]);
   await conn.query("COMMIT");
   await holder.query("ROLLBACK");
 
@@ -69,7 +76,8 @@ test("beginBatch answers each key as begin would; completeBatch stores the start
   assert.equal(summary(again), "1:new-1:replay 2:new-2:replay");
   assert.deepEqual(again.map((o) => o.response.body.toString()), ["new-1", "new-2"]);
   assert.equal(again[0].resourceId, responses[0].resourceId);
-  const { rows } = await conn.query("SELECT count(*)::int AS n FROM orders WHERE principal = $1", [who]);
+  const { rows } = await conn.query(
+    "SELECT count(*)::int AS n FROM orders WHERE principal = $1", [who]);
   assert.equal(rows[0].n, 4);
 });
 
@@ -85,7 +93,8 @@ test("batches refuse bad input with an SQLSTATE, or before the server", async ()
     }
   };
   const many = Array.from({ length: 1001 }, (_, i) => request(who, `k${i}`));
-  await assert.rejects(inTx(() => beginBatch(conn, [request(who, "a"), request(who, "a")])), (e) => e.code === "22023");
+  const twice = [request(who, "a"), request(who, "a")];
+  await assert.rejects(inTx(() => beginBatch(conn, twice)), (e) => e.code === "22023");
   await assert.rejects(inTx(() => beginBatch(conn, many)), (e) => e.code === "54000");
   await assert.rejects(inTx(() => claimBatch(conn, who, ["c", "c"])), (e) => e.code === "22023");
   await assert.rejects(
@@ -95,7 +104,8 @@ test("batches refuse bad input with an SQLSTATE, or before the server", async ()
     }),
     (e) => e.code === "22023",
   );
-  await assert.rejects(beginBatch(conn, [request(who, "a"), request(who + "x", "b")]), /one principal/);
+  const two = [request(who, "a"), request(who + "x", "b")];
+  await assert.rejects(beginBatch(conn, two), /one principal/);
   await assert.rejects(beginBatch(conn, [request(who, null)]), /has no key/);
   await assert.rejects(completeBatch(conn, [request(who, "a")], []), /1 requests and 0 responses/);
   assert.deepEqual(await beginBatch(conn, []), []);
@@ -124,5 +134,5 @@ test("two claim batches over the same keys in opposite orders do not deadlock", 
     return new Map(result.map((c) => [c.key, c.claimed]));
   };
   const [a, b] = await Promise.all([run(one, keys), run(two, [...keys].reverse())]);
-  for (const k of keys) assert.notEqual(a.get(k), b.get(k), `key ${k} claimed by exactly one batch`);
+  for (const k of keys) assert.notEqual(a.get(k), b.get(k), `key ${k} claimed by one batch`);
 });

@@ -11,7 +11,8 @@ const db = database();
 before(async () => {
   await db.init();
   const conn = await db.connect();
-  await conn.query("CREATE TABLE jobs (id bigserial PRIMARY KEY, principal text NOT NULL, job text NOT NULL)");
+  await conn.query(
+    "CREATE TABLE jobs (id bigserial PRIMARY KEY, principal text NOT NULL, job text NOT NULL)");
 });
 
 function insertJob(who, calls) {
@@ -22,11 +23,13 @@ function insertJob(who, calls) {
 }
 
 async function jobs(conn, who) {
-  return (await conn.query("SELECT count(*)::int AS n FROM jobs WHERE principal = $1", [who])).rows[0].n;
+  const sql = "SELECT count(*)::int AS n FROM jobs WHERE principal = $1";
+  return (await conn.query(sql, [who])).rows[0].n;
 }
 
 async function keyRows(conn, who, key) {
-  return (await conn.query("SELECT count(*)::int AS n FROM idempotency.lookup($1, $2)", [who, key])).rows[0].n;
+  const sql = "SELECT count(*)::int AS n FROM idempotency.lookup($1, $2)";
+  return (await conn.query(sql, [who, key])).rows[0].n;
 }
 
 /** pushUnique in a transaction of its own, committed (or rolled back). */
@@ -60,16 +63,19 @@ test("pushUnique enqueues once per window; a rolled-back push leaves the key fre
   assert.equal(await jobs(conn, who), 3);
 });
 
-test("pushUnique: an enqueue that throws propagates; after the rollback the key is free", async () => {
+test("pushUnique: a throwing enqueue propagates; after the rollback the key is free", async () => {
   const conn = await db.connect();
   const who = principal();
-  await assert.rejects(push(conn, who, "job", null, async () => { throw new Error("queue full"); }), /queue full/);
+  const full = async () => {
+    throw new Error("queue full");
+  };
+  await assert.rejects(push(conn, who, "job", null, full), /queue full/);
   assert.equal(await keyRows(conn, who, "job"), 0);
   assert.equal(await push(conn, who, "job", null, insertJob(who, { n: 0 })), true);
 });
 
 for (const end of ["COMMIT", "ROLLBACK"]) {
-  test(`concurrent pushes of one key wait for the first; exactly one enqueues (first ends with ${end})`, async () => {
+  test(`concurrent pushes of one key wait; exactly one enqueues (first: ${end})`, async () => {
     const holder = await db.connect();
     const who = principal();
     await holder.query("BEGIN");

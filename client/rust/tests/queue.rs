@@ -29,8 +29,8 @@ async fn a_failed_enqueue_rolls_back_and_leaves_the_key_free() {
     let mut pg = setup().await;
     let who = common::unique("push-fail");
     let tx = pg.transaction().await.unwrap();
-    let failed = push_unique_in(&tx, &who, "job", None, "INSERT INTO no_such_table VALUES (1)", &[])
-        .await;
+    let failed =
+        push_unique_in(&tx, &who, "job", None, "INSERT INTO no_such_table VALUES (1)", &[]).await;
     assert_eq!(failed.unwrap_err().sqlstate().map(|s| s.code()), Some("42P01"));
     tx.rollback().await.unwrap();
     assert_eq!(common::state(&pg, &who, "job").await, None, "no key row");

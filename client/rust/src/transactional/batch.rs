@@ -78,29 +78,26 @@ pub struct BatchCompletion {
     pub completed: bool,
 }
 
-/// One principal, one action, one exclude list and one duplicate mode per batch, and
-/// a key for every request: the keys.
+/// The keys of a batch; every request must have one and share the principal, and with
+/// `shape` also the action, the exclude list and the duplicate mode (one of each per call).
 fn batch_keys(requests: &[&Request], shape: bool) -> Result<Vec<String>, Error> {
     let first = requests[0];
     let mut keys = Vec::with_capacity(requests.len());
     for (i, r) in requests.iter().enumerate() {
-        let refused = match &r.key {
-            None => Some(format!("batch request {} has no key", i + 1)),
-            Some(_) if r.principal != first.principal => Some("a batch has one principal".into()),
-            Some(_) if shape && r.action_name() != first.action_name() => {
-                Some("a batch has one action".into())
-            }
-            Some(_) if shape && (r.exclude != first.exclude || r.duplicates != first.duplicates) => {
-                Some("a batch has one exclude list and one duplicate mode".into())
-            }
-            Some(key) => {
-                keys.push(key.clone());
-                None
-            }
+        let same_shape = r.action_name() == first.action_name()
+            && r.exclude == first.exclude
+            && r.duplicates == first.duplicates;
+        let refused = if r.principal != first.principal {
+            "a batch has one principal".to_string()
+        } else if shape && !same_shape {
+            "a batch has one action, one exclude list and one duplicate mode".to_string()
+        } else if let Some(key) = &r.key {
+            keys.push(key.clone());
+            continue;
+        } else {
+            format!("batch request {} has no key", i + 1)
         };
-        if let Some(message) = refused {
-            return Err(Error::Protocol(message));
-        }
+        return Err(Error::Protocol(refused));
     }
     Ok(keys)
 }
