@@ -53,9 +53,13 @@ func TestBeginBatchOutcomesPerKeyThenCompleteBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	began := time.Now()
 	outcomes, err := client.BeginBatch(ctx, tx, reqs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited > 2*time.Second {
+		t.Fatalf("reject mode waited %v for the held key", waited)
 	}
 	want := "1:new-1:started 2:done:replay 3:other:mismatch 4:held:in_progress 5:new-2:started"
 	if got := batchKeys(outcomes); got != want {
@@ -232,7 +236,7 @@ func TestClaimBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	var wg sync.WaitGroup
 	counts := make([]map[string]bool, 2)
 	errs := make([]error, 2)
-	for i, order := range [][]string{keys, reversed} {
+	for i, list := range [][]string{keys, reversed} {
 		wg.Add(1)
 		go func(i int, order []string, conn *pgx.Conn) {
 			defer wg.Done()
@@ -250,7 +254,7 @@ func TestClaimBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 				}
 			}
 			errs[i] = err
-		}(i, order, connect(t))
+		}(i, list, connect(t))
 	}
 	wg.Wait()
 	for _, err := range errs {

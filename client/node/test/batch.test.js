@@ -41,7 +41,9 @@ test("beginBatch answers each key as begin would; completeBatch stores the rest"
     request(who, "new-2"),
   ];
   await conn.query("BEGIN");
+  const began = Date.now();
   const outcomes = await beginBatch(conn, requests, client);
+  assert.ok(Date.now() - began < 2000, "reject mode does not wait for the held key");
   assert.equal(summary(outcomes),
     "1:new-1:started 2:done:replay 3:other:mismatch 4:held:in_progress 5:new-2:started");
   const [fresh, replay, mismatch, busy] = outcomes;

@@ -60,7 +60,9 @@ async fn begin_batch_answers_each_key_and_complete_batch_stores_the_started_ones
         request(&who, "new-2", book),
     ];
     let tx = pg.transaction().await.unwrap();
+    let began = std::time::Instant::now();
     let outcomes = client.begin_batch(&tx, &requests).await.unwrap();
+    assert!(began.elapsed() < Duration::from_secs(2), "reject mode does not wait for the held key");
     assert_eq!(
         summary(&outcomes),
         "1:new-1:started 2:done:replay 3:other:mismatch 4:held:in_progress 5:new-2:started"
