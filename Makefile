@@ -25,6 +25,9 @@ OBJS = src/extension/module.o \
        src/extension/outcome.o \
        src/extension/transactional.o \
        src/extension/lease.o \
+       src/extension/one_key.o \
+       src/extension/batch_arguments.o \
+       src/extension/batch.o \
        src/extension/counters.o \
        src/extension/counters_sql.o \
        src/extension/schema_version.o \

@@ -25,11 +25,12 @@ REASON = "over 80 lines"
 
 # Bottom to top. A file's room is its name without extension.
 LAYERS = [
-    ("bottom", ["settings", "key_row", "compat", "guard", "arguments", "schema_version"]),
+    ("bottom", ["settings", "key_row", "compat", "guard", "arguments", "schema_version",
+                "batch_arguments"]),
     ("store", ["key_lock", "key_table", "key_store", "key_direct", "key_statements",
                "placement"]),
-    ("protocol", ["counters", "counters_table", "pending", "outcome"]),
-    ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "module"]),
+    ("protocol", ["counters", "counters_table", "pending", "outcome", "one_key"]),
+    ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "module", "batch"]),
 ]
 # Include no other room of their own layer but one another (the counters'
 # shared-memory table and its header are one thing split in two files).

@@ -53,7 +53,10 @@ SELECT action, state, live, keys FROM idempotency.status ORDER BY action, state,
 -- lookup: one key for support, without body or headers.
 SELECT state, action, live, response_status, fence, lease_until IS NOT NULL AS leased
   FROM idempotency.lookup('p', 'new-1');
-SELECT state, action, live, fence, lease_until > now() AS leased FROM idempotency.lookup('p', 'leased');
+-- (its fence is acquire's: the clock in microseconds since 1970)
+SELECT state, action, live, to_timestamp(fence / 1e6) BETWEEN now() - interval '1 h' AND clock_timestamp() AS clock_fence,
+       lease_until > now() AS leased
+  FROM idempotency.lookup('p', 'leased');
 SELECT count(*) AS absent FROM idempotency.lookup('p', 'nope');
 
 -- Without pg_cron in this database: 55000, with a hint.

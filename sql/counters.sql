@@ -87,6 +87,16 @@ SELECT * FROM counted WHERE action = 'ctr_old';
 SELECT waits, wait_ms_sum, wait_ms_max, wait_le_ms, wait_buckets FROM idempotency.stats
  WHERE database = current_database() AND action = 'ctr_order';
 
+-- The outcome expired (0.8.0): an expired key of an action that refuses it.
+SELECT idempotency.set_expiry_policy('ctr_expired', 'refuse');
+INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
+VALUES ('p', 'exp-1', 'ctr_expired', idempotency.fingerprint('POST', '/e'), 'completed', 201,
+        now() - interval '2 hours', now() - interval '1 hour');
+SELECT outcome FROM idempotency.begin('p', 'exp-1', 'ctr_expired', idempotency.fingerprint('POST', '/e'));
+SELECT outcome FROM idempotency.acquire('p', 'exp-1', 'ctr_expired', idempotency.fingerprint('POST', '/e'));
+SELECT * FROM counted WHERE action = 'ctr_expired';
+SELECT idempotency.set_expiry_policy('ctr_expired', 'run');
+
 -- A reset zeroes every counter (the rows stay) and moves stats_reset.
 SELECT idempotency.stats_reset() > :'reset_at' AS reset_later;
 SELECT * FROM counted;

@@ -28,7 +28,17 @@ SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '["Location","
 SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[["Location:","/"]]');
 SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[["Location","a\nb"]]');
 SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[["",""]]');
+SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[[":status","200"]]');
+SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[[":chunks","1\n2"]]');
+SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '{":Chunks":"1"}');
 SELECT count(*) AS nothing_stored FROM idempotency.keys WHERE key = 'h-x';
+-- The clients' reserved entries of a streamed response (docs/http.md), and no
+-- other name that starts with a colon (above).
+SELECT idempotency.save_final('p', 'h-6', 'a', h_fp(), 404, convert_to('aabbb', 'UTF8'),
+       '[["Content-Type","text/plain"],[":chunks","2,3"]]') AS chunks_entry,
+       idempotency.save_final('p', 'h-7', 'a', h_fp(), 404, NULL, '{":not_kept":"stream-too-large"}')
+       AS not_kept_entry;
+SELECT key, response_headers FROM idempotency.keys WHERE key IN ('h-6', 'h-7') ORDER BY key;
 -- Empty forms are fine.
 SELECT idempotency.save_final('p', 'h-4', 'a', h_fp(), 404, NULL, '[]') AS empty_pairs,
        idempotency.save_final('p', 'h-5', 'a', h_fp(), 404, NULL, '{}') AS empty_object;

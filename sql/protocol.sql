@@ -1,14 +1,14 @@
 -- The transactional protocol: begin / complete / save_final / is_final / forget.
 \set VERBOSITY sqlstate
--- Fences come from one sequence; start it afresh so that this file's numbers read 1, 2, 3...
-ALTER SEQUENCE idempotency.fences RESTART;
+-- Fences come from the clock: the file shows them by name, 1, 2, 3... in the order they appear.
+\i sql/include/fence_names.psql
 CREATE TABLE orders (id serial PRIMARY KEY, note text);
 CREATE FUNCTION fp(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
     AS $$ SELECT idempotency.fingerprint('POST', '/orders', convert_to(t, 'UTF8')) $$;
 
 -- started: a new key; the handler's write and the key row commit together.
 BEGIN;
-SELECT outcome, response_status, response_body, fence, expires_at - created_at AS ttl
+SELECT outcome, response_status, response_body, pg_temp.fence_no(fence) AS fence, expires_at - created_at AS ttl
   FROM idempotency.begin('alice', 'k-1', 'create_order', fp('{"item":"book"}'));
 INSERT INTO orders (note) VALUES ('book');
 SELECT idempotency.complete('alice', 'k-1', 201, convert_to('{"id":1}', 'UTF8'),
@@ -16,7 +16,8 @@ SELECT idempotency.complete('alice', 'k-1', 201, convert_to('{"id":1}', 'UTF8'),
 COMMIT;
 
 -- replay: the same request again, byte for byte, with the kept headers.
-SELECT outcome, response_status, response_headers, convert_from(response_body, 'UTF8') AS body, resource_id, fence
+SELECT outcome, response_status, response_headers, convert_from(response_body, 'UTF8') AS body, resource_id,
+       pg_temp.fence_no(fence) AS fence
   FROM idempotency.begin('alice', 'k-1', 'create_order', fp('{ "item" : "book" }'));
 -- mismatch: another request under the same key (the stored body is not exposed).
 SELECT outcome, response_status, response_body IS NULL AS no_body, resource_id
@@ -26,7 +27,8 @@ BEGIN;
 SELECT outcome FROM idempotency.begin('bob', 'k-1', 'create_order', fp('{"item":"pen"}'));
 SELECT idempotency.complete('bob', 'k-1', 201, convert_to('{"id":2}', 'UTF8'));
 COMMIT;
-SELECT principal, key, action, state, response_status, resource_id, one_time_secret, fence, lease_until
+SELECT principal, key, action, state, response_status, resource_id, one_time_secret, pg_temp.fence_no(fence) AS fence,
+       lease_until
   FROM idempotency.keys ORDER BY principal;
 
 -- secret_replay: a response with a secret is not stored, only its status and the marker.
@@ -144,17 +146,20 @@ SELECT outcome FROM idempotency.begin('alice', 'k-mixed', 'create_order', fp('{}
 SELECT idempotency.save_final('alice', 'k-mixed', 'create_order', fp('{}'), 400);
 ROLLBACK;
 
--- Expired keys behave as absent; the next use replaces the row (fence + 1).
+-- Expired keys behave as absent; the next use replaces the row (with a higher fence).
 BEGIN;
 SELECT outcome FROM idempotency.begin('alice', 'k-ttl', 'create_order', fp('{}'), ttl => '1 millisecond');
 SELECT idempotency.complete('alice', 'k-ttl', 201, convert_to('old', 'UTF8'));
 COMMIT;
 SELECT pg_sleep(0.05);
+SELECT fence AS ttl_first_fence FROM idempotency.keys WHERE key = 'k-ttl' \gset
 BEGIN;
-SELECT outcome, fence FROM idempotency.begin('alice', 'k-ttl', 'create_order', fp('{"other":"request"}'));
+SELECT outcome, fence > :ttl_first_fence AS higher_fence
+  FROM idempotency.begin('alice', 'k-ttl', 'create_order', fp('{"other":"request"}'));
 SELECT idempotency.complete('alice', 'k-ttl', 201, convert_to('new', 'UTF8'));
 COMMIT;
-SELECT convert_from(response_body, 'UTF8') AS body, fence, expires_at - created_at AS ttl
+SELECT convert_from(response_body, 'UTF8') AS body, fence > :ttl_first_fence AS higher_fence,
+       expires_at - created_at AS ttl
   FROM idempotency.keys WHERE key = 'k-ttl';
 SET idempotency.key_ttl = '2h';
 BEGIN;
@@ -226,7 +231,8 @@ BEGIN;
 SELECT outcome FROM idempotency.begin('alice', 'k-direct', 'create_order', fp('{"d":1}'), '2 hours');
 SELECT idempotency.complete('alice', 'k-direct', 201, convert_to('direct', 'UTF8'), '{"ETag":"\"x\""}', 'r-1');
 SELECT principal, key, action, octet_length(request_sha256) AS fp_bytes, state, response_status, response_headers,
-       convert_from(response_body, 'UTF8') AS body, resource_id, one_time_secret, fence, lease_until,
+       convert_from(response_body, 'UTF8') AS body, resource_id, one_time_secret, pg_temp.fence_no(fence) AS fence,
+       lease_until,
        created_at = now() AS created_now, expires_at - created_at AS ttl
   FROM idempotency.keys WHERE key = 'k-direct';
 COMMIT;
@@ -258,11 +264,15 @@ BEGIN;
 SELECT outcome FROM idempotency.begin('alice', 'k-dropped', 'create_order', fp('{"a":2}'), '3 hours');
 SELECT idempotency.complete('alice', 'k-dropped', 202, convert_to('dropped', 'UTF8'), NULL, 'r-2');
 COMMIT;
-SELECT key, state, response_status, convert_from(response_body, 'UTF8') AS body, resource_id, fence,
+SELECT key, state, response_status, convert_from(response_body, 'UTF8') AS body, resource_id,
+       pg_temp.fence_no(fence) AS fence,
        expires_at - created_at AS ttl
   FROM idempotency.keys WHERE key = 'k-dropped';
 SELECT outcome, response_status, convert_from(response_body, 'UTF8') AS body
   FROM idempotency.begin('alice', 'k-dropped', 'create_order', fp('{"a":2}'));
+
+-- Each fence shown was above every fence shown before it.
+SELECT pg_temp.fences_in_order() AS fences_grow;
 
 -- Leave the database as we found it for the next test file.
 DELETE FROM idempotency.keys;

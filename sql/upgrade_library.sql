@@ -28,7 +28,21 @@ SELECT idempotency.renew('p', 'uplib-lease', :f) AS renewed,
 SELECT idempotency.save_final('p', 'uplib-final', 'a', idempotency.fingerprint('POST', '/x'), 422) AS saved,
        idempotency.claim('p', 'uplib-claim') AS claimed, idempotency.forget('p', 'uplib-claim') AS forgotten;
 SELECT state, response_status FROM idempotency.lookup('p', 'uplib-tx');
-SELECT action, state, keys, oldest_key FROM idempotency.status ORDER BY 1, 2;
+SELECT action, state, keys FROM idempotency.status ORDER BY 1, 2;
+-- An expired key runs again on the 0.7.0 schema (no expiry policies, no
+-- tombstones before 0.8.0): begin starts, claim takes it.
+UPDATE idempotency.keys SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'
+ WHERE principal = 'p' AND key = 'uplib-final';
+BEGIN;
+SELECT outcome FROM idempotency.begin('p', 'uplib-final', 'a', idempotency.fingerprint('POST', '/x'));
+ROLLBACK;
+SELECT idempotency.claim('p', 'uplib-final') AS claimed_expired;
+SELECT idempotency.forget('p', 'uplib-final') AS forgotten;
+-- The counters as 0.7.0 declared them (without the columns of 0.8.0).
+SET client_min_messages = error;
+SELECT count(*) >= 0 AS counters_read, coalesce(max(begin_started), 0) >= 0 AS has_begin_started
+  FROM idempotency.stats_counters() WHERE database = current_database();
+RESET client_min_messages;
 -- ... then the update, and the same keys are served by the same session.
 ALTER EXTENSION idempotency UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
@@ -69,6 +83,9 @@ BEGIN
                               WHEN 'jsonb' THEN '''{}''::jsonb'
                               WHEN 'boolean' THEN 'false'
                               WHEN 'text[]' THEN '''{}''::text[]'
+                              WHEN 'bytea[]' THEN '''{}''::bytea[]'
+                              WHEN 'integer[]' THEN '''{}''::integer[]'
+                              WHEN 'jsonb[]' THEN '''{}''::jsonb[]'
                           END || '::' || t::regtype::text, ', ' ORDER BY i)
           INTO args
           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i);

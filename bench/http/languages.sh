@@ -4,6 +4,8 @@
 # route (POST /plain/orders, same handler in a plain transaction), with
 # synchronous_commit on, fresh key per request, wrk with 8 connections on
 # loopback, order rotated each round, medians. Same method as bench/http/run.sh.
+# Each run also reports the server's CPU (all PostgreSQL processes) and the
+# service's CPU per request, in microseconds: where a keyed request's time goes.
 #
 #   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node go rust" by default
 #
@@ -41,9 +43,18 @@ start_service() {  # start_service COMMAND...
   return 1
 }
 
-rps() {  # rps PATH RUN-ID -> requests/s
-  WRK_PATH=$1 WRK_RUN=$2 wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua "http://127.0.0.1:$http_port" \
-    2>"$work/wrk.err" | awk '/^Requests\/sec/ { print $2 }'
+# CPU ticks (utime + stime, getconf CLK_TCK a second) of the service process.
+service_ticks() { sed 's/.*) //' "/proc/$service/stat" | awk '{ print $12 + $13 }'; }
+
+rps() {  # rps PATH RUN-ID -> "requests/s server-us/request service-us/request"
+  local pg0 svc0 out requests
+  pg0=$(cpu_ticks "$work/pg") svc0=$(service_ticks)
+  out=$(WRK_PATH=$1 WRK_RUN=$2 wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua \
+    "http://127.0.0.1:$http_port" 2>"$work/wrk.err")
+  requests=$(awk '/requests in/ { print $1 }' <<<"$out")
+  awk -v r="$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")" -v n="$requests" -v hz="$(getconf CLK_TCK)" \
+    -v pg=$(($(cpu_ticks "$work/pg") - pg0)) -v svc=$(($(service_ticks) - svc0)) \
+    'BEGIN { printf "%s %.0f %.0f\n", r, pg * 1e6 / hz / n, svc * 1e6 / hz / n }'
   if [[ -s $work/wrk.err ]]; then echo "wrk reported: $(sort "$work/wrk.err" | uniq -c | head -3)" >&2; fi
 }
 
@@ -56,7 +67,8 @@ if [[ " ${LANGS:-python asgi node go rust} " == *" go "* ]]; then  # Go: GOPATH 
   go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders"
 fi
 
-printf '%-8s %-7s %10s %10s %9s\n' service round keyed plain keyed/pl
+printf '%-8s %-7s %9s %9s %8s  %s\n' service round keyed plain keyed/pl \
+  "server us/req keyed plain, service us/req keyed plain"
 for lang in ${LANGS:-python asgi node go rust}; do
   case $lang in
     python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
@@ -69,23 +81,28 @@ for lang in ${LANGS:-python asgi node go rust}; do
   esac
   rps /orders "warm-keyed-$lang" >/dev/null
   rps /plain/orders "warm-plain-$lang" >/dev/null
-  : >"$work/keyed.$lang"
-  : >"$work/plain.$lang"
+  for f in keyed plain ratio pgk pgp svk svp; do : >"$work/$f.$lang"; done
   for ((r = 1; r <= rounds; r++)); do
     if ((r % 2)); then order=(keyed plain); else order=(plain keyed); fi
-    declare -A got=()
+    declare -A got=() pg=() svc=()
     for name in "${order[@]}"; do
       path=/orders
       [[ $name == plain ]] && path=/plain/orders
-      got[$name]=$(rps "$path" "$name-$lang-$r-$RANDOM")
+      read -r got[$name] pg[$name] svc[$name] < <(rps "$path" "$name-$lang-$r-$RANDOM")
       echo "${got[$name]}" >>"$work/$name.$lang"
     done
-    printf '%-8s %-7s %10s %10s %9.3f\n' "$lang" "$r" "${got[keyed]}" "${got[plain]}" \
-      "$(echo "${got[keyed]} / ${got[plain]}" | bc -l)"
+    ratio=$(echo "${got[keyed]} / ${got[plain]}" | bc -l)
+    echo "$ratio" >>"$work/ratio.$lang"
+    echo "${pg[keyed]}" >>"$work/pgk.$lang"; echo "${pg[plain]}" >>"$work/pgp.$lang"
+    echo "${svc[keyed]}" >>"$work/svk.$lang"; echo "${svc[plain]}" >>"$work/svp.$lang"
+    printf '%-8s %-7s %9s %9s %8.3f  %5s %5s  %5s %5s\n' "$lang" "$r" "${got[keyed]}" "${got[plain]}" \
+      "$ratio" "${pg[keyed]}" "${pg[plain]}" "${svc[keyed]}" "${svc[plain]}"
   done
-  mk=$(median <"$work/keyed.$lang")
-  mp=$(median <"$work/plain.$lang")
-  printf '%-8s %-7s %10.0f %10.0f %9.3f   (goal: keyed >= 0.90 x plain)\n' "$lang" median "$mk" "$mp" \
-    "$(echo "$mk / $mp" | bc -l)"
+  # The paired figure (the median of each round's keyed/plain, the two runs of a
+  # round back to back) is the one reported: it cancels the machine's drift.
+  printf '%-8s %-7s %9.0f %9.0f %8.3f  %5.0f %5.0f  %5.0f %5.0f   (median of the rounds; goal >= 0.90)\n' \
+    "$lang" median "$(median <"$work/keyed.$lang")" "$(median <"$work/plain.$lang")" \
+    "$(median <"$work/ratio.$lang")" "$(median <"$work/pgk.$lang")" "$(median <"$work/pgp.$lang")" \
+    "$(median <"$work/svk.$lang")" "$(median <"$work/svp.$lang")"
 done
 grep -v "listening on" "$work/service.log" | sort | uniq -c | head -20 || true

@@ -15,6 +15,9 @@ Same routes, bodies and headers as the C++ and the WSGI service:
     POST /flaky/orders    the first run for each (principal, key) inserts the order,
                           then answers 500: rolled back, not stored, the retry runs again
     POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
+    POST /orders/stream   {"chunks": n, "chunk_bytes": m}: inserts one order, then streams
+                          n chunks of m bytes (chunk i is the digit i % 10), chunked;
+                          kept for replay up to 65536 bytes (max_stream_bytes)
     GET  /orders/count    {"orders": n}
     GET  /health          ok
 """
@@ -36,7 +39,7 @@ import psycopg  # noqa: E402
 import uvicorn  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
-from starlette.responses import PlainTextResponse, Response  # noqa: E402
+from starlette.responses import PlainTextResponse, Response, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from pg_idempotency import AsyncClient  # noqa: E402
@@ -133,6 +136,20 @@ async def create_api_key(conn: psycopg.AsyncConnection, principal: str, body: by
     return (201, headers, dumps({"id": key_id, "name": data["name"], "secret": secret})), str(key_id)
 
 
+def stream_spec(body: bytes) -> Optional[Tuple[int, int]]:
+    """(chunks, chunk_bytes) of a POST /orders/stream body, or None when it is not valid."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    n, m = data.get("chunks"), data.get("chunk_bytes")
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in (n, m)):
+        return None
+    return (n, m) if 1 <= n <= 1000 and 1 <= m <= 65536 else None
+
+
 def send(result: Result) -> Response:
     status, headers, body = result
     return Response(body, status_code=status, headers=dict(headers))
@@ -183,8 +200,32 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
         ctx.resource_id = resource_id
         return send(result)
 
+    async def stream_orders(request: Request) -> Response:
+        """One order, then n chunks of m digits, each its own body message."""
+        if principal_of(request.scope) is None:
+            return send(problem(401, "Unauthorized", "Send Authorization: Bearer <token>."))
+        ctx = context(request)
+        spec = stream_spec(await request.body())
+        if spec is None:
+            detail = 'The body must be a JSON object with "chunks" 1 to 1000 and "chunk_bytes" 1 to 65536.'
+            return send(problem(400, "Invalid stream request", detail))
+        n, m = spec
+        cur = await ctx.connection.execute(
+            "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'stream', %s) RETURNING id",
+            (ctx.request.principal, n),
+        )
+        (order_id,) = await cur.fetchone()
+        ctx.resource_id = str(order_id)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for i in range(n):
+                yield str(i % 10).encode() * m
+
+        return StreamingResponse(pieces(), headers={"Content-Type": "text/plain"})
+
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/orders/stream", stream_orders, methods=["POST"]),
         Route("/orders/count", count, methods=["GET"]),
         Route("/plain/orders", plain_orders, methods=["POST"]),
         Route("/orders", keyed, methods=["POST"]),
@@ -200,7 +241,8 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
         return "reject" if scope["path"] == "/reject/orders" else "wait"
 
     return IdempotencyMiddleware(Starlette(routes=routes), AsyncClient(), connection=pool.connection,
-                                 principal=principal_of, applies=applies, duplicates=duplicates)
+                                 principal=principal_of, applies=applies, duplicates=duplicates,
+                                 max_stream_bytes=65536)
 
 
 def main() -> int:

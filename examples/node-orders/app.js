@@ -15,6 +15,9 @@
 //   POST /flaky/orders    the first run for each (principal, key) inserts the order,
 //                         then answers 500: rolled back, not stored, the retry runs again
 //   POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
+//   POST /orders/stream   {"chunks": n, "chunk_bytes": m}: inserts one order, then streams
+//                         n chunks of m bytes (chunk i is the digit i % 10), chunked;
+//                         kept for replay up to 65536 bytes (maxStreamBytes)
 //   GET  /orders/count    {"orders": n}
 //   GET  /health          ok
 "use strict";
@@ -119,6 +122,53 @@ async function createApiKey(db, principal, body) {
   return [[201, [["Content-Type", "application/json"], ["Location", `/api-keys/${rows[0].id}`]], out], rows[0].id];
 }
 
+/** [chunks, chunkBytes] of a POST /orders/stream body, or null when it is not valid. */
+function streamSpec(body) {
+  const data = parse(body);
+  if (!data || typeof data !== "object" || Array.isArray(data)) return null;
+  const { chunks: n, chunk_bytes: m } = data;
+  if (!Number.isInteger(n) || !Number.isInteger(m)) return null;
+  return n >= 1 && n <= 1000 && m >= 1 && m <= 65536 ? [n, m] : null;
+}
+
+/** Resolves when res takes more (drain) or is gone (close). */
+function drained(res) {
+  if (res.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
+}
+
+/** POST /orders/stream: one order, then n chunks of m digits, each written (a chunk) on its own. */
+async function streamOrder(req, res) {
+  const context = req.idempotency;
+  if (!context) return send(res, problem(401, "Unauthorized", "Send Authorization: Bearer <token>."));
+  const spec = streamSpec(req.body);
+  if (spec === null) {
+    const detail = 'The body must be a JSON object with "chunks" 1 to 1000 and "chunk_bytes" 1 to 65536.';
+    return send(res, problem(400, "Invalid stream request", detail));
+  }
+  const [n, m] = spec;
+  const { rows } = await context.db.query(
+    "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'stream', $2) RETURNING id::text",
+    [context.request.principal, n],
+  );
+  context.resourceId = rows[0].id;
+  res.status(200);
+  res.setHeader("Content-Type", "text/plain");
+  for (let i = 0; i < n && !res.destroyed; i++) {
+    if (!res.write(Buffer.alloc(m, String(i % 10)))) await drained(res);
+  }
+  res.end();
+  return undefined;
+}
+
 function send(res, [status, headers, body]) {
   res.status(status);
   for (const [name, value] of headers) res.setHeader(name, value); // res.set would add "; charset=utf-8"
@@ -137,6 +187,7 @@ function makeApp(pool) {
       principal: principalOf,
       applies: (req) => req.method === "POST" && req.path !== "/plain/orders",
       duplicates: (req) => (req.path === "/reject/orders" ? "reject" : "wait"),
+      maxStreamBytes: 65536,
     }),
   );
   app.get("/health", (req, res) => res.type("text/plain").send("ok"));
@@ -184,6 +235,7 @@ function makeApp(pool) {
   app.post("/classic/orders", keyed("order"));
   app.post("/flaky/orders", keyed("flaky"));
   app.post("/api-keys", keyed("api-key"));
+  app.post("/orders/stream", streamOrder);
   app.use((req, res) => send(res, problem(404, "Not found", "No such route.")));
   app.use((error, req, res, next) => {
     void next;

@@ -15,6 +15,9 @@ Same routes, bodies and headers as the C++ service:
     POST /flaky/orders    the first run for each (principal, key) inserts the order,
                           then answers 500: rolled back, not stored, the retry runs again
     POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
+    POST /orders/stream   {"chunks": n, "chunk_bytes": m}: inserts one order, then streams
+                          n chunks of m bytes (chunk i is the digit i % 10), chunked;
+                          kept for replay up to 65536 bytes (max_stream_bytes)
     GET  /orders/count    {"orders": n}
     GET  /health          ok
 """
@@ -32,7 +35,7 @@ from contextlib import contextmanager
 from socketserver import ThreadingMixIn
 from typing import Iterator, List, Optional, Tuple
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "src"))
 
@@ -148,13 +151,42 @@ def create_api_key(conn: psycopg.Connection, principal: str, body: bytes):
     return (201, headers, dumps({"id": key_id, "name": data["name"], "secret": secret})), str(key_id)
 
 
+def stream_spec(body: bytes) -> Optional[Tuple[int, int]]:
+    """(chunks, chunk_bytes) of a POST /orders/stream body, or None when it is not valid."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    n, m = data.get("chunks"), data.get("chunk_bytes")
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in (n, m)):
+        return None
+    return (n, m) if 1 <= n <= 1000 and 1 <= m <= 65536 else None
+
+
+def stream_order(conn: psycopg.Connection, principal: str, body: bytes):
+    """POST /orders/stream: one order, then n chunks of m digits, each yielded (and so
+    written and flushed by the server) on its own."""
+    spec = stream_spec(body)
+    if spec is None:
+        detail = 'The body must be a JSON object with "chunks" 1 to 1000 and "chunk_bytes" 1 to 65536.'
+        return problem(400, "Invalid stream request", detail), None
+    n, m = spec
+    (order_id,) = conn.execute(
+        "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'stream', %s) RETURNING id", (principal, n)
+    ).fetchone()
+    pieces = (str(i % 10).encode() * m for i in range(n))
+    return (200, [("Content-Type", "text/plain")], pieces), str(order_id)
+
+
 def make_app(pool: Pool) -> IdempotencyMiddleware:
     """The service: routes, the business handlers, and the middleware around them."""
 
-    def send(start_response, result: Tuple[int, Headers, bytes]):
+    def send(start_response, result):
         status, headers, body = result
         start_response(status_line(status), headers)
-        return [body]
+        return [body] if isinstance(body, bytes) else body  # a generator streams
 
     def business(environ: dict, start_response):
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
@@ -166,7 +198,8 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
                 count = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
                 conn.rollback()
             return send(start_response, (200, [("Content-Type", "application/json")], dumps({"orders": count})))
-        routes = ("/orders", "/reject/orders", "/plain/orders", "/classic/orders", "/flaky/orders", "/api-keys")
+        routes = ("/orders", "/reject/orders", "/plain/orders", "/classic/orders", "/flaky/orders", "/api-keys",
+                  "/orders/stream")
         if method != "POST" or path not in routes:
             return send(start_response, problem(404, "Not found", "No such route."))
         principal = principal_of(environ)
@@ -188,6 +221,8 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
         if path == "/api-keys":
             result, resource_id = create_api_key(conn, principal, body)
             context.one_time_secret = result[0] < 300
+        elif path == "/orders/stream":
+            result, resource_id = stream_order(conn, principal, body)
         else:
             result, resource_id = create_order(conn, principal, body, delay_ms)
             if path == "/flaky/orders" and result[0] < 300 and first_run(principal, context.request.key or ""):
@@ -202,16 +237,71 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
         return "reject" if environ.get("PATH_INFO") == "/reject/orders" else "wait"
 
     return IdempotencyMiddleware(business, Client(), connection=pool.connection, principal=principal_of,
-                                 applies=applies, duplicates=duplicates)
+                                 applies=applies, duplicates=duplicates, max_stream_bytes=65536)
 
 
 class ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class ChunkedHandler(ServerHandler):
+    """wsgiref's handler answering in HTTP/1.1: a response without Content-Length goes
+    out chunked, one chunk per piece the application hands over (wsgiref itself answers
+    HTTP/1.0 and ends such a body by closing, so its pieces' boundaries are lost). One
+    request per connection, as wsgiref serves them: Connection: close."""
+
+    http_version = "1.1"
+    chunked = False
+
+    def cleanup_headers(self) -> None:
+        super().cleanup_headers()
+        bodiless = self.environ.get("REQUEST_METHOD") == "HEAD" or self.status[:3] in ("204", "304")
+        modern = self.environ.get("SERVER_PROTOCOL") == "HTTP/1.1"
+        if "Content-Length" not in self.headers and modern and not bodiless:
+            self.headers["Transfer-Encoding"] = "chunked"
+            self.chunked = True
+        self.headers["Connection"] = "close"
+
+    def write(self, data: bytes) -> None:
+        # wsgiref's write(), with each piece framed as a chunk (an empty one would end the body).
+        if not self.status:
+            raise AssertionError("write() before start_response()")
+        if not self.headers_sent:
+            self.bytes_sent = len(data)  # wsgiref's Content-Length of a one-piece answer
+            self.send_headers()
+        else:
+            self.bytes_sent += len(data)
+        if self.chunked:
+            if not data:
+                return
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        self._write(data)
+        self._flush()
+
+    def finish_content(self) -> None:
+        super().finish_content()
+        if self.chunked:
+            self._write(b"0\r\n\r\n")
+            self._flush()
+
+
 class QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - wsgiref's name
         pass
+
+    def handle(self) -> None:
+        # WSGIRequestHandler.handle with ChunkedHandler in place of wsgiref's ServerHandler.
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline, self.request_version, self.command = "", "", ""
+            self.send_error(414)
+            return
+        if not self.parse_request():
+            return
+        handler = ChunkedHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(),
+                                 multithread=False)
+        handler.request_handler = self
+        handler.run(self.server.get_app())
 
 
 def main() -> int:

@@ -43,6 +43,8 @@ bool is_hex(char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+}  // namespace
+
 void check_action(text* action) {
     if (VARSIZE_ANY_EXHDR(action) == 0) invalid("action must not be empty");
     if (VARSIZE_ANY_EXHDR(action) > 1024) invalid("action must be at most 1024 bytes long");
@@ -53,6 +55,8 @@ void check_fingerprint(bytea* fingerprint) {
         invalid("fingerprint must be 32 bytes (SHA-256)",
                 "Compute it with idempotency.fingerprint().");
 }
+
+namespace {
 
 // Microseconds of an interval (a month counts 30 days), saturated to the int64
 // range so that no interval, however extreme, overflows.
@@ -74,7 +78,7 @@ Interval interval_of_usecs(int64 usecs) {
 
 int status_argument(FunctionCallInfo fcinfo, int arg) {
     int status = PG_GETARG_INT32(arg);
-    if (status < 100 || status > 599) invalid("HTTP status must be between 100 and 599");
+    check_status(status);
     return status;
 }
 
@@ -99,19 +103,41 @@ bool is_field_value(const char* value, int length) {
     return true;
 }
 
+// The clients' reserved entries of a streamed response's stored headers (docs/http.md):
+// the chunk lengths and the marker of a stream too large to keep. Their names start with
+// a colon, which no HTTP field name has, so they never collide with a kept header; the
+// clients read them and never send them.
+bool is_reserved_entry(const char* name, int length) {
+    static const char* const reserved[] = {":chunks", ":not_kept"};
+    for (const char* entry : reserved)
+        if (length == static_cast<int>(strlen(entry)) && memcmp(name, entry, length) == 0)
+            return true;
+    return false;
+}
+
 void check_header(const JsonbValue& name, const JsonbValue& value) {
-    if (name.type != jbvString || !is_token(name.val.string.val, name.val.string.len))
+    if (name.type != jbvString || !(is_token(name.val.string.val, name.val.string.len) ||
+                                    is_reserved_entry(name.val.string.val, name.val.string.len)))
         invalid("header names must be RFC 9110 tokens",
-                "A name is letters, digits and !#$%&'*+-.^_`|~.");
+                "A name is letters, digits and !#$%&'*+-.^_`|~ (or a client's reserved entry "
+                ":chunks or :not_kept).");
     if (value.type != jbvString || !is_field_value(value.val.string.val, value.val.string.len))
         invalid("header values must be strings without CR, LF or NUL");
 }
 
+void check_headers_argument(FunctionCallInfo fcinfo, int arg) {
+    if (argument_given(fcinfo, arg)) check_headers(PG_GETARG_JSONB_P(arg));
+}
+
+}  // namespace
+
+void check_status(int status) {
+    if (status < 100 || status > 599) invalid("HTTP status must be between 100 and 599");
+}
+
 // Headers are a JSON object of name to value, or (to keep their order and
 // repeated names such as Set-Cookie and Link) an array of [name, value] pairs.
-void check_headers(FunctionCallInfo fcinfo, int arg) {
-    if (!argument_given(fcinfo, arg)) return;
-    Jsonb* headers = PG_GETARG_JSONB_P(arg);
+void check_headers(Jsonb* headers) {
     if (JB_ROOT_IS_SCALAR(headers) || !(JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_ARRAY(headers)))
         invalid(
             "headers must be a JSON object of name to value or an array of [name, value] pairs");
@@ -158,8 +184,6 @@ void check_headers(FunctionCallInfo fcinfo, int arg) {
         }
     }
 }
-
-}  // namespace
 
 bool argument_given(FunctionCallInfo fcinfo, int arg) {
     return arg >= 0 && PG_NARGS() > arg && !PG_ARGISNULL(arg);
@@ -308,7 +332,7 @@ StoredResponse response_arguments(FunctionCallInfo fcinfo, int status_arg, int b
                                   int headers_arg, int resource_id_arg, int secret_arg) {
     StoredResponse response{};
     response.status = status_argument(fcinfo, status_arg);
-    check_headers(fcinfo, headers_arg);
+    check_headers_argument(fcinfo, headers_arg);
     response.one_time_secret = argument_given(fcinfo, secret_arg) && PG_GETARG_BOOL(secret_arg);
     response.headers_null = response.one_time_secret || !argument_given(fcinfo, headers_arg);
     response.headers = response.headers_null ? (Datum)0 : PG_GETARG_DATUM(headers_arg);

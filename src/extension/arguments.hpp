@@ -8,6 +8,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 }
 
@@ -26,6 +27,19 @@ Request request_arguments(FunctionCallInfo fcinfo);
 /// 22P02 for a malformed key: empty, too long, control characters, not the
 /// idempotency.key_format. Only the client's key gets that SQLSTATE.
 void check_key(text* key);
+
+/// 22023 for an empty action or one over 1024 bytes.
+void check_action(text* action);
+
+/// 22023 unless the fingerprint is 32 bytes (SHA-256).
+void check_fingerprint(bytea* fingerprint);
+
+/// 22023 unless the HTTP status is 100 to 599.
+void check_status(int status);
+
+/// 22023 unless the headers are a JSON object of name to value or an array of
+/// [name, value] pairs, names RFC 9110 tokens, values without CR, LF or NUL.
+void check_headers(Jsonb* headers);
 
 /// 22023 for an empty or over-long principal; 42501 when
 /// idempotency.principal_binding forbids acting for it.

@@ -39,8 +39,14 @@ enum class Counter {
     renewed,                 ///< renew(): true
     released,                ///< release(): true
     cleanup_deleted,         ///< rows deleted by cleanup
+    // 0.8.0: columns after stats_reset (counters_sql.cpp), shown on a 0.8.0 schema
+    begin_expired,    ///< begin() answered expired (a refused expired key)
+    acquire_expired,  ///< acquire() answered expired
     count
 };
+
+/// The first counter that 0.7.0's stats_counters() does not have.
+constexpr Counter kFirstCounter080 = Counter::begin_expired;
 
 /// The shared area is there (the library was preloaded).
 extern bool counters_attached;

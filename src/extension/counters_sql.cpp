@@ -59,18 +59,22 @@ Datum action_text(const Entry* entry) {
     return CStringGetTextDatum(name.data);
 }
 
-// Columns of idempotency.stats_counters() after the counters.
+// Columns of idempotency.stats_counters(): the counters of 0.7.0, the waits,
+// the reset, then the counters added since (0.8.0), which a 0.7.0 schema's
+// declaration does not have (its descriptor is shorter).
+constexpr int kCounters070 = static_cast<int>(kFirstCounter080);
 enum StatsColumn {
     sDatabase,
     sAction,
     sFirstCounter,
-    sWaits = sFirstCounter + kCounters,
+    sWaits = sFirstCounter + kCounters070,
     sWaitSum,
     sWaitMax,
     sWaitLe,
     sWaitBuckets,
     sReset,
-    sColumns
+    sFirstCounter080,
+    sColumns = sFirstCounter080 + kCounters - kCounters070
 };
 
 void put_row(Tuplestorestate* store, TupleDesc desc, const Entry* entry_in, TimestampTz reset_at) {
@@ -84,7 +88,7 @@ void put_row(Tuplestorestate* store, TupleDesc desc, const Entry* entry_in, Time
         database == nullptr ? 0 : DirectFunctionCall1(namein, CStringGetDatum(database));
     values[sAction] = action_text(entry);
     for (int i = 0; i < kCounters; ++i)
-        values[sFirstCounter + i] =
+        values[i < kCounters070 ? sFirstCounter + i : sFirstCounter080 + i - kCounters070] =
             Int64GetDatum(static_cast<int64>(pg_atomic_read_u64(&entry->counts[i])));
     Datum bounds[kBuckets];
     Datum cumulative[kBuckets];
@@ -101,6 +105,10 @@ void put_row(Tuplestorestate* store, TupleDesc desc, const Entry* entry_in, Time
     values[sWaitLe] = array_of(bounds, kBuckets, FLOAT8OID);
     values[sWaitBuckets] = array_of(cumulative, kBuckets, INT8OID);
     values[sReset] = TimestampTzGetDatum(reset_at);
+    // A 0.7.0 schema declares the columns up to sReset only.
+    if (desc->natts != sFirstCounter080 && desc->natts != sColumns)
+        elog(ERROR, "idempotency.stats_counters() declares %d columns, not %d or %d", desc->natts,
+             static_cast<int>(sFirstCounter080), static_cast<int>(sColumns));
     tuplestore_putvalues(store, desc, values, nulls);
 }
 

@@ -12,7 +12,7 @@ extern "C" {
 namespace idem::pg {
 
 bool KeyRow::leased() const {
-    return has_lease && lease_until > GetCurrentTimestamp();
+    return has_lease && !tombstone && lease_until > GetCurrentTimestamp();
 }  // clock_timestamp()
 
 bool KeyRow::live() const {

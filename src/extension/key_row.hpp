@@ -16,6 +16,7 @@ namespace idem::pg {
 struct KeyRow {
     bool found = false;      // false: no row (every other field is unset)
     bool completed = false;  // state: completed, or in_progress
+    bool tombstone = false;  // state: expired (lease_until: when the key expired)
     bytea* request_sha256 = nullptr;
     Datum action = 0;  // text (rows read from the table only)
     bool has_status = false;
@@ -38,8 +39,11 @@ struct KeyRow {
     /// (only in_progress rows have a lease).
     bool leased() const;
     /// The row counts: its key has not expired (now()) or a lease holds it.
-    /// A row that is not live behaves as absent.
+    /// A row that is not live behaves as absent. A tombstone is live until it
+    /// goes (its expires_at), and no lease holds it.
     bool live() const;
+    /// When the key expired: a tombstone keeps that time in lease_until.
+    TimestampTz expired_at() const { return tombstone ? lease_until : expires_at; }
 };
 
 /// The response a call stores, built once from its arguments. A one-time

@@ -16,6 +16,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -37,6 +38,12 @@ namespace {
     "        AND k.lease_until OPERATOR(pg_catalog.<=) " CLOCK     \
     "        AND k.request_sha256 OPERATOR(pg_catalog.=) excluded.request_sha256)"
 
+// A replaced row's successor keeps a fence above the row's (FENCE_ABOVE_ROW).
+// begin() and acquire() draw their fence from the row they looked up, so this
+// changes nothing for them; save_final() and claim() do not look the row up.
+#define FENCE_ABOVE_ROW \
+    "fence = GREATEST(excluded.fence, k.fence OPERATOR(pg_catalog.+) 1::pg_catalog.int8)"
+
 // A completed row with its fence ($11), replacing a replaceable row.
 const char* const kStoreSql =
     "INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state, "
@@ -51,7 +58,8 @@ const char* const kStoreSql =
     "       response_status = excluded.response_status, response_headers = "
     "excluded.response_headers,"
     "       response_body = excluded.response_body, resource_id = excluded.resource_id,"
-    "       one_time_secret = excluded.one_time_secret, fence = excluded.fence, lease_until = NULL,"
+    "       one_time_secret = excluded.one_time_secret, " FENCE_ABOVE_ROW
+    ", lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at" REPLACEABLE_ROW(
         "$12", "$13");
 
@@ -78,7 +86,8 @@ const char* const kLeaseSql =
     "'in_progress',"
     "       response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
-    "       one_time_secret = false, fence = excluded.fence, lease_until = excluded.lease_until,"
+    "       one_time_secret = false, " FENCE_ABOVE_ROW
+    ", lease_until = excluded.lease_until,"
     "       created_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
     "                    THEN excluded.created_at ELSE k.created_at END,"
     "       expires_at = CASE WHEN k.expires_at OPERATOR(pg_catalog.<=) $8"
@@ -130,7 +139,8 @@ const char* const kClaimSql =
     "'completed',"
     "       response_status = 204, response_headers = NULL, response_body = NULL, resource_id = "
     "NULL,"
-    "       one_time_secret = false, fence = excluded.fence, lease_until = NULL,"
+    "       one_time_secret = false, " FENCE_ABOVE_ROW
+    ", lease_until = NULL,"
     "       created_at = excluded.created_at, expires_at = excluded.expires_at"
     " WHERE k.expires_at OPERATOR(pg_catalog.<=) $5"
     "   AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) "
@@ -147,6 +157,13 @@ const char* const kLookupSql =
 const char* const kForgetSql =
     "DELETE FROM idempotency.keys WHERE principal OPERATOR(pg_catalog.=) $1 AND key "
     "OPERATOR(pg_catalog.=) $2";
+
+// Whether the action ($1) of a key that expired at $2 refuses it now ($3):
+// the policy of idempotency.set_expiry_policy (0.8.0 on).
+const char* const kExpiryRefusedSql =
+    "SELECT p.action FROM idempotency.expiry_policies AS p"
+    " WHERE p.action OPERATOR(pg_catalog.=) $1"
+    "   AND $2 OPERATOR(pg_catalog.+) p.grace OPERATOR(pg_catalog.>) $3";
 
 // What a statement returns into `returned` of run().
 enum class Returns {
@@ -193,6 +210,7 @@ Statement complete_lease_statement{
 Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING};
 Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE};
+Statement expiry_refused_statement{kExpiryRefusedSql, 2, {TEXTOID, TIMESTAMPTZOID}, SPI_OK_SELECT};
 Statement lookup_statement{kLookupSql, 2, {TEXTOID, TEXTOID}, SPI_OK_SELECT, Returns::whole_row};
 
 // Prepares a statement once per session (the plan is kept across
@@ -353,6 +371,14 @@ KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot sn
     KeyRow row;
     run(table, lookup_statement, values, nullptr, &row, nullptr, snapshot);
     return row;
+}
+
+bool expiry_refused(const KeyTable& table, Datum action, TimestampTz expired_at) {
+    // A schema older than 0.8.0 has no policies: an expired key is forgotten.
+    if (!OidIsValid(get_relname_relid("expiry_policies", get_rel_namespace(table.table))))
+        return false;
+    Datum values[2] = {action, TimestampTzGetDatum(expired_at)};
+    return run(table, expiry_refused_statement, values, nullptr) == 1;
 }
 
 }  // namespace idem::pg::statements

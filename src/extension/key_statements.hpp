@@ -47,4 +47,9 @@ bool insert_claim(const KeyTable& table, text* principal, text* key, const Inter
 /// Deletes one key.
 bool forget_key(const KeyTable& table, text* principal, text* key);
 
+/// Whether idempotency.expiry_policies refuses a key of `action` that expired
+/// at `expired_at`: a refuse policy whose grace has not run out by now().
+/// False on a schema without the table (0.7.0).
+bool expiry_refused(const KeyTable& table, Datum action, TimestampTz expired_at);
+
 }  // namespace idem::pg::statements

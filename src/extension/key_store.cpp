@@ -7,12 +7,14 @@
 #include "key_direct.hpp"
 #include "key_statements.hpp"
 #include "key_table.hpp"
+#include "schema_version.hpp"
 #include "settings.hpp"
 
 extern "C" {
 #include "postgres.h"
 
 #include "commands/sequence.h"
+#include "utils/timestamp.h"
 }
 
 namespace idem::pg {
@@ -20,6 +22,11 @@ namespace idem::pg {
 namespace {
 
 enum class Backend { direct, statements };
+
+// The microseconds from 1970-01-01 to 2000-01-01 (PostgreSQL's epoch): fences
+// count from 1970, so that to_timestamp(fence / 1e6) reads as the time of the draw.
+constexpr int64 kUnixEpochInPostgresUs =
+    int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY * USECS_PER_SEC;
 
 // The back-end of a lookup or of the insert of a new key: statements in the
 // distributed mode (idempotency.distributed = on, or Citus distributes the
@@ -48,11 +55,27 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
     return direct::lookup_key(table, principal, key, snapshot);
 }
 
-// A fence from one sequence per database: never handed out twice for a key -
-// not after cleanup or forget deleted its row, nor after a crash (a sequence
-// never goes back past a value whose use committed), nor after dump and
-// restore (the sequence is dumped with the extension's data).
-int64 next_fence() { return nextval_internal(key_table().fences, false); }
+// From 0.8.0 a fence is this node's clock in microseconds since 1970, or the
+// key's row's fence + 1 when that is higher, so that a key's fences grow on
+// whichever node its rows are: a row moves with its shard and carries its
+// fence; a row that is gone was deleted (cleanup, forget) after its fence was
+// drawn, so the clock has moved on since - on this node because its clock does
+// not step back, on another as long as the nodes' clocks agree to within the
+// time the key stayed away (docs/scale-out.md, "Fences across moves", has the
+// argument). A crash or a dump and restore does not take the clock back. A
+// 0.6.0 or 0.7.0 schema keeps drawing from idempotency.fences as those
+// releases did: a node still on the old library would draw far below the clock.
+int64 next_fence(const KeyRow& current) {
+    if (!schema_at_least("0.8.0")) return nextval_internal(key_table().fences, false);
+    const int64 clock = GetCurrentTimestamp() + kUnixEpochInPostgresUs;
+    if (!current.found || current.fence < clock) return clock;
+    if (unlikely(current.fence == PG_INT64_MAX))
+        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+                        errmsg("the key's fence is the largest bigint: no higher fence is left"),
+                        errhint("Forget the key (idempotency.forget), or wait until it expires and "
+                                "cleanup deletes it.")));
+    return current.fence + 1;
+}
 
 // A new key (known_absent) is inserted directly when the direct back-end can
 // (a plain local table, no trigger, row security or added column); anything
@@ -86,12 +109,25 @@ bool release_lease(Datum principal, Datum key, Datum fence, text** action) {
     return statements::release_lease(key_table(), principal, key, fence, action);
 }
 
+// A live row keeps the key (the statement checks that again); so does an
+// expired row that its action's policy refuses, which only a lookup can tell.
 bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence) {
+    const KeyRow row = lookup_key(principal, key, InvalidSnapshot);
+    if (row.found && (row.live() || expiry_refuses(row))) return false;
     return statements::insert_claim(key_table(), principal, key, ttl, fence);
 }
 
 bool forget_key(text* principal, text* key) {
     return statements::forget_key(key_table(), principal, key);
+}
+
+// The policies are read by a statement whatever the placement: under Citus
+// they are a reference table, read on the node of the principal's shard.
+bool expiry_refuses(const KeyRow& row) {
+    if (!row.found) return false;
+    if (row.live()) return row.tombstone;
+    // Dead: a tombstone past its end goes; any other row asks its action's policy.
+    return !row.tombstone && statements::expiry_refused(key_table(), row.action, row.expires_at);
 }
 
 void key_store_init() { key_table_init(); }

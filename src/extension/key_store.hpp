@@ -26,8 +26,14 @@ namespace idem::pg {
 /// seen). The row is copied into the current memory context.
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot);
 
-/// A new fence from idempotency.fences: never handed out twice for a key.
-int64 next_fence();
+/// A new fence for a key whose row, as this call looked it up under the key
+/// lock, is `current` (found or not; KeyRow{} when the call does not look it
+/// up: the statement that replaces a row then keeps the fence above the row's).
+/// On a 0.8.0 schema: this node's clock in microseconds since 1970, or the
+/// row's fence + 1 when higher; never handed out twice for a key, on this node
+/// or after the key's rows moved to another (docs/scale-out.md). On an older
+/// schema: from idempotency.fences, as 0.7.0 did.
+int64 next_fence(const KeyRow& current);
 
 /// Stores a completed key with `fence`. `known_absent`: begin() saw no row, so
 /// it is inserted directly; otherwise an upsert replaces only a replaceable
@@ -55,11 +61,18 @@ bool complete_lease(Datum principal, Datum key, Datum fence, const StoredRespons
 bool release_lease(Datum principal, Datum key, Datum fence, text** action = nullptr);
 
 /// Writes a claim marker (status 204, all-zero fingerprint) unless a live row
-/// exists. False when the key is taken.
+/// exists or an expired one is refused (expiry_refuses). False when the key is taken.
 bool insert_claim(text* principal, text* key, const Interval* ttl, int64 fence);
 
 /// Deletes one key. False when there was none.
 bool forget_key(text* principal, text* key);
+
+/// The row stands for a key that expired and is refused (0.8.0,
+/// idempotency.set_expiry_policy 'refuse'): a live tombstone, or a dead row of
+/// an action whose policy refuses it within its grace (cleanup has not reached
+/// it yet; only then are the policies read, so a new key never pays for them).
+/// Nothing may start or be written under such a key.
+bool expiry_refuses(const KeyRow& row);
 
 /// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
 /// a no-op for a local table): the key lock is a lock of this node, so two

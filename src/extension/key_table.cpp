@@ -69,6 +69,7 @@ KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {
     text* state = DatumGetTextPP(column(aState));
     row.completed =
         VARSIZE_ANY_EXHDR(state) == 9 && memcmp(VARDATA_ANY(state), "completed", 9) == 0;
+    row.tombstone = VARSIZE_ANY_EXHDR(state) == 7 && memcmp(VARDATA_ANY(state), "expired", 7) == 0;
     row.request_sha256 = DatumGetByteaPP(column(aSha));
     row.action = column(aAction);
     const Datum status = column(aStatus);

@@ -8,6 +8,7 @@
 #include "guard.hpp"
 #include "key_lock.hpp"
 #include "key_store.hpp"
+#include "one_key.hpp"
 #include "outcome.hpp"
 #include "pending.hpp"
 #include "settings.hpp"
@@ -51,10 +52,11 @@ Datum idempotency_acquire(FunctionCallInfo call) {
 
         require_snapshot_sees_winner(request, row);
         // The caller holds the key with this fence as soon as it commits: the
-        // grant (and the sequence past it) must survive a crash even under
-        // synchronous_commit = off, or a fence could be handed out again.
+        // grant (and, on a 0.7.0 schema, the sequence past it) must survive a
+        // crash even under synchronous_commit = off, or a second holder could
+        // start (or a fence be handed out again).
         ForceSyncCommit();
-        const KeyRow written = take_lease(request, &lease, &ttl, next_fence());
+        const KeyRow written = take_lease(request, &lease, &ttl, next_fence(row));
         if (!written.found) {
             count_event(Counter::serialization_failures, request.action);
             ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -121,9 +123,7 @@ Datum idempotency_claim(FunctionCallInfo call) {
         const Interval ttl = ttl_argument(fcinfo, 2);
         PreventCommandIfReadOnly("idempotency.claim()");
         refuse_if_begun(principal, key, "idempotency.claim()");
-        if (lock_key(principal, key, wait_timeout_ms).holder == LockHolder::none)
-            PG_RETURN_BOOL(false);
-        PG_RETURN_BOOL(insert_claim(principal, key, &ttl, next_fence()));
+        PG_RETURN_BOOL(claim_key(principal, key, ttl, wait_timeout_ms));
     });
 }
 

@@ -29,6 +29,7 @@ const char* outcome_text(Outcome outcome) {
         case Outcome::mismatch: return "mismatch";
         case Outcome::in_progress: return "in_progress";
         case Outcome::secret_replay: return "secret_replay";
+        case Outcome::expired: return "expired";
     }
     pg_unreachable();
 }
@@ -46,6 +47,7 @@ enum ResultColumn {
     rLeaseUntil,
     rColumns
 };
+static_assert(rColumns == kOutcomeColumns, "the columns of idempotency.key_outcome");
 
 // The result's descriptor: the type the call expression declares, whose
 // descriptor the type cache keeps across calls and statements (fn_extra lives
@@ -80,10 +82,13 @@ TupleDesc result_descriptor(FunctionCallInfo fcinfo, bool* release) {
 }  // namespace
 
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint) {
-    if (!row.found || !row.live()) return Outcome::started;
+    if (!row.found) return Outcome::started;
+    const bool refused = expiry_refuses(row);
+    if (!refused && !row.live()) return Outcome::started;
     if (VARSIZE_ANY_EXHDR(row.request_sha256) != 32 ||
         memcmp(VARDATA_ANY(row.request_sha256), VARDATA_ANY(fingerprint), 32) != 0)
         return Outcome::mismatch;
+    if (refused) return Outcome::expired;
     if (row.completed) return row.one_time_secret ? Outcome::secret_replay : Outcome::replay;
     return row.leased() ? Outcome::in_progress : Outcome::started;
 }
@@ -107,7 +112,7 @@ void require_snapshot_sees_winner(const Request& request, const KeyRow& seen) {
 namespace {
 
 // The counter of an outcome: the five of begin, or the five of acquire, in
-// the order of Outcome's texts in idempotency.stats.
+// the order of Outcome's texts in idempotency.stats; expired (0.8.0) after them.
 Counter outcome_counter(Caller caller, Outcome outcome) {
     const int base = static_cast<int>(caller == Caller::begin ? Counter::begin_started
                                                               : Counter::acquire_started);
@@ -117,6 +122,8 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
         case Outcome::secret_replay: return static_cast<Counter>(base + 2);
         case Outcome::mismatch: return static_cast<Counter>(base + 3);
         case Outcome::in_progress: return static_cast<Counter>(base + 4);
+        case Outcome::expired:
+            return caller == Caller::begin ? Counter::begin_expired : Counter::acquire_expired;
     }
     pg_unreachable();
 }
@@ -125,8 +132,8 @@ Counter outcome_counter(Caller caller, Outcome outcome) {
 
 void count_outcome(Caller caller, text* action, Outcome outcome, const KeyLock& lock,
                    const KeyRow* row) {
-    const bool takeover =
-        outcome == Outcome::started && row != nullptr && row->found && !row->completed;
+    const bool takeover = outcome == Outcome::started && row != nullptr && row->found &&
+                          !row->completed && !row->tombstone;
     count_start(outcome_counter(caller, outcome), action, takeover, lock.waited, lock.waited_us);
 }
 
@@ -149,16 +156,21 @@ bool count_fenced(Counter done, bool held, text* action, text* principal, text* 
     return held;
 }
 
-Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row) {
-    Datum values[rColumns] = {};
-    bool nulls[rColumns];
-    for (bool& isnull : nulls) isnull = true;
+void outcome_columns(Outcome outcome, const KeyRow* row, Datum* values, bool* nulls) {
+    for (int column = 0; column < rColumns; ++column) {
+        values[column] = 0;
+        nulls[column] = true;
+    }
     auto set = [&](ResultColumn column, Datum value) {
         values[column] = value;
         nulls[column] = false;
     };
     set(rOutcome, CStringGetTextDatum(outcome_text(outcome)));
-    if (row != nullptr && row->found) {
+    if (outcome == Outcome::expired) {
+        // Only when the key was first used and when it expired: nothing else is kept.
+        set(rCreated, TimestampTzGetDatum(row->created_at));
+        set(rExpires, TimestampTzGetDatum(row->expired_at()));
+    } else if (row != nullptr && row->found) {
         if (row->has_times) {
             set(rCreated, TimestampTzGetDatum(row->created_at));
             set(rExpires, TimestampTzGetDatum(row->expires_at));
@@ -175,6 +187,12 @@ Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row
         if ((outcome == Outcome::in_progress || outcome == Outcome::started) && row->has_lease)
             set(rLeaseUntil, TimestampTzGetDatum(row->lease_until));
     }
+}
+
+Datum outcome_result(FunctionCallInfo fcinfo, Outcome outcome, const KeyRow* row) {
+    Datum values[rColumns];
+    bool nulls[rColumns];
+    outcome_columns(outcome, row, values, nulls);
     bool release;
     TupleDesc desc = result_descriptor(fcinfo, &release);
     HeapTuple tuple = heap_form_tuple(desc, values, nulls);

@@ -16,12 +16,13 @@ extern "C" {
 namespace idem::pg {
 
 /// What a new attempt under a key gets.
-enum class Outcome { started, replay, mismatch, in_progress, secret_replay };
+enum class Outcome { started, replay, mismatch, in_progress, secret_replay, expired };
 
 /// The outcome for a request with `fingerprint`, given the key's row: started
 /// (no live row, or an in_progress row of the same request whose lease ran
-/// out), mismatch (a live row of another request), replay, secret_replay, or
-/// in_progress (a live lease).
+/// out), mismatch (a live row of another request), replay, secret_replay,
+/// in_progress (a live lease), or expired (a tombstone, or a dead row that
+/// its action's expiry policy refuses, of the same request).
 Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 
 /// Under REPEATABLE READ / SERIALIZABLE the transaction snapshot may predate a
@@ -31,6 +32,14 @@ Outcome outcome_for(const KeyRow& row, bytea* fingerprint);
 /// that would collide with a row it cannot see - and counts it under the
 /// request's action.
 void require_snapshot_sees_winner(const Request& request, const KeyRow& seen);
+
+/// The number of columns of idempotency.key_outcome (outcome to lease_until).
+constexpr int kOutcomeColumns = 9;
+
+/// Fills the kOutcomeColumns columns of idempotency.key_outcome into `values`
+/// and `nulls`, as outcome_result shows them (idempotency.batch_outcome has
+/// the same columns after ord and key).
+void outcome_columns(Outcome outcome, const KeyRow* row, Datum* values, bool* nulls);
 
 /// The idempotency.key_outcome row: the outcome and what of `row` it shows
 /// (started: the row about to be written; replay: the stored response;

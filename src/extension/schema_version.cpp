@@ -38,13 +38,15 @@ const char* const kLibraryVersion = kServedVersions[kServedCount - 1];
 
 enum class SchemaState { unchecked, served };
 SchemaState state = SchemaState::unchecked;
+int served_index = -1;  // the schema's place in kServedVersions, while state is served
 
 void forget_version(Datum, int, uint32) { state = SchemaState::unchecked; }
 
-bool served(const char* version) {
-    for (const char* known : kServedVersions)
-        if (strcmp(known, version) == 0) return true;
-    return false;
+// The place of `version` in kServedVersions, or -1.
+int served(const char* version) {
+    for (int i = 0; i < kServedCount; ++i)
+        if (strcmp(kServedVersions[i], version) == 0) return i;
+    return -1;
 }
 
 // The installed version of the extension in this database, palloc'd; nullptr
@@ -91,7 +93,8 @@ void require_known_schema() {
     // No extension row: a call while the extension is being dropped, nothing to
     // compare with (and nothing cached, so the next call looks again).
     if (version == nullptr) return;
-    if (served(version)) {
+    served_index = served(version);
+    if (served_index >= 0) {
         state = SchemaState::served;
         pfree(version);
         return;
@@ -108,6 +111,15 @@ void require_known_schema() {
              errhint("Reconnect: a new session loads the installed library. If new sessions "
                      "are refused too, install the idempotency package of version %s.",
                      version)));
+}
+
+// Reads the version when the cache was forgotten (an ALTER EXTENSION in this
+// session or another); while the extension is being dropped there is no
+// version, and the oldest behaviour is the one to keep.
+bool schema_at_least(const char* version) {
+    require_known_schema();
+    const int wanted = served(version);
+    return state == SchemaState::served && wanted >= 0 && served_index >= wanted;
 }
 
 }  // namespace idem::pg

@@ -18,4 +18,9 @@ void schema_version_init();
 /// ALTER EXTENSION ... UPDATE in any session); otherwise this is one compare.
 void require_known_schema();
 
+/// True when the database's extension schema is `version` (one this library
+/// serves) or a later one: a behaviour that needs the newer schema checks it,
+/// and does what the older release did otherwise. Cached as require_known_schema().
+bool schema_at_least(const char* version);
+
 }  // namespace idem::pg

@@ -14,6 +14,7 @@
 #include "guard.hpp"
 #include "key_lock.hpp"
 #include "key_store.hpp"
+#include "one_key.hpp"
 #include "outcome.hpp"
 #include "pending.hpp"
 #include "settings.hpp"
@@ -39,40 +40,11 @@ Datum idempotency_begin(FunctionCallInfo call) {
         const Interval ttl = ttl_argument(fcinfo, 4);
         const int wait_ms = wait_argument(fcinfo, 5);
         PreventCommandIfReadOnly("idempotency.begin()");
-        const PendingKey* mine = find_pending(request.principal, request.key);
-        if (mine != nullptr && mine->completed_subxact == InvalidSubTransactionId)
-            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                            errmsg("idempotency key was already started in this transaction"),
-                            errhint("Call idempotency.complete() for it first.")));
+        refuse_if_open(request.principal, request.key);
 
-        const KeyLock lock = lock_key(request.principal, request.key, wait_ms);
-        if (lock.holder == LockHolder::none) {
-            count_outcome(Caller::begin, request.action, Outcome::in_progress, lock, nullptr);
-            return outcome_result(fcinfo, Outcome::in_progress, nullptr);
-        }
-
-        const KeyRow row = lookup_key(request.principal, request.key, InvalidSnapshot);
-        const Outcome outcome = outcome_for(row, request.fingerprint);
-        if (outcome != Outcome::started) {
-            count_outcome(Caller::begin, request.action, outcome, lock, &row);
-            Datum result = outcome_result(fcinfo, outcome, &row);
-            unlock_key(lock);  // nothing to do under this key: waiting duplicates may go on
-            return result;
-        }
-
-        require_snapshot_sees_winner(request, row);
-        count_outcome(Caller::begin, request.action, Outcome::started, lock, &row);
-        // The row complete() will write, with the fence drawn now so that the caller knows it.
-        KeyRow started;
-        started.found = true;
-        started.fence = next_fence();
-        started.created_at = GetCurrentTransactionStartTimestamp();
-        started.expires_at = DatumGetTimestampTz(
-            DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(started.created_at),
-                                IntervalPGetDatum(&ttl)));
-        started.has_times = true;
-        add_pending(request, ttl, started.fence, row.found);
-        return outcome_result(fcinfo, Outcome::started, &started);
+        KeyRow shown;
+        const Outcome outcome = begin_key(request, ttl, wait_ms, &shown);
+        return outcome_result(fcinfo, outcome, &shown);
     });
 }
 
@@ -96,34 +68,8 @@ Datum idempotency_complete(FunctionCallInfo call) {
                                         PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
         }
         PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
-        if (entry == nullptr)
-            ereport(
-                ERROR,
-                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                 errmsg("idempotency key was not started in this transaction"),
-                 errhint(
-                     "Call idempotency.begin() in the same transaction and complete only when it "
-                     "returns started; pass fence => for a key taken with "
-                     "idempotency.acquire().")));
-        if (entry->completed_subxact != InvalidSubTransactionId)
-            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                            errmsg("idempotency key was already completed in this transaction")));
-        if (!is_final_status(response.status))
-            ereport(ERROR,
-                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                     errmsg("HTTP status %d is not final and cannot be stored", response.status),
-                     errhint("Roll back instead, so that a retry runs again; see "
-                             "idempotency.final_statuses.")));
-
-        const bool stored =
-            store_completed(entry->request, response, &entry->ttl, entry->fence, !entry->replaces);
-        count_event(stored ? Counter::completed : Counter::serialization_failures,
-                    entry->request.action);
-        if (!stored)
-            ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                            errmsg("idempotency key was taken by another transaction"),
-                            errhint("Retry the transaction.")));
-        mark_completed(entry);
+        require_completable(entry, response.status);
+        complete_key(entry, response);
         PG_RETURN_BOOL(true);
     });
 }
@@ -151,8 +97,12 @@ Datum idempotency_save_final(FunctionCallInfo call) {
         count_wait(request.action, lock);
         if (lock.holder == LockHolder::none)
             PG_RETURN_BOOL(count_save_final(request.action, false));
+        // A key that expired and is refused (a tombstone, or a dead row cleanup
+        // has not reached yet) stores nothing: the retry was told `expired`.
+        if (expiry_refuses(lookup_key(request.principal, request.key, InvalidSnapshot)))
+            PG_RETURN_BOOL(count_save_final(request.action, false));
         PG_RETURN_BOOL(count_save_final(
-            request.action, store_completed(request, response, &ttl, next_fence(), false)));
+            request.action, store_completed(request, response, &ttl, next_fence(KeyRow{}), false)));
     });
 }
 

@@ -13,7 +13,7 @@ again against the same database.
 
 Routes every example service provides (examples/orders-service is the
 reference): POST /orders (?delay_ms=N), POST /reject/orders (reject mode), POST /flaky/orders,
-POST /api-keys.
+POST /api-keys, POST /orders/stream (scenario `stream`, in streams.py).
 
 A service whose data is spread over shards (tests/scale-out: PL/Proxy) names
 each shard's DSN with --shard-dsn, in partition order: effects are then counted
@@ -41,6 +41,8 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import psycopg
+
+from streams import stream_scenario  # tests/conformance/streams.py: the script's folder is on sys.path
 
 # The protocol table every client follows: problem types, titles, statuses,
 # details, the replay header and the problem content type come from it.
@@ -98,6 +100,7 @@ class Suite:
         if self.shard_dsns and len(self.shard_dsns) & (len(self.shard_dsns) - 1):
             raise ValueError("the number of --shard-dsn must be a power of 2 (PL/Proxy's partitions)")
         self.run_id = uuid.uuid4().hex[:8]
+        self.protocol, self.problem_base = PROTOCOL, problem_base  # for scenarios in modules of their own
         self.passed = 0
         self.failed = 0
         base = problem_base
@@ -412,6 +415,7 @@ class Suite:
             ("secret", self.one_time_secret),
             ("expiry", self.expiry_header),
             ("reject", self.reject_mode),
+            ("stream", lambda: stream_scenario(self)),
         ]
         for name, scenario in scenarios:
             if only and name not in only:

@@ -30,6 +30,11 @@ q "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, 
           now() - interval '2 days', now() - interval '1 day' FROM generate_series(1, 500) AS i"
 q "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
    VALUES ('cron', 'live', 'test', decode(repeat('00', 32), 'hex'), 'completed', 200, now(), now() + interval '1 day')"
+# An action whose expiry policy is refuse (0.8.0): the job keeps tombstones of its keys.
+q "SELECT idempotency.set_expiry_policy('refund_card', 'refuse')" >/dev/null
+q "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
+   SELECT 'cron', 'tomb-' || i, 'refund_card', decode(repeat('00', 32), 'hex'), 'completed', 200,
+          now() - interval '2 days', now() - interval '1 day' FROM generate_series(1, 20) AS i"
 echo "waiting for the job (at most 80 s)..."
 for _ in $(seq 80); do
   left=$(q "SELECT count(*) FROM idempotency.keys WHERE key LIKE 'expired-%'")
@@ -40,6 +45,9 @@ echo "expired keys left: $left"
 q "SELECT status || ': ' || return_message FROM cron.job_run_details ORDER BY start_time DESC LIMIT 1"
 [[ $left == 0 ]]
 [[ $(q "SELECT count(*) FROM idempotency.keys WHERE key = 'live'") == 1 ]]
+tombstones=$(q "SELECT count(*) FROM idempotency.keys WHERE key LIKE 'tomb-%' AND state = 'expired'")
+echo "tombstones kept by the job: $tombstones"
+[[ $tombstones == 20 ]]
 [[ $(q "SELECT count(*) FROM cron.job_run_details WHERE status = 'succeeded'") -ge 1 ]]
 
 [[ $(q "SELECT idempotency.unschedule_cleanup()") == t ]]

@@ -11,8 +11,10 @@
 #   3. on fresh databases (same clusters) whose proxy starts with 2 of the 4 shards: keys and
 #      orders written, moved to their owners under 4 partitions while writers
 #      keep going (reshard.py), the proxy switched to 4; replays byte for byte,
-#      mismatches 422, one effect per key, no row on a non-owner shard, fences
-#      never repeated (check.py reshard).
+#      mismatches 422, one effect per key, no row on a non-owner shard; then
+#      moved keys expire and their new shard's cleanup deletes them, and their
+#      next fences are above their old ones although the new shards' sequences
+#      are far behind and nothing advanced them (check.py reshard).
 # Run by scripts/test.sh with the main cluster's environment (PGPORT); needs
 # postgresql-<version>-plproxy (scripts/install-deps.sh). Everything it starts
 # is stopped on any exit; exits non-zero on any failure.
@@ -52,9 +54,11 @@ service_pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
 # proxy_orders.py's shard functions do not return the key's expiry nor take a
 # wait, so the expiry header and the reject mode (issue 25) are not run here
-# yet: the suite prints them as NOT RUN.
+# yet: the suite prints them as NOT RUN. Nor does it offer POST /orders/stream (the
+# streamed responses of contract C are the example services' route): `stream` NOT RUN.
 /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$http_port" --dsn "$PROXY_DSN" \
-  --without expiry --without reject "${conformance_shards[@]}" || { status=1; cat "$work/service.log"; }
+  --without expiry --without reject --without stream "${conformance_shards[@]}" ||
+  { status=1; cat "$work/service.log"; }
 count=$(curl -fs "http://127.0.0.1:$http_port/orders/count" || true)
 echo "# GET /orders/count through the proxy (RUN ON ALL): $count"
 kill "$service_pid" 2>/dev/null || true

@@ -17,6 +17,7 @@ smaller failing run, prints that, and exits 1. The last line of every run is
 """
 
 import argparse
+import datetime
 import os
 import random
 import signal
@@ -101,6 +102,11 @@ def parse_args(argv):
                    help="with --roles: share of calls naming another role's principal (default 0.25)")
     p.add_argument("--no-preload", action="store_true",
                    help="start the checker's own cluster without idempotency in shared_preload_libraries")
+    p.add_argument("--refuse", type=float, default=0.0,
+                   help="share of requests whose action refuses its expired key (set_expiry_policy 'refuse', "
+                        "0.8.0; invariant EXP; claims refuse too); default 0: no policy")
+    p.add_argument("--grace-min", type=int, default=300, help="shortest grace of a refusing action, ms (default 300)")
+    p.add_argument("--grace-max", type=int, default=1500, help="longest grace, ms (default 1500)")
     p.add_argument("--keep-going", action="store_true", help="do not stop the run at the first violation")
     p.add_argument("--reduce-seconds", type=float, default=150,
                    help="time budget for reducing a failure (default 150; 0: no reduction)")
@@ -122,6 +128,10 @@ def parse_args(argv):
         p.error("--roles runs in the direct form only (the proxy connects to the shards as one role)")
     if args.no_preload and (args.dsn or args.cluster_dir or args.proxy_shards):
         p.error("--no-preload is for the cluster the checker starts itself")
+    if args.refuse and (args.proxy_shards or args.roles):
+        p.error("--refuse runs in the direct form as the superuser only (set_expiry_policy is the owner's)")
+    if not 0 <= args.refuse <= 1 or args.grace_min < 1 or args.grace_max < args.grace_min:
+        p.error("bad --refuse share or grace range")
     if args.principals is None:
         args.principals = args.proxy_shards or 2
     if args.seconds is None and args.steps is None:
@@ -169,6 +179,14 @@ class Run:
                      % (", ".join(settings.principals), " ... IN DATABASE" if how != "role" else "",
                         self.preloaded))
         settings.header_arrays = tuple(int(p) for p in version.split(".")[:2]) >= (0, 6)
+        if settings.refuse:
+            if tuple(int(p) for p in version.split(".")[:2]) < (0, 8):
+                raise SystemExit("--refuse needs the extension at 0.8.0 or later (this database has %s)" % version)
+            with self.admin() as conn:
+                conn.execute("SELECT idempotency.set_expiry_policy('claim', 'refuse', %s)",
+                             (datetime.timedelta(milliseconds=settings.claim_grace_ms),))
+            self.log("refuse: %.0f%% of requests, grace %d-%d ms; claims %d ms"
+                     % (100 * settings.refuse, settings.grace_ms[0], settings.grace_ms[1], settings.claim_grace_ms))
         proxied = isinstance(self.cluster, proxy.ProxyTopology)
         if proxied:
             settings.principals = self.cluster.pick_principals(self.args.principals)
@@ -307,14 +325,15 @@ class Run:
         with self.model.lock:
             for op in self.model.ops.values():
                 if op.expires is not None:
-                    latest = max(latest, op.expires)
+                    latest = max(latest, op.expires + (op.refuse_grace or 0))
                 if op.kind == "acquire" and op.lease_min is not None:
                     latest = max(latest, op.lease_min)
                 if op.kind == "renew" and op.now is not None and op.clock is not None:
                     latest = max(latest, op.clock + op.params["lease_s"])
                 if op.kind == "complete" and op.outcome is True and op.acked is not None:
                     # A completion may keep the key for one more ttl of the key from then (0.6.0).
-                    latest = max(latest, op.acked + settings.max_ttl_ms / 1000.0)
+                    latest = max(latest, op.acked + settings.max_ttl_ms / 1000.0
+                                 + ((op.holder.refuse_grace or 0) if op.holder is not None else 0))
         return max(0.0, latest - time.time())
 
     def check_effects(self, present):

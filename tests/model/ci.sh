@@ -7,6 +7,9 @@
 #   - the random seed again in the distributed mode (sessions with
 #     idempotency.distributed = on), MODEL_DISTRIBUTED_SECONDS (default 20; 0
 #     leaves it out), on the same cluster;
+#   - the random seed again with the expiry policy refuse (--refuse 0.5:
+#     half the requests' actions keep tombstones; invariant EXP),
+#     MODEL_REFUSE_SECONDS (default 20; 0 leaves it out), on the same cluster;
 #   - the role dimension (--roles: principal roles bound by
 #     idempotency.principal_binding, hostile calls, every path of a value to a
 #     session), seed MODEL_ROLES_SEED (default the random seed) for
@@ -22,7 +25,8 @@
 # history and a reduced run, and the command that replays it is printed).
 #
 #   tests/model/ci.sh                 MODEL_SEEDS="1 2 3" MODEL_SECONDS=40 MODEL_PORT=...
-#                                     MODEL_DISTRIBUTED_SECONDS=20 MODEL_ROLES_SECONDS=20 MODEL_ROLES_SEED=...
+#                                     MODEL_DISTRIBUTED_SECONDS=20 MODEL_REFUSE_SECONDS=20
+#                                     MODEL_ROLES_SECONDS=20 MODEL_ROLES_SEED=...
 #                                     MODEL_PROXY_SEED=53 MODEL_PROXY_SECONDS=30 MODEL_PROXY_PORT=26600
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,6 +39,7 @@ random_seed=$((RANDOM * 32768 + RANDOM + 1))
 port=${MODEL_PORT:-$((${PGPORT:-$((20000 + RANDOM % 6000))} + 40))}
 python=${PYTHON:-/usr/bin/python3}
 distributed_seconds=${MODEL_DISTRIBUTED_SECONDS:-20}
+refuse_seconds=${MODEL_REFUSE_SECONDS:-20}
 roles_seconds=${MODEL_ROLES_SECONDS:-20}
 roles_seed=${MODEL_ROLES_SEED:-$random_seed}
 proxy_seconds=${MODEL_PROXY_SECONDS:-30}
@@ -78,6 +83,10 @@ if [[ $distributed_seconds != 0 ]]; then
   one_run "distributed mode (idempotency.distributed = on), seed $random_seed" \
     PGOPTIONS="-c idempotency.distributed=on" -- \
     --cluster-dir "$work/pg" --seed "$random_seed" --seconds "$distributed_seconds" --reduce-seconds 90
+fi
+if [[ $refuse_seconds != 0 ]]; then
+  one_run "expiry policy refuse (tombstones), seed $random_seed" -- \
+    --cluster-dir "$work/pg" --refuse 0.5 --seed "$random_seed" --seconds "$refuse_seconds" --reduce-seconds 90
 fi
 if [[ $roles_seconds != 0 ]]; then
   one_run "role dimension, library preloaded, seed $roles_seed" -- \

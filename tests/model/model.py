@@ -31,6 +31,8 @@ with server values, and the checker's send/answer times with each other.
 import threading
 import time
 
+import expiry
+
 # Seconds kept on every timing comparison: a race at the boundary is not flagged.
 MARGIN = 0.02
 
@@ -42,6 +44,8 @@ INVARIANTS = {
     "I5": "after in_progress the caller's transaction is still usable",
     "I6": "once every ttl and lease has passed, one cleanup leaves nothing expired or stuck",
     "I7": "any other fingerprint gets mismatch while the key lives, from every entry point",
+    "EXP": "with the expiry policy refuse, no key runs again within ttl + grace, and only such a key answers "
+           "expired (--refuse)",
     "BIND": "no call reads, writes, renews, releases or completes a row of a principal its role is not bound to "
             "(--roles)",
     "ROUTE": "every key row and effect lives only on the shard that owns its principal (function-call form)",
@@ -73,6 +77,7 @@ class Op:
         self.lease_min = None  # lower bound of the lease this op holds (acquire)
         self.response = None  # (status, headers, body) this op stores
         self.secret = False
+        self.refuse_grace = None  # seconds: the op's action refuses its key for this long after it expired
         self.writes = False  # may have written a key row (a generation)
         self.holds_lock = False  # begin/acquire answered started: the key lock is held until the transaction ends
         self.last_sent = None  # when the latest statement of a started transaction was sent
@@ -142,6 +147,8 @@ class Violation:
 
 class Model:
     """Every op of a run, by key, and the checks run as ops finish."""
+
+    margin = MARGIN  # for the checks of other files (expiry.py)
 
     def __init__(self):
         self.lock = threading.RLock()
@@ -297,6 +304,7 @@ class Model:
                         "%s %s while the key's generation %s (%s, same fingerprint) was live: "
                         "a second effect for one generation" % (op.kind, what, current.id, state),
                         [current, op], "%s started on a live %s row" % (op.kind, state))
+            self.check_refused(op, current)
             self.check_lock(op)
             if op.fence is None:
                 return
@@ -312,6 +320,15 @@ class Model:
                         % (op.id, op.fence, other.id, other.fence),
                         [other, op], "fence handed out again")
                     return
+
+    def check_refused(self, op, current):
+        """EXP (expiry.py): a start within ttl + grace of a refusing generation."""
+        expiry.check_refused(self, op, current)
+
+    def check_expired(self, op):
+        """EXP (expiry.py): an `expired` answer only for a key that is refused."""
+        with self.lock:
+            expiry.check_expired(self, op)
 
     def check_lock(self, op):
         """I1: nothing starts on a key while another transaction that got

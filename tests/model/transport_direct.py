@@ -147,10 +147,19 @@ class DirectTransport:
 
     # -- the two steps of every call ----------------------------------------
 
-    def short(self, op, sql, params, iso):
-        """One call in a transaction of its own, left open; its first row."""
+    def refuse_policy(self, op, action):
+        """With --refuse: the op's action refuses its expired key (in the op's own
+        transaction, so the policy commits with the key row)."""
+        if op.refuse_grace is not None:
+            self.q("SELECT idempotency.set_expiry_policy(%s, 'refuse', %s)", (action, seconds(op.refuse_grace)))
+
+    def short(self, op, sql, params, iso, action=None):
+        """One call in a transaction of its own, left open; its first row. With
+        `action`, the op's expiry policy is set first (refuse_policy)."""
         try:
             self.begin_transaction(iso)
+            if action is not None:
+                self.refuse_policy(op, action)
             rows = self.q(sql, params)
         except ServerError as error:
             op.acked = time.time()
@@ -192,6 +201,7 @@ class DirectTransport:
         """BEGIN and begin(); the transaction stays open. Its answer row."""
         try:
             self.begin_transaction(plan.iso)
+            self.refuse_policy(op, "t:" + op.id)
             rows = self.q(
                 "SELECT o.outcome, o.response_status, o.response_headers, o.response_body, o.resource_id,"
                 "       o.expires_at, o.fence, now(), clock_timestamp()"
@@ -288,7 +298,7 @@ class DirectTransport:
                               "  FROM %s(%%s, %%s, %%s, %%s, lease => %%s, ttl => %%s, wait => %%s) AS o"
                           % self.fn("acquire"),
                           (principal, key, "l:" + op.id, fingerprint(fp), seconds(lease), seconds(ttl),
-                           seconds(wait)), iso)
+                           seconds(wait)), iso, action="l:" + op.id)
 
     def lease_effect(self, op, principal, key, fence, holder_id):
         """The external effect of a lease holder: a row in model_effects."""
@@ -316,7 +326,7 @@ class DirectTransport:
         return self.short(op, "SELECT now(), %s(%%s, %%s, %%s, %%s, %%s, %%s, %%s, %%s), clock_timestamp()"
                           % self.fn("save_final"),
                           (principal, key, "s:" + op.id, fingerprint(fp), status, body, jsonb(headers),
-                           seconds(ttl)), iso)
+                           seconds(ttl)), iso, action="s:" + op.id)
 
     def claim(self, op, principal, key, ttl, iso):
         """claim(): (now, claimed, clock)."""

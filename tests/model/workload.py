@@ -84,6 +84,12 @@ class Settings:
         self.owners = {}  # principal -> owning shard (the function-call form through PL/Proxy)
         self.roles = getattr(args, "roles", False)  # the role dimension (roles.py)
         self.hostile = getattr(args, "hostile", 0.25)  # share of calls naming another role's principal
+        # --refuse: the share of requests whose action refuses its expired key
+        # (set_expiry_policy in the request's own transaction), and the grace
+        # range in ms; claims (action 'claim') refuse for claim_grace_ms.
+        self.refuse = getattr(args, "refuse", 0.0)
+        self.grace_ms = (getattr(args, "grace_min", 300), getattr(args, "grace_max", 1500))
+        self.claim_grace_ms = self.grace_ms[1]
         if self.roles:
             self.weights.setdefault("steal", roles.STEAL_WEIGHT)
 
@@ -177,6 +183,14 @@ class Client(threading.Thread):
         if self.settings.lease_within_ttl:
             ttl = max(ttl, 6 * lease + 100)  # longer than any lease with its renewals
         return ttl / 1000.0, lease / 1000.0
+
+    def draw_refuse(self, op):
+        """With --refuse: whether `op`'s action refuses its key after expiry, and
+        for how long (op.refuse_grace, seconds). Draws nothing without it, so a
+        seed runs as it did before."""
+        if self.settings.refuse and self.rng.random() < self.settings.refuse:
+            op.refuse_grace = self.rng.randint(*self.settings.grace_ms) / 1000.0
+            op.params["grace"] = op.refuse_grace
 
     def draw_isolation(self):
         """An isolation level (the function-call form has none to choose: it ignores it)."""
@@ -279,6 +293,7 @@ class Client(threading.Thread):
         op.params = {"ttl": ttl, "wait": wait, "variant": variant}
         if self.transport.isolation:
             op.params = dict(iso=iso.split()[0], **op.params)
+        self.draw_refuse(op)
         status, headers, body = self.response(op, [200, 201, 202, 204])
         plan = TxnPlan(principal=principal, key=key, fp=fp, ttl=ttl, wait=wait, iso=iso, variant=variant,
                        status=status, headers=headers, body=body,
@@ -304,6 +319,8 @@ class Client(threading.Thread):
             if outcome in ("replay", "secret_replay", "mismatch"):
                 self.model.check_answer(op, outcome, r_status, r_headers, r_body and bytes(r_body),
                                         resource_id, fence)
+            if outcome == "expired":
+                self.model.check_expired(op)
             self.transport.settle(op)
             return
         op.fence, op.expires = fence, epoch(expires)
@@ -323,6 +340,7 @@ class Client(threading.Thread):
         op = self.new_op("save_final", principal, key, fp)
         status, headers, body = self.response(op, [404, 409, 422, 422, 500])
         op.params = {"ttl": ttl, "status": status}
+        self.draw_refuse(op)
         op.response = (status, headers, body)  # what a call whose answer is lost may have stored
         row = self.send(op, "save_final", principal, key, fp, status, headers, body, ttl, self.draw_isolation())
         if row is None:
@@ -342,6 +360,8 @@ class Client(threading.Thread):
         ttl, _ = self.draw_ttl_lease()
         op = self.new_op("claim", principal, key, "claim")
         op.params = {"ttl": ttl}
+        if self.settings.refuse:  # the run's policy of the action 'claim'
+            op.refuse_grace = self.settings.claim_grace_ms / 1000.0
         row = self.send(op, "claim", principal, key, ttl, self.draw_isolation())
         if row is None:
             return
@@ -410,6 +430,7 @@ class Client(threading.Thread):
         wait = self.rng.choice([0, 0.02, 0.1])
         acq = self.new_op("acquire", principal, key, fp)
         acq.params = {"ttl": ttl, "lease": lease, "wait": wait}
+        self.draw_refuse(acq)
         row = self.send(acq, "acquire", principal, key, fp, lease, ttl, wait, self.draw_isolation())
         if row is None:
             return
@@ -420,6 +441,8 @@ class Client(threading.Thread):
         if outcome != "started":
             if outcome in ("replay", "secret_replay", "mismatch"):
                 self.model.check_answer(acq, outcome, status, headers, body and bytes(body), resource_id, fence)
+            elif outcome == "expired":
+                self.model.check_expired(acq)
             elif outcome == "in_progress" and not self.check_usable(acq, row):
                 return
             self.settle(acq)

@@ -23,7 +23,7 @@ CREATE ROLE idem_doc_support NOLOGIN;
 \set grants `tests/pgtap/doc_grants.sh`
 :grants
 
-SELECT plan(64);
+SELECT plan(67);
 SELECT ok(:'grants' LIKE '%GRANT%TO idem_doc_app;%' AND :'grants' LIKE '%TO idem_doc_ops;%'
           AND :'grants' LIKE '%TO idem_doc_monitoring;%' AND :'grants' LIKE '%TO idem_doc_support;%',
           'the docs hold a GRANT block for each of app, ops, monitoring and support');
@@ -50,8 +50,9 @@ CREATE FUNCTION pg_temp.holds(r name) RETURNS text[] LANGUAGE sql AS $$
 $$;
 SELECT is(pg_temp.executes('public'), '{bound_principal,fingerprint,is_final,jcs}',
           'PUBLIC executes jcs, fingerprint, is_final and bound_principal only');
-SELECT is(pg_temp.executes('idem_doc_app'), '{acquire,begin,claim,complete,release,renew,save_final}',
-          'app executes both protocols and claim, nothing else');
+SELECT is(pg_temp.executes('idem_doc_app'),
+          '{acquire,begin,begin_batch,claim,claim_batch,complete,complete_batch,release,renew,save_final}',
+          'app executes both protocols, claim and the batches, nothing else');
 SELECT is(pg_temp.executes('idem_doc_ops'), '{cleanup,cleanup_batch,stats_reset}',
           'ops executes cleanup and stats_reset, nothing else');
 SELECT is(pg_temp.executes('idem_doc_monitoring'), '{stats_counters}',
@@ -91,6 +92,19 @@ SELECT fence AS lease_fence FROM idempotency.acquire('tenant', 'k-release', 'act
                                                      lease => '1 min') \gset
 SELECT ok(idempotency.release('tenant', 'k-release', :lease_fence), 'app can release');
 SELECT ok(idempotency.claim('tenant', 'k-claim'), 'app can claim');
+BEGIN;
+SELECT is((SELECT array_agg(outcome ORDER BY ord)
+             FROM idempotency.begin_batch('tenant', ARRAY['k-b2', 'k-b1'], 'act',
+                                          ARRAY[idempotency.fingerprint('POST', '/b2'),
+                                                idempotency.fingerprint('POST', '/b1')])),
+          '{started,started}', 'app can begin a batch');
+SELECT is((SELECT array_agg(completed ORDER BY ord)
+             FROM idempotency.complete_batch('tenant', ARRAY['k-b2', 'k-b1'], ARRAY[201, 200])),
+          '{t,t}', 'app can complete a batch');
+COMMIT;
+SELECT is((SELECT array_agg(claimed ORDER BY ord)
+             FROM idempotency.claim_batch('tenant', ARRAY['k-claim', 'k-cb'])),
+          '{f,t}', 'app can claim a batch');
 -- (a lease left to lapse, for ops to find in idempotency.abandoned)
 SELECT outcome FROM idempotency.acquire('tenant', 'k-abandoned', 'act', idempotency.fingerprint('POST', '/l'),
                                         lease => '100 ms') \gset

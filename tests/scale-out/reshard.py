@@ -20,9 +20,10 @@ Per source shard, in one transaction on the source:
  3. per target shard, in a transaction on the target: COPY the moving
     principals' rows out of the source (binary) into temporary tables, INSERT
     them (ON CONFLICT DO NOTHING: a rerun after a failure between the two
-    commits copies nothing twice), and advance the target's fence sequence:
-    setval('idempotency.fences', greatest(target last_value, source last_value)),
-    so that a fence is never handed out twice for a key that moved; commit;
+    commits copies nothing twice); commit. Nothing is done about fences: from
+    0.8.0 a moved key's next fence is above its old ones on any shard (the
+    row carries its fence; docs/scale-out.md, "Fences across moves"). 0.7.0
+    needed the target's sequence advanced past the source's here.
  4. DELETE the moved rows from the source; commit (this releases the lock).
 
 Orders and API keys keep their ids: each shard draws them from a range of its
@@ -59,7 +60,6 @@ def move_from(source_dsn: str, me: int, new: int, shard_dsns: List[str]) -> Dict
             " WHERE pg_catalog.hashtext(principal) & (%s - 1) <> %s",
             (new, new, me),
         )
-        (fences,) = src.execute("SELECT last_value FROM idempotency.fences").fetchone()
         targets = [t for (t,) in src.execute("SELECT DISTINCT target FROM moving ORDER BY 1")]
         for target in targets:
             with psycopg.connect(shard_dsns[target]) as dst:
@@ -76,10 +76,6 @@ def move_from(source_dsn: str, me: int, new: int, shard_dsns: List[str]) -> Dict
                         for chunk in out:
                             into.write(chunk)
                     dst.execute(f"INSERT INTO {table} SELECT * FROM {staged} ON CONFLICT DO NOTHING")
-                dst.execute(
-                    "SELECT pg_catalog.setval('idempotency.fences', greatest(last_value, %s)) FROM idempotency.fences",
-                    (fences,),
-                )
                 (count,) = dst.execute("SELECT count(DISTINCT principal) FROM staged_keys").fetchone()
                 moved[target] = count
             # the target committed; now the source lets go of the rows

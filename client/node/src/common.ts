@@ -2,7 +2,17 @@
 
 import type { ClientBase } from "pg";
 
-import { EXPIRES_HEADER, Response, headerNameEqual, httpDate, type DuplicateMode } from "./http";
+import {
+  EXPIRES_HEADER,
+  NOT_KEPT_ENTRY,
+  NOT_KEPT_VALUE,
+  Response,
+  STREAM_CHUNKS_ENTRY,
+  headerNameEqual,
+  httpDate,
+  notKeptResponse,
+  type DuplicateMode,
+} from "./http";
 
 /** The response headers kept with a key and replayed, unless Options say otherwise. */
 export const DEFAULT_KEPT_HEADERS: readonly string[] = ["Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"];
@@ -135,19 +145,45 @@ export function decodeBytea(value: string | null | undefined): Buffer | null {
  * stores since 0.6.0 (the Python and C++ clients write the same).
  */
 export function keptHeadersJson(response: Response, kept: readonly string[]): string {
-  // The expiry header belongs to the key, added to every answer: never stored.
+  // A stream too large to keep is stored as its marker alone (no body, no header).
+  if (response.streamTooLarge) return JSON.stringify({ [NOT_KEPT_ENTRY]: NOT_KEPT_VALUE });
+  // The expiry header belongs to the key, added to every answer: never stored. Names
+  // starting with ":" are the reserved entries, written below only.
   const chosen = response.headers.filter(
-    ([name]) => kept.some((wanted) => headerNameEqual(name, wanted)) && !headerNameEqual(name, EXPIRES_HEADER),
+    ([name]) =>
+      kept.some((wanted) => headerNameEqual(name, wanted)) &&
+      !headerNameEqual(name, EXPIRES_HEADER) &&
+      !name.startsWith(":"),
   );
-  return JSON.stringify(chosen.map(([name, value]) => [name, value]));
+  const pairs = chosen.map(([name, value]) => [name, value]);
+  if (response.chunks !== null) pairs.push([STREAM_CHUNKS_ENTRY, response.chunks.join(",")]);
+  return JSON.stringify(pairs);
 }
 
-/** A stored response as it is replayed: kept headers, Idempotent-Replay: true. */
+/**
+ * The STREAM_CHUNKS_ENTRY's lengths, or null unless they are positive decimals that add
+ * up to the body's length (a row this client did not write is replayed whole).
+ */
+export function chunkLengths(value: string, bodyLength: number): number[] | null {
+  if (value === "") return bodyLength === 0 ? [] : null;
+  const parts = value.split(",");
+  if (!parts.every((part) => /^[0-9]+$/.test(part) && Number(part) > 0)) return null;
+  const lengths = parts.map(Number);
+  return lengths.reduce((a, b) => a + b, 0) === bodyLength ? lengths : null;
+}
+
+/**
+ * A stored response as it is replayed: kept headers, Idempotent-Replay: true; the
+ * reserved entries set `chunks` or `streamTooLarge` and are never sent as headers.
+ * With `notKeptTypeBase`, a stream that was too large to keep is answered with
+ * notKeptResponse(notKeptTypeBase) instead.
+ */
 export function storedResponse(
   status: number,
   headersJson: string | null,
   body: Buffer | null,
   resourceId: string | null,
+  notKeptTypeBase?: string,
 ): Response {
   const response = new Response(status, [], body ?? Buffer.alloc(0), { resourceId, replayed: true });
   if (headersJson) {
@@ -160,11 +196,16 @@ export function storedResponse(
         ? Object.entries(parsed as Record<string, unknown>)
         : [];
     for (const pair of pairs) {
-      if (Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string" && typeof pair[1] === "string") {
-        response.headers.push([pair[0], pair[1]]);
-      }
+      const named = Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string";
+      if (!named || typeof pair[1] !== "string") continue;
+      // The reserved entries (":" names) describe the stream; they are never sent.
+      if (pair[0] === STREAM_CHUNKS_ENTRY) response.chunks = chunkLengths(pair[1], response.body.length);
+      else if (pair[0] === NOT_KEPT_ENTRY) response.streamTooLarge = true;
+      else if (!pair[0].startsWith(":")) response.headers.push([pair[0], pair[1]]);
     }
   }
+  // A stream too large to keep: never a truncated body, a 409 that says so.
+  if (response.streamTooLarge && notKeptTypeBase !== undefined) return notKeptResponse(notKeptTypeBase);
   response.setHeader("Idempotent-Replay", "true");
   return response;
 }

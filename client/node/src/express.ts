@@ -12,16 +12,27 @@
  * For each request with a principal the middleware reads the body, takes a
  * connection from the pool, runs the transactional protocol around the rest of
  * the chain (next()), captures what the route writes, and sends it once the key
- * is settled (or answers replays, 400, 409 and 422 itself). Written against
- * node's http.ServerResponse, so it needs no import of express; works with
- * Express 4 and 5 and with plain `(req, res, next)` chains.
+ * is settled (or answers replays, 400, 409 and 422 itself). A route that writes
+ * pieces (res.write, a piped stream) streams: the pieces go out as written, inside
+ * the transaction, and the key is completed when the route ends the response (the
+ * response's end goes out after the commit); up to maxStreamBytes the pieces are
+ * kept and replayed as the same chunks, past it a retry gets 409 response-not-kept.
+ * Written against node's http.ServerResponse, so it needs no import of express;
+ * works with Express 4 and 5 and with plain `(req, res, next)` chains.
  */
 
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Pool, PoolClient } from "pg";
 
 import { sqlstate, type Db, type Request } from "./common";
-import { Response, type DuplicateMode, type Headers } from "./http";
+import {
+  DEFAULT_MAX_STREAM_BYTES,
+  EXPIRES_HEADER,
+  Response,
+  httpDate,
+  type DuplicateMode,
+  type Headers,
+} from "./http";
 import type { Client } from "./transactional";
 
 /** What the middleware hands the route in `req.idempotency`. */
@@ -84,6 +95,13 @@ export interface MiddlewareOptions {
    * returning either (null: the client's option), to choose per route.
    */
   duplicates?: DuplicateMode | ((req: MiddlewareRequest) => DuplicateMode | null | undefined);
+  /**
+   * The largest streamed response kept for replay, in bytes (default 1048576). A route
+   * that calls res.write() (or pipes a stream into res) streams: its pieces go out as
+   * written and are captured; past this size the stream goes on but is not kept, and a
+   * retry gets 409 response-not-kept.
+   */
+  maxStreamBytes?: number;
 }
 
 function pathOf(req: MiddlewareRequest): string {
@@ -109,10 +127,68 @@ async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer |
   return Buffer.concat(chunks);
 }
 
-/** Captures what the rest of the chain writes to `res` until it ends the response. */
-function capture(res: ServerResponse): { done: Promise<Response>; restore: () => void } {
+/** A streamed response's chunks as they are sent, kept up to `maxBytes` in all. */
+export class StreamCapture {
+  /** Bytes streamed so far, kept or not. */
+  size = 0;
+  /** True once the stream went past maxBytes: nothing of it is kept. */
+  tooLarge = false;
+  private chunks: Buffer[] = [];
+
+  /** A capture that keeps at most maxBytes (a non-negative integer). */
+  constructor(readonly maxBytes: number = DEFAULT_MAX_STREAM_BYTES) {
+    checkMaxStreamBytes(maxBytes);
+  }
+
+  /** Records one chunk as sent (an empty one is no chunk: it is never sent). */
+  add(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    this.size += chunk.length;
+    if (this.tooLarge) return;
+    if (this.size > this.maxBytes) {
+      this.tooLarge = true;
+      this.chunks = []; // the memory goes back now, not at the end of the stream
+      return;
+    }
+    this.chunks.push(Buffer.from(chunk));
+  }
+
+  /** What the key is completed with: the chunks and their lengths, or the marker alone. */
+  response(status: number, headers: Headers): Response {
+    if (this.tooLarge) return new Response(status, headers, Buffer.alloc(0), { streamTooLarge: true });
+    const chunks = this.chunks.map((c) => c.length);
+    return new Response(status, headers, Buffer.concat(this.chunks), { chunks });
+  }
+}
+
+function checkMaxStreamBytes(value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
+  }
+}
+
+/** What capture() hands back: the answer, and whether it went out as a stream. */
+interface Captured {
+  /** Resolves when the route ends the response. */
+  done: Promise<Response>;
+  /** Puts res's own write/end/writeHead back. */
+  restore: () => void;
+  /** True once the route wrote a piece: the status, headers and pieces went out as it wrote. */
+  streaming: () => boolean;
+}
+
+/**
+ * Captures what the rest of the chain writes to `res` until it ends the response.
+ * res.end(body) alone is one answer, sent once the key is settled; a res.write()
+ * (a route that writes pieces, a piped stream) is a stream: `onStream` runs, then the
+ * status, the headers and every piece go out as written (chunked), captured up to
+ * maxBytes, and the response's end is left to the middleware (after the commit).
+ */
+function capture(res: ServerResponse, maxBytes: number, onStream: (status: number) => void): Captured {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
   const chunks: Buffer[] = [];
+  const stream = new StreamCapture(maxBytes);
+  let streaming = false;
   const toBuffer = (chunk: unknown, encoding?: unknown): Buffer =>
     Buffer.isBuffer(chunk)
       ? chunk
@@ -120,8 +196,19 @@ function capture(res: ServerResponse): { done: Promise<Response>; restore: () =>
         ? Buffer.from(chunk)
         : Buffer.from(String(chunk), typeof encoding === "string" ? (encoding as BufferEncoding) : "utf8");
   let resolve!: (response: Response) => void;
-  const done = new Promise<Response>((r) => (resolve = r));
+  let reject!: (error: Error) => void;
+  const done = new Promise<Response>((yes, no) => {
+    resolve = yes;
+    reject = no;
+  });
   let ended = false;
+  res.once("close", () => {
+    // The client went away mid-stream: what the route did is rolled back, nothing kept.
+    if (streaming && !ended) {
+      ended = true;
+      reject(new Error("the client went away before the stream ended"));
+    }
+  });
   const self = res as unknown as Record<string, unknown>;
   self.writeHead = function (status: number, ...rest: unknown[]) {
     res.statusCode = status;
@@ -137,28 +224,54 @@ function capture(res: ServerResponse): { done: Promise<Response>; restore: () =>
     headers = undefined;
     return res;
   };
+  const headersOf = (): Headers => {
+    const headers: Headers = [];
+    for (const name of rawHeaderNames(res)) {
+      const value = res.getHeader(name);
+      if (value === undefined) continue;
+      for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
+    }
+    return headers;
+  };
+  // A piece of a stream: sent now (an empty one would end a chunked body) and captured.
+  let streamStatus = 200; // the status that went out with the first piece
+  const piece = (data: Buffer, cb?: unknown): boolean => {
+    if (!streaming) {
+      streaming = true;
+      streamStatus = res.statusCode;
+      onStream(streamStatus);
+      // node's write() sends the head through res.writeHead (_implicitHeader): the real one now.
+      self.writeHead = original.writeHead;
+    }
+    stream.add(data);
+    if (data.length === 0) {
+      if (typeof cb === "function") process.nextTick(cb as () => void);
+      return true;
+    }
+    return (original.write as (d: Buffer, c?: unknown) => boolean).call(res, data, cb);
+  };
   self.write = function (chunk: unknown, encoding?: unknown, callback?: unknown) {
-    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
     const cb = typeof encoding === "function" ? encoding : callback;
-    if (typeof cb === "function") process.nextTick(cb as () => void);
-    return true;
+    const data = chunk === undefined || chunk === null ? Buffer.alloc(0) : toBuffer(chunk, encoding);
+    if (ended) return false;
+    return piece(data, cb);
   };
   self.end = function (chunk?: unknown, encoding?: unknown, callback?: unknown) {
     if (typeof chunk === "function") {
       callback = chunk;
       chunk = undefined;
     }
-    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
+    const data = chunk !== undefined && chunk !== null ? toBuffer(chunk, encoding) : null;
     const cb = typeof encoding === "function" ? encoding : callback;
     if (!ended) {
       ended = true;
-      const headers: Headers = [];
-      for (const name of rawHeaderNames(res)) {
-        const value = res.getHeader(name);
-        if (value === undefined) continue;
-        for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
+      if (streaming) {
+        if (data !== null) piece(data); // the last piece; the response ends after the commit
+        resolve(stream.response(streamStatus, headersOf()));
+      } else {
+        if (data !== null) chunks.push(data);
+        resolve(new Response(res.statusCode, headersOf(), Buffer.concat(chunks)));
       }
-      resolve(new Response(res.statusCode, headers, Buffer.concat(chunks)));
     }
     if (typeof cb === "function") res.once("finish", cb as () => void);
     return res;
@@ -168,7 +281,7 @@ function capture(res: ServerResponse): { done: Promise<Response>; restore: () =>
     self.end = original.end;
     self.writeHead = original.writeHead;
   };
-  return { done, restore };
+  return { done, restore, streaming: () => streaming };
 }
 
 function rawHeaderNames(res: ServerResponse): string[] {
@@ -188,8 +301,15 @@ function send(res: ServerResponse, response: Response): void {
     grouped.set(key, [...(grouped.get(key) ?? []), value]);
   }
   for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0] : values);
-  res.setHeader("Content-Length", String(response.body.length));
   res.statusCode = response.status;
+  if (response.chunks !== null) {
+    // A stored stream: the same chunks again, chunked.
+    res.removeHeader("Content-Length");
+    for (const piece of response.pieces()) res.write(piece);
+    res.end();
+    return;
+  }
+  res.setHeader("Content-Length", String(response.body.length));
   res.end(response.body);
 }
 
@@ -205,6 +325,8 @@ function send(res: ServerResponse, response: Response): void {
  */
 export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest, res: ServerResponse, next: Next) => void {
   const limit = options.limit ?? 1024 * 1024;
+  const maxStreamBytes = options.maxStreamBytes ?? DEFAULT_MAX_STREAM_BYTES;
+  checkMaxStreamBytes(maxStreamBytes);
   return (req, res, next) => {
     const principal = !options.applies || options.applies(req) ? options.principal(req) : null;
     if (principal === null || principal === undefined) {
@@ -214,6 +336,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
     void (async () => {
       let conn: PoolClient | null = null;
       let restore: (() => void) | null = null;
+      let streamed = () => false;
       let broken = false;
       try {
         const body = await readBody(req, limit);
@@ -236,12 +359,19 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         };
         conn = (await options.pool.connect()) as PoolClient;
         const client = options.client;
-        const response = await client.handle(conn, request, async (db) => {
+        const response = await client.handle(conn, request, async (db, expiresEpoch) => {
           if (restore !== null) throw new Error("the middleware cannot run the route twice");
           const context: RequestContext = { db, request, oneTimeSecret: false, resourceId: null };
           req.idempotency = context;
-          const captured = capture(res);
+          const captured = capture(res, maxStreamBytes, (status) => {
+            // The key's expiry goes with a stream that will be kept (a final 2xx/3xx); the
+            // final-status table was read before begin(), so the check needs no query.
+            if (status < 400 && expiresEpoch != null && client["final"].isFinal(status)) {
+              res.setHeader(EXPIRES_HEADER, httpDate(Number(expiresEpoch)));
+            }
+          });
           restore = captured.restore;
+          streamed = captured.streaming;
           // The route's errors reach Express's error handlers, whose answer (a 500)
           // is captured like any other: not final, rolled back, not stored.
           next();
@@ -252,14 +382,16 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         });
         if (restore !== null) (restore as () => void)();
         restore = null;
-        send(res, response);
+        if (streamed()) res.end(); // streamed and committed: the response ends now
+        else send(res, response);
       } catch (error) {
-        if (restore !== null) {
-          (restore as () => void)();
+        if (restore !== null) (restore as () => void)();
+        if (restore !== null && !res.headersSent) {
           for (const name of res.getHeaderNames()) res.removeHeader(name); // the route's, not sent
         }
         broken = sqlstate(error) === undefined;
         if (!res.headersSent) next(error);
+        else res.destroy(); // a stream cut short: the client never sees it end as if it had worked
       } finally {
         if (conn !== null) conn.release(broken ? true : undefined);
       }

@@ -32,6 +32,22 @@ export function httpDate(epochSeconds: number): string {
 /** The media type of problem bodies. */
 export const PROBLEM_CONTENT_TYPE = "application/problem+json";
 
+/**
+ * The reserved entry of the stored headers that keeps a streamed response's chunk
+ * lengths ("5,5,3": decimal, comma-separated, in the order written). No HTTP header
+ * can have this name: it is never sent.
+ */
+export const STREAM_CHUNKS_ENTRY = ":chunks";
+/**
+ * The reserved entry of the stored headers of a streamed response larger than the
+ * middleware keeps (value NOT_KEPT_VALUE): no body stored, a retry gets 409 response-not-kept.
+ */
+export const NOT_KEPT_ENTRY = ":not_kept";
+/** The value of NOT_KEPT_ENTRY. */
+export const NOT_KEPT_VALUE = "stream-too-large";
+/** The largest streamed response a middleware keeps for replay, unless configured otherwise. */
+export const DEFAULT_MAX_STREAM_BYTES = 1048576;
+
 /** True when two header names are equal ignoring ASCII case. */
 export function headerNameEqual(a: string, b: string): boolean {
   return a.length === b.length && a.toLowerCase() === b.toLowerCase();
@@ -45,6 +61,10 @@ export interface ResponseExtras {
   oneTimeSecret?: boolean;
   /** True when this is a stored response played back for a retry. */
   replayed?: boolean;
+  /** A streamed response: the byte lengths of its chunks, in the order written. */
+  chunks?: number[] | null;
+  /** A streamed response larger than the middleware keeps (stored as a marker only). */
+  streamTooLarge?: boolean;
 }
 
 /** An HTTP response produced by a handler or by the client. */
@@ -61,6 +81,17 @@ export class Response {
   resourceId: string | null;
   /** The response carries a secret: sent once, never stored (only the status and a marker are). */
   oneTimeSecret: boolean;
+  /**
+   * A streamed response: the byte lengths of its chunks, in the order written (their
+   * concatenation is `body`); stored as the STREAM_CHUNKS_ENTRY and replayed chunk by
+   * chunk. null: not streamed.
+   */
+  chunks: number[] | null;
+  /**
+   * A streamed response larger than the middleware keeps: stored without its body,
+   * marked NOT_KEPT_ENTRY; a retry gets 409 response-not-kept.
+   */
+  streamTooLarge: boolean;
 
   /** A response; a string body is encoded as UTF-8. */
   constructor(status = 200, headers: Headers = [], body: Buffer | string = Buffer.alloc(0), extras: ResponseExtras = {}) {
@@ -70,6 +101,20 @@ export class Response {
     this.replayed = extras.replayed ?? false;
     this.resourceId = extras.resourceId ?? null;
     this.oneTimeSecret = extras.oneTimeSecret ?? false;
+    this.chunks = extras.chunks ?? null;
+    this.streamTooLarge = extras.streamTooLarge ?? false;
+  }
+
+  /** The body cut at `chunks` (one piece per chunk), or [body] when not streamed. */
+  pieces(): Buffer[] {
+    if (this.chunks === null) return [this.body];
+    const out: Buffer[] = [];
+    let start = 0;
+    for (const length of this.chunks) {
+      out.push(this.body.subarray(start, start + length));
+      start += length;
+    }
+    return out;
   }
 
   /** The value of the first header with this name, or undefined. */
@@ -130,6 +175,11 @@ export const Problem = {
     title: "The response to this request was sent once and not kept",
   },
   ALREADY_PROCESSED: { slug: "request-already-processed", status: 409, title: "This request was already processed" },
+  RESPONSE_NOT_KEPT: {
+    slug: "response-not-kept",
+    status: 409,
+    title: "The response to this request was too large to keep",
+  },
 } as const satisfies Record<string, ProblemType>;
 
 /**
@@ -155,4 +205,19 @@ export const DETAILS = {
   inProgress: "A request with this Idempotency-Key is still being processed; retry later.",
   alreadyProcessed: "A request with this Idempotency-Key was already processed; its result is not kept.",
   keyRefused: "The Idempotency-Key was refused by the server.",
+  responseNotKept:
+    "The first response to this request was streamed and was larger than this service keeps;" +
+    " it was sent once and not stored. Use a new key for a new request.",
 } as const;
+
+/**
+ * The answer to a retry whose first response was a stream too large to keep (stored
+ * with the NOT_KEPT_ENTRY): 409 response-not-kept with Idempotent-Replay, as a
+ * one-time secret's retry is answered (the request was processed once; its answer is gone).
+ */
+export function notKeptResponse(typeBase = "/problems/"): Response {
+  const response = problemResponse(Problem.RESPONSE_NOT_KEPT, DETAILS.responseNotKept, typeBase);
+  response.replayed = true;
+  response.setHeader("Idempotent-Replay", "true");
+  return response;
+}

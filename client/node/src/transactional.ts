@@ -101,8 +101,8 @@ export interface Counters {
   retries: number;
 }
 
-/** The application's work: runs inside the transaction that holds the key, on `db`. */
-export type Handler = (db: Db) => Promise<Response> | Response;
+/** The application's work, in the key's transaction on `db`; `expiresEpoch`: begin()'s expiry. */
+export type Handler = (db: Db, expiresEpoch?: string | null) => Promise<Response> | Response;
 
 /** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
 export type AttemptOutcome = "started" | "replay" | "mismatch" | "in_progress" | "secret_replay" | "rejected" | "unkeyed";
@@ -339,7 +339,7 @@ export class Client {
 
     let answer: Response;
     try {
-      answer = asResponse(await handler(db));
+      answer = asResponse(await handler(db, row.expires_epoch));
       if (!Number.isInteger(answer.status) || answer.status < 100 || answer.status > 599) {
         throw new RangeError(`handler returned HTTP status ${answer.status}`);
       }
@@ -444,6 +444,7 @@ export class Client {
         row.response_headers,
         decodeBytea(row.response_body),
         row.resource_id,
+        this.options.problemTypeBase, // a stream too large to keep: 409 response-not-kept
       );
     }
     if (outcome === "mismatch") {

@@ -36,6 +36,7 @@ test("every problem has its status and slug", () => {
     REQUEST_IN_PROGRESS: [409, "request-in-progress"],
     ONE_TIME_SECRET: [409, "one-time-secret"],
     ALREADY_PROCESSED: [409, "request-already-processed"],
+    RESPONSE_NOT_KEPT: [409, "response-not-kept"],
   };
   assert.deepEqual(Object.keys(Problem).sort(), Object.keys(expected).sort());
   for (const [name, [status, slug]] of Object.entries(expected)) {

@@ -9,7 +9,18 @@ const path = require("node:path");
 const { test } = require("node:test");
 const { pkg } = require("./helpers");
 
-const { Client, Problem, DETAILS, DEFAULT_KEPT_HEADERS, PROBLEM_CONTENT_TYPE, problemResponse } = pkg();
+const {
+  Client,
+  Problem,
+  DETAILS,
+  DEFAULT_KEPT_HEADERS,
+  DEFAULT_MAX_STREAM_BYTES,
+  NOT_KEPT_ENTRY,
+  PROBLEM_CONTENT_TYPE,
+  STREAM_CHUNKS_ENTRY,
+  notKeptResponse,
+  problemResponse,
+} = pkg();
 const table = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "protocol.json"), "utf8"));
 
 test("problem types, statuses and titles are the table's", () => {
@@ -69,4 +80,20 @@ test("the details the clients share are the table's", () => {
   assert.equal(DETAILS.keyReuse, table.outcomes.mismatch.detail);
   assert.equal(DETAILS.inProgress, table.outcomes.in_progress.detail);
   assert.equal(DETAILS.oneTimeSecret, table.outcomes.secret_replay.detail);
+});
+
+test("the stream entries, the limit and the not-kept answer are the table's", () => {
+  assert.equal(STREAM_CHUNKS_ENTRY, table.stream_chunks_entry);
+  assert.equal(NOT_KEPT_ENTRY, table.not_kept_entry);
+  assert.equal(DEFAULT_MAX_STREAM_BYTES, table.default_max_stream_bytes);
+  assert.equal(DETAILS.responseNotKept, table.not_kept_detail);
+  const kind = table.problems.response_not_kept;
+  const response = notKeptResponse(table.problem_type_base);
+  assert.equal(response.status, kind.status);
+  assert.deepEqual(JSON.parse(response.body.toString("utf8")), {
+    detail: table.not_kept_detail,
+    status: kind.status,
+    title: kind.title,
+    type: table.problem_type_base + kind.type,
+  });
 });

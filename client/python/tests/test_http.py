@@ -38,6 +38,7 @@ def test_every_problem_has_its_status_and_slug():
         Problem.REQUEST_IN_PROGRESS: (409, "request-in-progress"),
         Problem.ONE_TIME_SECRET: (409, "one-time-secret"),
         Problem.ALREADY_PROCESSED: (409, "request-already-processed"),
+        Problem.RESPONSE_NOT_KEPT: (409, "response-not-kept"),
     }
     assert set(expected) == set(Problem)
     for problem, (status, slug) in expected.items():

@@ -5,6 +5,7 @@ default, replay header, problem content type and type base. No database."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -34,6 +35,23 @@ def test_constants_and_defaults():
         assert list(options.kept_headers) == TABLE["kept_headers"]
         assert options.problem_type_base == TABLE["problem_type_base"]
     assert Options().retry_after == TABLE["default_retry_after_seconds"]
+
+
+def test_stream_entries_limit_and_not_kept_detail():
+    assert http.STREAM_CHUNKS_ENTRY == TABLE["stream_chunks_entry"]
+    assert http.NOT_KEPT_ENTRY == TABLE["not_kept_entry"]
+    assert http.DEFAULT_MAX_STREAM_BYTES == TABLE["default_max_stream_bytes"]
+    assert http.DETAILS["response_not_kept"] == TABLE["not_kept_detail"]
+    response = http.not_kept_response(TABLE["problem_type_base"])
+    kind = TABLE["problems"]["response_not_kept"]
+    assert response.status == kind["status"]
+    assert json.loads(response.body) == {"detail": TABLE["not_kept_detail"], "status": kind["status"],
+                                         "title": kind["title"], "type": TABLE["problem_type_base"] + kind["type"]}
+    from pg_idempotency import asgi, wsgi
+
+    for middleware in (wsgi.IdempotencyMiddleware, asgi.IdempotencyMiddleware):
+        default = inspect.signature(middleware).parameters["max_stream_bytes"].default
+        assert default == TABLE["default_max_stream_bytes"]
 
 
 def test_the_outcomes_with_a_problem_are_the_tables():

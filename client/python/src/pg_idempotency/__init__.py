@@ -3,11 +3,14 @@
 A psycopg 3 client for the ``idempotency`` extension: the transactional
 protocol (``Client``), the lease protocol for external effects
 (``LeaseRunner``), their asyncio twins on ``psycopg.AsyncConnection``
-(``AsyncClient``, ``AsyncLeaseRunner``), the HTTP mapping (``Response``,
-problem bodies identical to the C++ client's), a WSGI middleware
+(``AsyncClient``, ``AsyncLeaseRunner``), many keys in one call
+(``begin_batch``, ``complete_batch``, ``claim_batch``, ``push_unique`` on
+both clients), the HTTP mapping (``Response``, problem bodies identical to the
+C++ client's), a WSGI middleware
 (``pg_idempotency.wsgi``) and an ASGI one (``pg_idempotency.asgi``).
 """
 
+from ._batch import BatchFlag, BatchOutcome
 from ._common import Request
 from .http import Headers, Problem, Response, problem_body, problem_response
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
@@ -15,7 +18,7 @@ from .async_lease import AsyncBody, AsyncLeaseRunner
 from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "AsyncAttempt",
@@ -24,6 +27,8 @@ __all__ = [
     "AsyncHandler",
     "AsyncLeaseRunner",
     "Attempt",
+    "BatchFlag",
+    "BatchOutcome",
     "Client",
     "Counters",
     "Handler",

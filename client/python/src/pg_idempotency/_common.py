@@ -9,7 +9,16 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import psycopg
 
-from .http import DEFAULT_KEPT_HEADERS, EXPIRES_HEADER, REPLAY_HEADER, Response, header_name_equal  # noqa: F401
+from .http import (  # noqa: F401
+    DEFAULT_KEPT_HEADERS,
+    EXPIRES_HEADER,
+    NOT_KEPT_ENTRY,
+    NOT_KEPT_VALUE,
+    REPLAY_HEADER,
+    STREAM_CHUNKS_ENTRY,
+    Response,
+    header_name_equal,
+)
 
 # The server refuses a key it cannot accept (empty, too long, bad characters,
 # not a UUID when idempotency.key_format asks) with 22P02 (since 0.6.0; other
@@ -68,19 +77,41 @@ def text_array(values: Sequence[str]) -> Optional[str]:
 def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
     """The kept headers of a response as a JSON array of [name, value] pairs, in
     their order, repeated names (Set-Cookie, Link) included."""
-    # The expiry header belongs to the key, added to every answer: never stored.
+    # A stream too large to keep is stored as its marker alone (contract: no body, no header).
+    if response.stream_too_large:
+        return json.dumps({NOT_KEPT_ENTRY: NOT_KEPT_VALUE}, separators=(",", ":"))
+    # The expiry header belongs to the key, added to every answer: never stored. Names
+    # starting with ":" are the reserved entries, written below only.
     chosen: List[List[str]] = [
         [name, value]
         for name, value in response.headers
-        if any(header_name_equal(name, wanted) for wanted in kept) and not header_name_equal(name, EXPIRES_HEADER)
+        if any(header_name_equal(name, wanted) for wanted in kept)
+        and not header_name_equal(name, EXPIRES_HEADER)
+        and not name.startswith(":")
     ]
+    if response.chunks is not None:
+        chosen.append([STREAM_CHUNKS_ENTRY, ",".join(str(length) for length in response.chunks)])
     return json.dumps(chosen, ensure_ascii=False, separators=(",", ":"))
+
+
+def chunk_lengths(value: str, body_length: int) -> Optional[List[int]]:
+    """The STREAM_CHUNKS_ENTRY's lengths, or None unless they are positive decimals that add
+    up to the body's length (a row this client did not write is replayed whole)."""
+    if value == "":
+        return [] if body_length == 0 else None
+    parts = value.split(",")
+    if not all(part.isdigit() and part.isascii() and int(part) > 0 for part in parts):
+        return None
+    lengths = [int(part) for part in parts]
+    return lengths if sum(lengths) == body_length else None
 
 
 def stored_response(
     status: int, headers_json: Optional[str], body: Optional[bytes], resource_id: Optional[str]
 ) -> Response:
-    """A stored response as it is replayed: kept headers, Idempotent-Replay: true."""
+    """A stored response as it is replayed: kept headers, Idempotent-Replay: true; the
+    reserved entries (names starting with ":") set ``chunks`` or ``stream_too_large``
+    and are never sent as headers."""
     response = Response(status=status, body=body or b"", resource_id=resource_id, replayed=True)
     if headers_json:
         stored = json.loads(headers_json)
@@ -88,7 +119,13 @@ def stored_response(
         # the object form of name -> value.
         pairs = stored if isinstance(stored, list) else list(stored.items())
         for pair in pairs:
-            if len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str):
+            if not (len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str)):
+                continue
+            if pair[0] == STREAM_CHUNKS_ENTRY:
+                response.chunks = chunk_lengths(pair[1], len(response.body))
+            elif pair[0] == NOT_KEPT_ENTRY:
+                response.stream_too_large = True
+            elif not pair[0].startswith(":"):
                 response.headers.append((pair[0], pair[1]))
     response.set_header(REPLAY_HEADER, "true")
     return response

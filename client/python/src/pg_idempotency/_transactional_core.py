@@ -44,6 +44,7 @@ from .http import (
     problem_for_outcome,
     problem_response,
     http_date,
+    not_kept_response,
 )
 
 BEGIN_SQL = (
@@ -320,12 +321,16 @@ class ClientBase:
     def _answer(self, outcome: str, row: dict) -> Response:
         if outcome == "replay":
             self._count("replayed")
-            return stored_response(
+            stored = stored_response(
                 int(row["response_status"]),
                 row["response_headers"].decode() if row["response_headers"] is not None else None,
                 _wire.bytea(row["response_body"]),
                 row["resource_id"].decode() if row["resource_id"] is not None else None,
             )
+            # A stream too large to keep: never a truncated body, a 409 that says so.
+            if stored.stream_too_large:
+                return not_kept_response(self.options.problem_type_base)
+            return stored
         lease = int(row["lease_seconds"]) if row["lease_seconds"] is not None else None
         response = problem_for_outcome(outcome, lease, self.options.retry_after, self.options.problem_type_base)
         if response is None:

@@ -20,13 +20,15 @@ from __future__ import annotations
 import inspect
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 
 import psycopg
+from psycopg import errors
 
 from ._common import Request
+from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .async_transactional import AsyncClient
-from .http import KEY_HEADER, Headers, Response
+from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response
 
 __all__ = ["IdempotencyMiddleware", "RequestContext", "context", "SCOPE_KEY"]
 
@@ -73,6 +75,56 @@ def _header(scope: Scope, name: bytes) -> Optional[str]:
     return None
 
 
+class _Answer:
+    """One request's answer as the application sends it: gathered until a body message
+    says more_body (a stream), then forwarded message by message while it is captured."""
+
+    def __init__(self, send: Send, max_stream_bytes: int) -> None:
+        self.send = send
+        self.max_stream_bytes = max_stream_bytes
+        self.expires_epoch: Optional[int] = None
+        """The key's expiry as begin() told it, for the start of a stream."""
+        self.streaming = False
+        """True once the start and a first piece went to the client."""
+        self.finished = False
+        """True once the application sent its last body message (more_body false)."""
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets a previous attempt's answer (never one that began to stream)."""
+        self.start: Dict[str, Any] = {}
+        self.pending: List[bytes] = []
+        self.capture = StreamCapture(self.max_stream_bytes)
+
+    async def piece(self, data: bytes) -> None:
+        """One piece of the body: forwarded and captured when streaming, else kept."""
+        if not self.streaming:
+            if data:
+                self.pending.append(data)
+            return
+        self.capture.add(data)
+        if data:  # an empty chunk would end a chunked body
+            await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def start_stream(self, stamp: bool) -> None:
+        """Sends the start (the key's expiry with it when ``stamp``) and the pieces so far."""
+        raw = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in self.start.get("headers", ())]
+        headers = stream_headers(raw, self.expires_epoch if stamp else None)
+        await self.send({**self.start, "headers": _encode(headers)})
+        self.streaming = True
+        pending, self.pending = self.pending, []
+        for data in pending:
+            await self.piece(data)
+
+
+class _StreamCut(Exception):
+    """A stream the application stopped before its last body message: rolled back."""
+
+
+def _encode(headers: Headers) -> List[Tuple[bytes, bytes]]:
+    return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+
+
 class IdempotencyMiddleware:
     """Wraps an ASGI application in the transactional protocol.
 
@@ -86,6 +138,15 @@ class IdempotencyMiddleware:
     ``duplicates``: "wait" (the default) or "reject" (409 with Retry-After at
     once for a duplicate of a running request), or a function of the scope
     returning either (None: the client's option), to choose per route.
+
+    A streamed answer (a ``http.response.body`` message with ``more_body``) is
+    forwarded message by message as the application sends it, inside the
+    transaction, and the key is completed when it ends: with its chunks
+    (replayed as the same chunks) when it is at most ``max_stream_bytes`` long,
+    else with a marker only, and a retry gets 409 response-not-kept. The last,
+    empty body message goes out after the commit, so a failed commit leaves the
+    client with an unfinished response. Once a piece was sent the attempt is not
+    run again.
     """
 
     def __init__(
@@ -96,6 +157,7 @@ class IdempotencyMiddleware:
         principal: Principal,
         applies: Callable[[Scope], bool] = lambda scope: True,
         duplicates: Union[str, Callable[[Scope], Optional[str]], None] = None,
+        max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
     ) -> None:
         self.app = app
         self.duplicates = duplicates
@@ -103,6 +165,7 @@ class IdempotencyMiddleware:
         self.connection = connection
         self.principal = principal
         self.applies = applies
+        self.max_stream_bytes = check_max_stream_bytes(max_stream_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.applies(scope):
@@ -123,22 +186,50 @@ class IdempotencyMiddleware:
             body=body or None,
             duplicates=self.duplicates(scope) if callable(self.duplicates) else self.duplicates,
         )
-        async with self.connection() as conn:
+        answer = _Answer(send, self.max_stream_bytes)
+        try:
+            async with self.connection() as conn:
+                response = await self._handle(conn, request, scope, body, answer, receive)
+        except _StreamCut:
+            return  # rolled back, nothing stored: the client went away mid-stream
+        last = {"type": "http.response.body", "body": b"", "more_body": False}
+        if answer.streaming:
+            await send(last)  # streamed and committed: the response ends now
+            return
+        start = {"type": "http.response.start", "status": response.status, "headers": _encode(response.headers)}
+        await send(start)
+        if response.chunks is None:
+            await send({"type": "http.response.body", "body": response.body})
+            return
+        for piece in response.pieces():  # a stored stream: the same chunks again
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send(last)
 
-            async def handler(connection: psycopg.AsyncConnection[Any]) -> Response:
-                return await self._run_app(scope, body, RequestContext(connection, request))
+    async def _handle(
+        self, conn: Any, request: Request, scope: Scope, body: bytes, answer: _Answer, receive: Receive
+    ) -> Response:
+        """AsyncClient.handle's loop, with the key's expiry at hand for a stream's start,
+        and no second run once a piece of a stream was sent."""
+        attempt_number = 1
+        while True:
+            try:
+                async with self.client.transaction(conn, request) as attempt:
+                    if attempt.started:
+                        answer.reset()
+                        answer.expires_epoch = attempt.expires_epoch
+                        context = RequestContext(conn, request)
+                        attempt.respond(await self._run_app(scope, body, context, answer, receive))
+                assert attempt.response is not None
+                return attempt.response
+            except (errors.SerializationFailure, errors.DeadlockDetected):
+                if answer.streaming or attempt_number >= self.client.options.max_attempts:
+                    raise
+            attempt_number += 1
+            self.client._count("retries")
 
-            response = await self.client.handle(conn, request, handler)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in response.headers],
-            }
-        )
-        await send({"type": "http.response.body", "body": response.body})
-
-    async def _run_app(self, scope: Scope, body: bytes, request_context: RequestContext) -> Response:
+    async def _run_app(
+        self, scope: Scope, body: bytes, request_context: RequestContext, answer: _Answer, receive: Receive
+    ) -> Response:
         inner: Dict[str, Any] = dict(scope)
         inner[SCOPE_KEY] = request_context
         delivered = False
@@ -148,25 +239,36 @@ class IdempotencyMiddleware:
             if not delivered:
                 delivered = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return {"type": "http.disconnect"}
-
-        start: Dict[str, Any] = {}
-        chunks: List[bytes] = []
+            # Then the server's own receive: it tells when the client goes away (a
+            # streaming response, Starlette's, listens for that while it streams).
+            return await receive()
 
         async def capture(message: Message) -> None:
             if message["type"] == "http.response.start":
-                start.update(message)
+                answer.start.update(message)
             elif message["type"] == "http.response.body":
-                chunks.append(bytes(message.get("body", b"")))
+                await answer.piece(bytes(message.get("body", b"")))
+                answer.finished = not message.get("more_body", False)
+                if message.get("more_body", False) and not answer.streaming and "status" in answer.start:
+                    status = int(answer.start["status"])
+                    final = status < 400 and await self.client.is_final(request_context.connection, status)
+                    await answer.start_stream(final)
 
         await self.app(inner, replay, capture)
-        if "status" not in start:
+        if "status" not in answer.start:
             raise RuntimeError("the ASGI application sent no http.response.start")
-        headers: Headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in start.get("headers", ())]
+        status = int(answer.start["status"])
+        headers: Headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in answer.start.get("headers", ())]
+        if answer.streaming and not answer.finished:
+            # Cut short (the client went away and the application stopped): never kept.
+            raise _StreamCut("the stream ended without its last body message")
+        if answer.streaming:
+            return answer.capture.response(status, headers, request_context.resource_id,
+                                           request_context.one_time_secret)
         return Response(
-            status=int(start["status"]),
+            status=status,
             headers=headers,
-            body=b"".join(chunks),
+            body=b"".join(answer.pending),
             resource_id=request_context.resource_id,
             one_time_secret=request_context.one_time_secret,
         )

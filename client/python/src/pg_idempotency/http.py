@@ -41,6 +41,18 @@ DEFAULT_RETRY_AFTER_SECONDS = 1
 """Retry-After of a 409 when the key's holder has no lease end to tell."""
 DEFAULT_KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Content-Location", "Last-Modified")
 """Response headers stored with the key and replayed, unless configured otherwise."""
+STREAM_CHUNKS_ENTRY = ":chunks"
+"""The reserved entry of the stored headers that keeps a streamed response's chunk lengths
+("5,5,3": decimal, comma-separated, in the order written). No HTTP header can have this
+name: it is never sent."""
+NOT_KEPT_ENTRY = ":not_kept"
+"""The reserved entry of the stored headers of a streamed response that was larger than the
+middleware keeps (value "stream-too-large"): no body is stored, a retry gets 409
+response-not-kept."""
+NOT_KEPT_VALUE = "stream-too-large"
+"""The value of NOT_KEPT_ENTRY."""
+DEFAULT_MAX_STREAM_BYTES = 1048576
+"""The largest streamed response a middleware keeps for replay, unless configured otherwise."""
 
 
 def http_date(epoch_seconds: int) -> str:
@@ -69,6 +81,23 @@ class Response:
     """Id of what the request created, stored with the key (support, mismatch reports)."""
     one_time_secret: bool = False
     """The response carries a secret (a new API key, say): sent once, never stored."""
+    chunks: Optional[List[int]] = None
+    """A streamed response: the byte lengths of its chunks, in the order written (their
+    concatenation is ``body``); stored as the STREAM_CHUNKS_ENTRY and replayed chunk by
+    chunk. None: not streamed."""
+    stream_too_large: bool = False
+    """A streamed response larger than the middleware keeps: stored without its body,
+    marked NOT_KEPT_ENTRY; a retry gets 409 response-not-kept."""
+
+    def pieces(self) -> List[bytes]:
+        """The body cut at ``chunks`` (one piece per chunk), or [body] when not streamed."""
+        if self.chunks is None:
+            return [self.body]
+        out, start = [], 0
+        for length in self.chunks:
+            out.append(self.body[start:start + length])
+            start += length
+        return out
 
     def header(self, name: str) -> Optional[str]:
         """The value of the first header with this name, or None."""
@@ -101,6 +130,11 @@ class Problem(enum.Enum):
         "The response to this request was sent once and not kept",
     )
     ALREADY_PROCESSED = ("request-already-processed", 409, "This request was already processed")
+    RESPONSE_NOT_KEPT = (
+        "response-not-kept",
+        409,
+        "The response to this request was too large to keep",
+    )
 
     @property
     def slug(self) -> str:
@@ -137,6 +171,8 @@ DETAILS = {
     "in_progress": "A request with this Idempotency-Key is still being processed; retry later.",
     "already_processed": "A request with this Idempotency-Key was already processed; its result is not kept.",
     "key_refused": "The Idempotency-Key was refused by the server.",
+    "response_not_kept": "The first response to this request was streamed and was larger than this"
+    " service keeps; it was sent once and not stored. Use a new key for a new request.",
 }
 """The problem details the clients (C++, Python, Node) write, word for word."""
 
@@ -166,4 +202,14 @@ def problem_for_outcome(
     if outcome == "secret_replay":
         response.replayed = True
         response.set_header(REPLAY_HEADER, "true")
+    return response
+
+
+def not_kept_response(type_base: str = PROBLEM_TYPE_BASE) -> Response:
+    """The answer to a retry whose first response was a stream too large to keep (stored
+    with the NOT_KEPT_ENTRY): 409 response-not-kept with Idempotent-Replay, as a one-time
+    secret's retry is answered (the request was processed once; its answer is gone)."""
+    response = problem_response(Problem.RESPONSE_NOT_KEPT, DETAILS["response_not_kept"], type_base)
+    response.replayed = True
+    response.set_header(REPLAY_HEADER, "true")
     return response

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import functools
 from types import TracebackType
-from typing import Any, Callable, Optional, Sequence, Type
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, Sequence, Type
 
 import psycopg
 from psycopg import errors
 
+from . import _batch
+from ._batch import BatchFlag, BatchOutcome
 from ._common import Request
 from ._transactional_core import AttemptBase, ClientBase, Counters, Options, fingerprint_gen
 from .http import Response
@@ -104,6 +107,74 @@ class Client(ClientBase):
                     raise
             attempt_number += 1
             self._count("retries")
+
+    def begin_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        principal: str,
+        keys: Sequence[str],
+        action: str,
+        fingerprints: Sequence[bytes],
+        ttl: Optional[timedelta] = None,
+        wait: Optional[timedelta] = None,
+    ) -> List[BatchOutcome]:
+        """``idempotency.begin_batch`` in the caller's transaction: one ``BatchOutcome``
+        per key in input order (``fingerprints[i]`` is the request of ``keys[i]``).
+        ``ttl`` and ``wait`` default to the client's options. Complete every
+        started key (``complete_batch``) before the transaction commits."""
+        params = _batch.begin_params(principal, keys, action, fingerprints,
+                                     ttl if ttl is not None else self.options.ttl,
+                                     wait if wait is not None else self.options.wait)
+        return _batch.outcomes(conn.execute(_batch.BEGIN_BATCH, params).fetchall())
+
+    def complete_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        principal: str,
+        keys: Sequence[str],
+        statuses: Sequence[int],
+        bodies: Optional[Sequence[Optional[bytes]]] = None,
+        headers: Optional[Sequence[Any]] = None,
+        resource_ids: Optional[Sequence[Optional[str]]] = None,
+    ) -> List[BatchFlag]:
+        """``idempotency.complete_batch``: stores the i-th status, body, headers (a dict
+        or [name, value] pairs) and resource id for ``keys[i]``, each begun in this
+        transaction. A key that cannot be completed fails the call before anything is stored."""
+        params = _batch.complete_params(principal, keys, statuses, bodies, headers, resource_ids)
+        return _batch.flags(conn.execute(_batch.COMPLETE_BATCH, params).fetchall())
+
+    def claim_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        principal: str,
+        keys: Sequence[str],
+        ttl: Optional[timedelta] = None,
+    ) -> List[BatchFlag]:
+        """``idempotency.claim_batch``: ``value`` is True for the keys this call claimed
+        (for ``ttl``, default the client's); the claims commit with the caller's transaction."""
+        params = _batch.claim_params(principal, keys, ttl if ttl is not None else self.options.ttl)
+        return _batch.flags(conn.execute(_batch.CLAIM_BATCH, params).fetchall())
+
+    def push_unique(
+        self,
+        conn: psycopg.Connection[Any],
+        principal: str,
+        key: str,
+        ttl: Optional[timedelta],
+        enqueue: Callable[[psycopg.Connection[Any]], None],
+    ) -> bool:
+        """Enqueues a job at most once per key, in the caller's transaction:
+        ``idempotency.claim(principal, key, ttl)``; when it is true, runs
+        ``enqueue(conn)`` (the caller's insert of the job row) and returns True;
+        otherwise returns False without running it. The claim and the job row
+        commit together; an exception from ``enqueue`` propagates (roll back then).
+        ProgrammingError on an autocommit connection outside a transaction block."""
+        _batch.require_transaction(conn)
+        row = conn.execute(_batch.CLAIM, (principal, key, ttl)).fetchone()
+        if row is None or not row[0]:
+            return False
+        enqueue(conn)
+        return True
 
     def idempotent(self, handler: Handler) -> Callable[[psycopg.Connection[Any], Request], Response]:
         """Decorator: ``handler(conn)`` becomes ``f(conn, request)`` run through handle()."""

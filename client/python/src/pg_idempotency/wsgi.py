@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 import psycopg
+from psycopg import errors
 
 from ._common import Request
-from .http import Headers, Response
+from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
+from .http import DEFAULT_MAX_STREAM_BYTES, Response
 from .transactional import Client
 
 ENVIRON_KEY = "pg_idempotency"
@@ -59,6 +61,54 @@ def _path(environ: dict) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+class _Answer:
+    """One request's answer as the application gives it: gathered until it proves to be
+    a stream (a second non-empty piece from an iterable that is not a list or a tuple),
+    then sent piece by piece through the server's write() while it is captured."""
+
+    def __init__(self, start_response: StartResponse, max_stream_bytes: int) -> None:
+        self.server_start_response = start_response
+        self.max_stream_bytes = max_stream_bytes
+        self.expires_epoch: Optional[int] = None
+        """The key's expiry as begin() told it, for the start of a stream."""
+        self.write: Optional[Callable[[bytes], Any]] = None
+        """The server's write(), once the answer streams."""
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets a previous attempt's answer (never one that began to stream)."""
+        self.status: Optional[str] = None
+        self.headers: List[Tuple[str, str]] = []
+        self.pending: List[bytes] = []
+        self.capture = StreamCapture(self.max_stream_bytes)
+
+    def start_response(self, status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Callable:
+        if exc_info is not None and self.status is not None:
+            raise exc_info[1].with_traceback(exc_info[2])
+        self.status, self.headers = status, list(headers)
+        return self.piece
+
+    def piece(self, data: bytes) -> None:
+        """One piece of the body: sent and captured when streaming, else kept for later."""
+        if self.write is None:
+            if data:
+                self.pending.append(bytes(data))
+            return
+        self.capture.add(data)
+        if data:
+            self.write(data)
+
+    def start_stream(self, stamp: bool) -> None:
+        """Sends the status, the headers (the key's expiry with them when ``stamp``) and
+        the pieces so far; every later piece goes out as it comes."""
+        assert self.status is not None
+        headers = stream_headers(self.headers, self.expires_epoch if stamp else None)
+        self.write = self.server_start_response(self.status, headers)
+        pending, self.pending = self.pending, []
+        for data in pending:
+            self.piece(data)
+
+
 class IdempotencyMiddleware:
     """Wraps a WSGI application in the transactional protocol.
 
@@ -71,6 +121,15 @@ class IdempotencyMiddleware:
     duplicate of a running request waits for it, then replays) or "reject" (409
     with Retry-After at once), or a function of the environ returning either (or
     None: the client's option), to choose per route.
+
+    A streamed answer (an iterable that is not a list or a tuple and yields more
+    than one non-empty piece) is sent piece by piece as the application yields it,
+    inside the transaction, and the key is completed once it ends: with its pieces
+    (replayed as the same chunks) when it is at most ``max_stream_bytes`` long,
+    else with a marker only, and a retry gets 409 response-not-kept. The
+    transaction commits before the server ends the response, so a failed commit
+    leaves the client with an unfinished response, never a finished one that did
+    not happen. Once a piece was sent the attempt is not run again.
     """
 
     def __init__(
@@ -81,6 +140,7 @@ class IdempotencyMiddleware:
         principal: Callable[[dict], Optional[str]],
         applies: Callable[[dict], bool] = lambda environ: True,
         duplicates: Union[str, Callable[[dict], Optional[str]], None] = None,
+        max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
     ) -> None:
         self.app = app
         self.duplicates = duplicates
@@ -88,6 +148,7 @@ class IdempotencyMiddleware:
         self.connection = connection
         self.principal = principal
         self.applies = applies
+        self.max_stream_bytes = check_max_stream_bytes(max_stream_bytes)
 
     def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
         principal = self.principal(environ) if self.applies(environ) else None
@@ -107,44 +168,63 @@ class IdempotencyMiddleware:
             body=body if length > 0 else None,
             duplicates=self.duplicates(environ) if callable(self.duplicates) else self.duplicates,
         )
+        answer = _Answer(start_response, self.max_stream_bytes)
         with self.connection() as conn:
-
-            def handler(connection: psycopg.Connection[Any]) -> Response:
-                return self._run_app(environ, body, RequestContext(connection, request))
-
-            response = self.client.handle(conn, request, handler)
+            response = self._handle(conn, request, environ, body, answer)
+        if answer.write is not None:
+            return []  # streamed and committed: the server ends the response now
         start_response(status_line(response.status), list(response.headers))
+        if response.chunks is not None:
+            return iter(response.pieces())  # not a list: no Content-Length, one chunk each
         return [response.body]
 
-    def _run_app(self, environ: dict, body: bytes, context: RequestContext) -> Response:
+    def _handle(self, conn: Any, request: Request, environ: dict, body: bytes, answer: _Answer) -> Response:
+        """Client.handle's loop, with the key's expiry at hand for a stream's headers, and
+        no second run once a piece of a stream was sent."""
+        attempt_number = 1
+        while True:
+            try:
+                with self.client.transaction(conn, request) as attempt:
+                    if attempt.started:
+                        answer.reset()
+                        answer.expires_epoch = attempt.expires_epoch
+                        context = RequestContext(conn, request)
+                        attempt.respond(self._run_app(environ, body, context, answer))
+                assert attempt.response is not None
+                return attempt.response
+            except (errors.SerializationFailure, errors.DeadlockDetected):
+                if answer.write is not None or attempt_number >= self.client.options.max_attempts:
+                    raise
+            attempt_number += 1
+            self.client._count("retries")
+
+    def _run_app(self, environ: dict, body: bytes, context: RequestContext, answer: _Answer) -> Response:
         inner = dict(environ)
         inner["wsgi.input"] = io.BytesIO(body)  # fresh for every attempt
         inner[ENVIRON_KEY] = context
-        captured: dict = {}
-
-        def capture(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
-            if exc_info is not None and captured:
-                raise exc_info[1].with_traceback(exc_info[2])
-            captured["status"] = status
-            captured["headers"] = headers
-            return chunks.append
-
-        chunks: List[bytes] = []
-        result = self.app(inner, capture)
+        result = self.app(inner, answer.start_response)
         try:
-            for chunk in result:
-                chunks.append(chunk)
+            streamable = not isinstance(result, (list, tuple))
+            for data in result:
+                answer.piece(data)
+                if streamable and answer.write is None and len(answer.pending) > 1:
+                    if answer.status is None:
+                        break
+                    status = int(answer.status.split(" ", 1)[0])
+                    answer.start_stream(status < 400 and self.client.is_final(context.connection, status))
         finally:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
-        if "status" not in captured:
+        if answer.status is None:
             raise RuntimeError("the WSGI application did not call start_response")
-        headers: Headers = [(name, value) for name, value in captured["headers"]]
+        status = int(answer.status.split(" ", 1)[0])
+        if answer.write is not None:
+            return answer.capture.response(status, answer.headers, context.resource_id, context.one_time_secret)
         return Response(
-            status=int(captured["status"].split(" ", 1)[0]),
-            headers=headers,
-            body=b"".join(chunks),
+            status=status,
+            headers=list(answer.headers),
+            body=b"".join(answer.pending),
             resource_id=context.resource_id,
             one_time_secret=context.one_time_secret,
         )

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Where a keyed Node (Express) request's time goes: examples/node-orders under
+# `node --cpu-prof`, wrk on the keyed route (POST /orders) and then, in a second
+# run of the service, on the plain route (POST /plain/orders); prints the CPU
+# time per request of each and the functions whose self time per request grows
+# most on the keyed route.
+#
+#   bench/http/profile_node.sh        SECONDS_PER_RUN=10 by default
+#
+# Needs what bench/http/languages.sh needs for Node.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+duration=${SECONDS_PER_RUN:-10}
+[[ -f client/node/dist/index.js ]] || (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+work=$(mktemp -d /tmp/idem-nodeprof.XXXXXX)
+service=""
+trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
+PGCLUSTER_CONF="fsync = on" scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55490}" >/dev/null
+# shellcheck disable=SC1091
+source "$work/pg/env"
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE shop"
+psql -X -q -v ON_ERROR_STOP=1 -d shop -c "CREATE EXTENSION idempotency" -c "ALTER DATABASE shop SET synchronous_commit = on"
+http_port=$((PGPORT + 1))
+for route in keyed plain; do
+  path=/orders
+  [[ $route == plain ]] && path=/plain/orders
+  mkdir -p "$work/$route"
+  node --cpu-prof --cpu-prof-dir="$work/$route" examples/node-orders/app.js --port "$http_port" --threads 8 \
+    --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" 2>>"$work/service.log" &
+  service=$!
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
+  WRK_PATH=$path WRK_RUN=prof-$route-$RANDOM wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua \
+    "http://127.0.0.1:$http_port" | awk '/requests in/ { print $1 }' >"$work/$route.requests"
+  kill -INT "$service"
+  wait "$service" || true
+  service=""
+done
+/usr/bin/python3 - "$work" <<'PY'
+import glob, json, os, sys
+work = sys.argv[1]
+
+def self_times(route):
+    (path,) = glob.glob(os.path.join(work, route, "*.cpuprofile"))
+    profile = json.load(open(path))
+    nodes = {n["id"]: n for n in profile["nodes"]}
+    deltas = profile["timeDeltas"]
+    spent = {}
+    for sample, delta in zip(profile["samples"], deltas):
+        frame = nodes[sample]["callFrame"]
+        name = f'{frame["functionName"] or "(anonymous)"} {os.path.basename(frame["url"])}:{frame["lineNumber"] + 1}'
+        spent[name] = spent.get(name, 0) + delta
+    requests = int(open(os.path.join(work, route + ".requests")).read())
+    return {k: v / requests for k, v in spent.items()}, requests
+
+keyed, nk = self_times("keyed")
+plain, np_ = self_times("plain")
+idle = lambda d: d.get("(idle) :0", 0) + d.get("(program) :0", 0) * 0
+busy = lambda d: sum(v for k, v in d.items() if not k.startswith("(idle)"))
+print(f"keyed: {nk} requests, {busy(keyed):.0f} us of JS/VM time per request (profiler samples, not idle)")
+print(f"plain: {np_} requests, {busy(plain):.0f} us of JS/VM time per request")
+diff = sorted(((keyed.get(k, 0) - plain.get(k, 0), k) for k in set(keyed) | set(plain) if not k.startswith("(idle)")),
+              reverse=True)
+print("\nself time per request, keyed minus plain (us), the largest 25:")
+for us, name in diff[:25]:
+    print(f"{us:8.1f}  {name}")
+PY

@@ -1,0 +1,126 @@
+"""Many keys in one call: the statements of the extension's batch functions and
+what their rows become, shared by ``Client`` and ``AsyncClient`` (each runs them
+on its own kind of connection, so the two cannot drift apart).
+
+A batch is one round trip: ``begin_batch`` answers one ``BatchOutcome`` per key,
+in input order, each the outcome ``idempotency.begin`` gives that key alone;
+``complete_batch`` stores the responses of the started keys;
+``claim_batch`` claims each key at most once. ``push_unique`` enqueues a job at
+most once: ``idempotency.claim`` and the caller's insert of the job row, in the
+caller's transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, List, Optional, Sequence, Tuple
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
+__all__ = ["BatchFlag", "BatchOutcome"]
+
+BEGIN_BATCH = (
+    "SELECT ord, key, outcome, response_status, response_headers, response_body, resource_id,"
+    " created_at, expires_at, fence, lease_until"
+    " FROM idempotency.begin_batch(%s, %s::text[], %s, %s::bytea[], %s::interval, %s::interval)"
+)
+COMPLETE_BATCH = (
+    "SELECT ord, key, completed FROM idempotency.complete_batch("
+    "%s, %s::text[], %s::integer[], %s::bytea[], %s::jsonb[], %s::text[])"
+)
+CLAIM_BATCH = "SELECT ord, key, claimed FROM idempotency.claim_batch(%s, %s::text[], %s::interval)"
+CLAIM = "SELECT idempotency.claim(%s, %s, %s::interval)"
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """One row of ``idempotency.begin_batch``: a key's outcome, as ``begin`` gives it."""
+
+    ord: int
+    """1-based position of the key in the call's keys."""
+    key: str
+    outcome: str
+    """started, replay, mismatch, in_progress, secret_replay (or an outcome a newer server adds)."""
+    response_status: Optional[int]
+    response_headers: Any
+    """The stored headers (replay): a dict, or a list of [name, value] pairs."""
+    response_body: Optional[bytes]
+    resource_id: Optional[str]
+    created_at: Optional[datetime]
+    expires_at: Optional[datetime]
+    fence: Optional[int]
+    lease_until: Optional[datetime]
+
+    @property
+    def started(self) -> bool:
+        """The key is held by this transaction: do the work, then complete it."""
+        return self.outcome == "started"
+
+
+@dataclass(frozen=True)
+class BatchFlag:
+    """One row of ``complete_batch`` (``value``: completed) or ``claim_batch`` (claimed by this call)."""
+
+    ord: int
+    key: str
+    value: bool
+
+
+def begin_params(
+    principal: str,
+    keys: Sequence[str],
+    action: str,
+    fingerprints: Sequence[bytes],
+    ttl: Optional[timedelta],
+    wait: Optional[timedelta],
+) -> Tuple[Any, ...]:
+    if len(fingerprints) != len(keys):
+        raise ValueError("begin_batch: one fingerprint per key")
+    return (principal, list(keys), action, [bytes(f) for f in fingerprints], ttl, wait)
+
+
+def complete_params(
+    principal: str,
+    keys: Sequence[str],
+    statuses: Sequence[int],
+    bodies: Optional[Sequence[Optional[bytes]]],
+    headers: Optional[Sequence[Any]],
+    resource_ids: Optional[Sequence[Optional[str]]],
+) -> Tuple[Any, ...]:
+    for name, values in (("statuses", statuses), ("bodies", bodies), ("headers", headers),
+                         ("resource_ids", resource_ids)):
+        if values is not None and len(values) != len(keys):
+            raise ValueError(f"complete_batch: {name} must have one element per key")
+    return (
+        principal,
+        list(keys),
+        list(statuses),
+        None if bodies is None else [None if b is None else bytes(b) for b in bodies],
+        None if headers is None else [None if h is None else Jsonb(h) for h in headers],
+        None if resource_ids is None else list(resource_ids),
+    )
+
+
+def claim_params(principal: str, keys: Sequence[str], ttl: Optional[timedelta]) -> Tuple[Any, ...]:
+    return (principal, list(keys), ttl)
+
+
+def outcomes(rows: Sequence[Tuple[Any, ...]]) -> List[BatchOutcome]:
+    return [BatchOutcome(*row) for row in rows]
+
+
+def flags(rows: Sequence[Tuple[Any, ...]]) -> List[BatchFlag]:
+    return [BatchFlag(*row) for row in rows]
+
+
+def require_transaction(conn: Any) -> None:
+    """push_unique's claim and the job row must commit together: refuse an
+    autocommit connection outside a transaction block, where each would commit alone."""
+    if conn.autocommit and conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        raise psycopg.ProgrammingError(
+            "push_unique needs the caller's transaction: call it inside conn.transaction() "
+            "or on a connection that is not in autocommit mode"
+        )
