@@ -6,7 +6,9 @@
  * - LeaseRunner: the lease protocol for effects outside the database;
  * - Response, Problem, problemResponse: the HTTP mapping (RFC 9457 bodies
  *   byte-identical to the C++ and Python clients');
- * - idempotency(): an Express-style middleware.
+ * - idempotency(): an Express-style middleware;
+ * - beginBatch, completeBatch, claimBatch, pushUnique: many keys in one call,
+ *   a job enqueued at most once.
  */
 
 export {
@@ -47,6 +49,16 @@ export {
   type Request,
 } from "./common";
 export { Client, fingerprint, type Counters, type Handler, type Options } from "./transactional";
+export {
+  beginBatch,
+  claimBatch,
+  completeBatch,
+  pushUnique,
+  type BatchClaim,
+  type BatchCompletion,
+  type BatchOutcome,
+  type KeyOutcome,
+} from "./batch";
 export { LeaseRunner, type Body, type LeaseOptions, type LeaseOutcome, type LeaseResult, type Policy } from "./lease";
 export {
   idempotency,

@@ -18,7 +18,8 @@ test("the package's entry point and types are where package.json says", () => {
   const pkg = require("../package.json");
   assert.ok(require("node:fs").existsSync(path.join(__dirname, "..", pkg.types)));
   const main = require(path.join(__dirname, "..", pkg.main));
-  for (const name of ["Client", "LeaseRunner", "Response", "Problem", "idempotency", "fingerprint", "problemResponse"]) {
+  for (const name of ["Client", "LeaseRunner", "Response", "Problem", "idempotency", "fingerprint", "problemResponse",
+    "beginBatch", "completeBatch", "claimBatch", "pushUnique"]) {
     assert.ok(name in main, name);
   }
   assert.deepEqual(Object.keys(pkg.dependencies), ["pg"]);

@@ -8,6 +8,8 @@
 //!   caller's `tokio_postgres::Transaction`, or `handle`, which owns the transaction on
 //!   a [`Connection`] and maps every outcome to HTTP.
 //! - [`push_unique`] / [`push_unique_in`]: a job row and its key row in one transaction.
+//! - Batches (extension 0.8.0): [`Client::begin_batch`], [`Client::complete_batch`],
+//!   [`claim_batch`]: many keys in one round trip, one answer per key.
 //! - [`http`]: the problem table and HTTP mapping every client shares
 //!   (`client/protocol.json`), and the optional hyper 0.14 glue (feature `hyper`).
 //!
@@ -28,5 +30,7 @@ pub use http::{DuplicateMode, Outcome, Problem, Response};
 pub use lease::{
     LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
 };
-pub use queue::{push_unique, push_unique_in};
-pub use transactional::{fingerprint, Begun, Client, Connection, HandlerFuture, Options};
+pub use queue::{claim_batch, push_unique, push_unique_in, BatchClaim};
+pub use transactional::{
+    fingerprint, BatchCompletion, BatchOutcome, Begun, Client, Connection, HandlerFuture, Options,
+};

@@ -404,4 +404,6 @@ pub async fn fingerprint(
     Ok(row.get(0))
 }
 
+mod batch;
 mod handle;
+pub use batch::{BatchCompletion, BatchOutcome};

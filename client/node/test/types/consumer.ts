@@ -6,7 +6,13 @@ import {
   Client,
   LeaseRunner,
   Response,
+  beginBatch,
+  claimBatch,
+  completeBatch,
   idempotency,
+  pushUnique,
+  type BatchOutcome,
+  type KeyOutcome,
   type LeaseResult,
   type Request,
 } from "../../dist/index";
@@ -40,5 +46,17 @@ async function lease(request: Request): Promise<bigint> {
   return result.fence;
 }
 
+async function batch(db: pg.PoolClient, requests: Request[]): Promise<bigint | null> {
+  const outcomes: BatchOutcome[] = await beginBatch(db, requests, client);
+  const started = requests.filter((_, i) => outcomes[i].outcome === "started");
+  const done = await completeBatch(db, started, started.map(() => new Response(201)), client);
+  const first: KeyOutcome = outcomes[0].outcome;
+  const claims = await claimBatch(db, "tenant", ["a", "b"], 60_000);
+  const pushed: boolean = await pushUnique(db, "tenant", "job-1", null, (conn) => conn.query("SELECT 1"));
+  void [done[0].completed, first, claims[0].claimed, pushed, outcomes[0].response?.status];
+  return outcomes[0].fence;
+}
+
 void direct;
 void lease;
+void batch;
