@@ -42,6 +42,12 @@ pub struct Response {
     pub resource_id: Option<String>,
     /// The response carries a secret (a new API key): sent once, never stored.
     pub one_time_secret: bool,
+    /// A streamed response: the byte lengths of its chunks, in order (`body` is their
+    /// concatenation); stored as the `:chunks` entry, replayed one chunk per length.
+    pub chunks: Option<Vec<usize>>,
+    /// A streamed response larger than `max_stream_bytes`: stored without its body, with
+    /// the `:not_kept` entry alone; a retry gets 409 response-not-kept.
+    pub stream_too_large: bool,
 }
 
 impl Response {
@@ -87,11 +93,13 @@ pub enum Problem {
     OneTimeSecret,
     /// 409: lease policies once / commit_on_success: done before, result not kept.
     AlreadyProcessed,
+    /// 409: the first response was a stream larger than `max_stream_bytes`, not kept.
+    ResponseNotKept,
 }
 
 impl Problem {
     /// Every problem type, in protocol.json's order.
-    pub const ALL: [Problem; 7] = [
+    pub const ALL: [Problem; 8] = [
         Problem::KeyMissing,
         Problem::KeyMalformed,
         Problem::BodyInvalid,
@@ -99,6 +107,7 @@ impl Problem {
         Problem::RequestInProgress,
         Problem::OneTimeSecret,
         Problem::AlreadyProcessed,
+        Problem::ResponseNotKept,
     ];
 
     /// The name of this problem in protocol.json (`key_reuse`).
@@ -161,6 +170,12 @@ impl Problem {
                 "request-already-processed",
                 409,
                 "This request was already processed",
+            ),
+            Problem::ResponseNotKept => (
+                "response_not_kept",
+                "response-not-kept",
+                409,
+                "The response to this request was too large to keep",
             ),
         }
     }
@@ -300,15 +315,23 @@ pub fn outcome_problem(outcome: Outcome, type_base: &str, retry_after: u32) -> O
 
 /// The kept headers of a response as a JSON array of `[name, value]` pairs, in
 /// their order, repeated names (Set-Cookie, Link) included. `Idempotency-Expires` is
-/// never kept, whatever `kept` says: every answer gets the key row's own value.
+/// never kept, whatever `kept` says: every answer gets the key row's own value. A
+/// stream's reserved entry comes last; a stream too large to keep has that entry alone.
 pub fn kept_headers_json<S: AsRef<str>>(response: &Response, kept: &[S]) -> String {
-    let pairs: Vec<Value> = response
+    use crate::stream::{chunk_lengths, NOT_KEPT_ENTRY, NOT_KEPT_VALUE, STREAM_CHUNKS_ENTRY};
+    if response.stream_too_large {
+        return json!([[NOT_KEPT_ENTRY, NOT_KEPT_VALUE]]).to_string();
+    }
+    let mut pairs: Vec<Value> = response
         .headers
         .iter()
         .filter(|(name, _)| !name.eq_ignore_ascii_case(EXPIRES_HEADER))
         .filter(|(name, _)| kept.iter().any(|k| k.as_ref().eq_ignore_ascii_case(name)))
         .map(|(name, value)| json!([name, value]))
         .collect();
+    if let Some(chunks) = &response.chunks {
+        pairs.push(json!([STREAM_CHUNKS_ENTRY, chunk_lengths(chunks)]));
+    }
     Value::Array(pairs).to_string()
 }
 

@@ -21,6 +21,7 @@ pub mod http;
 pub mod hyper_glue;
 mod lease;
 mod queue;
+pub mod stream;
 mod transactional;
 
 pub use common::{BoxError, Error, Request};
@@ -29,4 +30,5 @@ pub use lease::{
     LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
 };
 pub use queue::{push_unique, push_unique_in};
+pub use stream::{StreamEvent, StreamWriter};
 pub use transactional::{fingerprint, Begun, Client, Connection, HandlerFuture, Options};
