@@ -221,3 +221,48 @@ pub fn restore_stream(mut stored: Response, type_base: &str) -> Response {
     stored.chunks = parse_chunk_lengths(&lengths, stored.body.len());
     stored
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{kept_headers_json, stored_response, DEFAULT_KEPT_HEADERS};
+
+    #[test]
+    fn stored_lengths_are_read_back_or_refused() {
+        assert_eq!(parse_chunk_lengths("2,3", 5), Some(vec![2, 3]));
+        assert_eq!(parse_chunk_lengths("", 0), Some(vec![]));
+        assert_eq!(parse_chunk_lengths("2,2", 5), None);
+        assert_eq!(parse_chunk_lengths("2,x", 5), None);
+        assert_eq!(parse_chunk_lengths("+2,3", 5), None);
+        assert_eq!(parse_chunk_lengths(",5", 5), None);
+    }
+
+    #[test]
+    fn reserved_entries_are_stored_last_or_alone() {
+        let mut response = Response::new(200, vec![("Content-Type".into(), "a/b".into())], "");
+        response.chunks = Some(vec![2, 3]);
+        assert_eq!(
+            kept_headers_json(&response, &DEFAULT_KEPT_HEADERS),
+            r#"[["Content-Type","a/b"],[":chunks","2,3"]]"#
+        );
+        response.stream_too_large = true;
+        assert_eq!(
+            kept_headers_json(&response, &DEFAULT_KEPT_HEADERS),
+            r#"[[":not_kept","stream-too-large"]]"#
+        );
+    }
+
+    #[test]
+    fn a_stored_stream_is_replayed_in_its_chunks_and_a_not_kept_one_is_409() {
+        let headers = r#"[["Content-Type","text/plain"],[":chunks","2,3"]]"#;
+        let stored = stored_response(200, Some(headers), Some(b"aabbb".to_vec()), None);
+        let replay = restore_stream(stored, "/p/");
+        assert_eq!(replay.header(STREAM_CHUNKS_ENTRY), None);
+        assert_eq!(pieces(&replay), vec![b"aa".to_vec(), b"bbb".to_vec()]);
+        let headers = r#"[[":not_kept","stream-too-large"]]"#;
+        let gone = restore_stream(stored_response(200, Some(headers), None, None), "/p/");
+        assert_eq!(gone.status, 409);
+        assert_eq!(gone.header(REPLAY_HEADER), Some("true"));
+        assert!(String::from_utf8(gone.body).unwrap().contains("/p/response-not-kept"));
+    }
+}
