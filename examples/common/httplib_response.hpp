@@ -42,18 +42,18 @@ inline void send(httplib::Response& out, const idem::Response& response) {
         out.set_content(response.body, content_type.c_str());
         return;
     }
-    out.set_chunked_content_provider(
-        content_type.c_str(), [stream = response.stream](size_t, httplib::DataSink& sink) {
-            try {
-                HttplibSink chunks(sink);
-                stream(chunks);
-            } catch (const std::exception& e) {
-                std::fprintf(stderr, "stream failed: %s\n", e.what());
-                return false;
-            }
-            sink.done();
-            return true;
-        });
+    out.set_chunked_content_provider(content_type.c_str(),
+                                     [stream = response.stream](size_t, httplib::DataSink& sink) {
+                                         try {
+                                             HttplibSink chunks(sink);
+                                             stream(chunks);
+                                         } catch (const std::exception& e) {
+                                             std::fprintf(stderr, "stream failed: %s\n", e.what());
+                                             return false;
+                                         }
+                                         sink.done();
+                                         return true;
+                                     });
 }
 
 }  // namespace examples

@@ -124,8 +124,7 @@ idem::TransactionHandler create_stream(const std::string& principal, const std::
     return [principal, body](pqxx::transaction_base& tx) -> idem::Response {
         nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
         const auto count = [&input](const char* name, int most) {
-            if (!input.is_object() || !input.contains(name) ||
-                !input[name].is_number_integer())
+            if (!input.is_object() || !input.contains(name) || !input[name].is_number_integer())
                 return 0;
             const long long value = input[name].get<long long>();
             return value >= 1 && value <= most ? static_cast<int>(value) : 0;
@@ -136,7 +135,8 @@ idem::TransactionHandler create_stream(const std::string& principal, const std::
                                           "The body must be a JSON object with \"chunks\" (1 to "
                                           "1000) and \"chunk_bytes\" (1 to 65536).",
                                           "/problems/");
-        idem::pq::exec(tx, "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'stream', 1)",
+        idem::pq::exec(tx,
+                       "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'stream', 1)",
                        principal);
         idem::Response response;
         response.status = 200;
@@ -236,11 +236,10 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         request.path = in.path;
         request.body = in.body;
         if (route == Route::reject) request.duplicates = idem::Duplicates::reject;
-        idem::TransactionHandler handler = route == Route::api_key
-                                               ? create_api_key(principal, in.body)
-                                           : route == Route::stream
-                                               ? create_stream(principal, in.body)
-                                               : create_order(principal, in.body, delay_ms);
+        idem::TransactionHandler handler =
+            route == Route::api_key  ? create_api_key(principal, in.body)
+            : route == Route::stream ? create_stream(principal, in.body)
+                                     : create_order(principal, in.body, delay_ms);
         if (route == Route::flaky && request.key)
             handler = fail_once(principal, *request.key, handler);
         if (route == Route::classic)

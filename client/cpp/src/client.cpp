@@ -270,8 +270,8 @@ std::optional<long long> Client::store_final_error(const Call& call, const Respo
     // A one-time secret is sent without its body and headers: the server
     // would drop them anyway, and they need not cross the wire again.
     const bool secret = response.one_time_secret;
-    pq::exec(store, save_final_sql, call.principal, call.key, call.action,
-             pq::bytes(call.digest), response.status,
+    pq::exec(store, save_final_sql, call.principal, call.key, call.action, pq::bytes(call.digest),
+             response.status,
              pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
              secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
     std::optional<long long> expires;
@@ -327,8 +327,8 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
     const auto body = pq::bytes(response.body);
     const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
     if (options_.prepare_statements)
-        pq::exec_prepared(tx, complete_name, call.principal, call.key, response.status,
-                          body, headers, resource_id, response.one_time_secret);
+        pq::exec_prepared(tx, complete_name, call.principal, call.key, response.status, body,
+                          headers, resource_id, response.one_time_secret);
     else
         pq::exec(tx, complete_sql, call.principal, call.key, response.status, body, headers,
                  resource_id, response.one_time_secret);

@@ -122,7 +122,8 @@ std::vector<std::string> split_chunks(std::string_view body, std::string_view le
             throw std::invalid_argument("stored chunk lengths are malformed");
         std::size_t length = 0;
         for (char c : number) {
-            if (c < '0' || c > '9') throw std::invalid_argument("stored chunk lengths are malformed");
+            if (c < '0' || c > '9')
+                throw std::invalid_argument("stored chunk lengths are malformed");
             length = length * 10 + static_cast<std::size_t>(c - '0');
         }
         if (length > body.size() - at)

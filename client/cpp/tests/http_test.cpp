@@ -19,15 +19,14 @@ TEST(Problem, BodiesFollowRfc9457) {
         int status;
         const char* slug;
     };
-    for (const Case& c :
-         {Case{idem::Problem::key_missing, 400, "idempotency-key-missing"},
-          Case{idem::Problem::key_malformed, 400, "idempotency-key-malformed"},
-          Case{idem::Problem::body_invalid, 400, "request-body-invalid"},
-          Case{idem::Problem::key_reuse, 422, "idempotency-key-reuse"},
-          Case{idem::Problem::request_in_progress, 409, "request-in-progress"},
-          Case{idem::Problem::one_time_secret, 409, "one-time-secret"},
-          Case{idem::Problem::already_processed, 409, "request-already-processed"},
-          Case{idem::Problem::response_not_kept, 409, "response-not-kept"}}) {
+    for (const Case& c : {Case{idem::Problem::key_missing, 400, "idempotency-key-missing"},
+                          Case{idem::Problem::key_malformed, 400, "idempotency-key-malformed"},
+                          Case{idem::Problem::body_invalid, 400, "request-body-invalid"},
+                          Case{idem::Problem::key_reuse, 422, "idempotency-key-reuse"},
+                          Case{idem::Problem::request_in_progress, 409, "request-in-progress"},
+                          Case{idem::Problem::one_time_secret, 409, "one-time-secret"},
+                          Case{idem::Problem::already_processed, 409, "request-already-processed"},
+                          Case{idem::Problem::response_not_kept, 409, "response-not-kept"}}) {
         idem::Response r =
             idem::problem_response(c.problem, "detail \"quoted\" \xC3\xA9", "/problems/");
         EXPECT_EQ(r.status, c.status);
@@ -259,10 +258,9 @@ TEST(Stream, ReplayCutsTheBodyAtTheStoredLengths) {
     RecordingSink out;
     r.stream(out);
     EXPECT_EQ(out.chunks, (std::vector<std::string>{"aa", "bbb"}));
-    idem::Response plain =
-        idem::detail::restore_stream(idem::detail::stored_response(201, std::nullopt,
-                                                                   std::string("x"), std::nullopt),
-                                     "/problems/");
+    idem::Response plain = idem::detail::restore_stream(
+        idem::detail::stored_response(201, std::nullopt, std::string("x"), std::nullopt),
+        "/problems/");
     EXPECT_FALSE(plain.stream);
     EXPECT_EQ(plain.body, "x");
 }

@@ -49,8 +49,8 @@ protected:
             pipelined_ = std::make_unique<idem::Connection>(conninfo());
         else
             plain_ = std::make_unique<pqxx::connection>(conninfo());
-        principal_ = "stream-" +
-                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+        principal_ =
+            "stream-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
     }
 
     idem::Client client(std::size_t max_stream_bytes = 1000) {
@@ -117,12 +117,12 @@ protected:
     std::pair<std::string, std::string> stored(const std::string& key) const {
         pqxx::connection connection(conninfo());
         pqxx::nontransaction tx(connection);
-        const pqxx::result rows = idem::pq::exec(
-            tx,
-            "SELECT coalesce(response_headers::text, ''), "
-            "coalesce(encode(response_body, 'escape'), '') "
-            "FROM idempotency.keys WHERE principal = $1 AND key = $2",
-            principal_, key);
+        const pqxx::result rows =
+            idem::pq::exec(tx,
+                           "SELECT coalesce(response_headers::text, ''), "
+                           "coalesce(encode(response_body, 'escape'), '') "
+                           "FROM idempotency.keys WHERE principal = $1 AND key = $2",
+                           principal_, key);
         if (rows.empty()) return {"none", "none"};
         return {rows[0][0].as<std::string>(), rows[0][1].as<std::string>()};
     }
@@ -163,8 +163,8 @@ TEST_P(StreamTest, PastTheLimitIsSentWholeNotKeptAndARetryIs409) {
     Wire first;
     send(c, "big", streamer(200, {"0000", "1111", "2"}), first);
     EXPECT_EQ(first.chunks, (std::vector<std::string>{"0000", "1111", "2"}));
-    EXPECT_EQ(stored("big"), (std::pair<std::string, std::string>{
-                                 R"([[":not_kept", "stream-too-large"]])", ""}));
+    EXPECT_EQ(stored("big"),
+              (std::pair<std::string, std::string>{R"([[":not_kept", "stream-too-large"]])", ""}));
     Wire second;
     idem::Response retry = send(c, "big", streamer(200, {"x"}), second);
     EXPECT_EQ(retry.status, 409);

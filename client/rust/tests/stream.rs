@@ -20,7 +20,10 @@ fn request(principal: &str, key: &str) -> Request {
 
 async fn setup() -> (tokio_postgres::Client, Connection) {
     let admin = common::connect().await;
-    admin.batch_execute("CREATE TABLE IF NOT EXISTS rust_orders (principal text, item text)").await.ok();
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS rust_orders (principal text, item text)")
+        .await
+        .ok();
     (admin, Connection::new(common::connect().await))
 }
 
@@ -33,8 +36,11 @@ async fn streamer(
     out: StreamWriter,
 ) -> Result<Response, BoxError> {
     tx.execute("INSERT INTO rust_orders VALUES ($1, 'stream')", &[&who]).await?;
-    out.start(status, vec![("Content-Type".into(), "text/plain".into()), ("X-No".into(), "1".into())])
-        .await?;
+    out.start(
+        status,
+        vec![("Content-Type".into(), "text/plain".into()), ("X-No".into(), "1".into())],
+    )
+    .await?;
     for chunk in chunks {
         out.write(chunk).await?;
     }
@@ -69,7 +75,8 @@ async fn run(
             Box::pin(async move { streamer(tx, who, status, chunks, out).await })
         })
         .await;
-    let mut got = Received { first: Response::default(), live: false, chunks: vec![], ended: false };
+    let mut got =
+        Received { first: Response::default(), live: false, chunks: vec![], ended: false };
     while let Ok(event) = received.try_recv() {
         match event {
             StreamEvent::Whole(response) => {
@@ -103,7 +110,9 @@ fn bytes(chunks: &[&str]) -> Vec<Vec<u8>> {
 async fn a_stream_is_sent_as_written_stored_and_replayed_with_the_same_chunks() {
     let (admin, mut conn) = setup().await;
     let (client, who, calls) = (Client::default(), common::unique("stream"), Arc::default());
-    let (result, first) = run(&client, &mut conn, &who, "k", 200, &["00000", "1111", "222"], Arc::clone(&calls)).await;
+    let (result, first) =
+        run(&client, &mut conn, &who, "k", 200, &["00000", "1111", "222"], Arc::clone(&calls))
+            .await;
     result.unwrap();
     assert!(first.live && first.ended, "{:?}", first);
     assert_eq!(first.chunks, bytes(&["00000", "1111", "222"]));
@@ -127,7 +136,8 @@ async fn past_the_limit_the_stream_is_sent_whole_not_kept_and_a_retry_is_409() {
     let (admin, mut conn) = setup().await;
     let client = Client::new(Options { max_stream_bytes: 8, ..Options::default() });
     let (who, calls) = (common::unique("stream-big"), Arc::default());
-    let (_, first) = run(&client, &mut conn, &who, "big", 200, &["0000", "1111", "2"], Arc::clone(&calls)).await;
+    let (_, first) =
+        run(&client, &mut conn, &who, "big", 200, &["0000", "1111", "2"], Arc::clone(&calls)).await;
     assert!(first.ended);
     assert_eq!(first.chunks, bytes(&["0000", "1111", "2"]));
     let (headers, body) = stored(&admin, &who, "big").await.unwrap();
@@ -188,7 +198,10 @@ async fn a_handler_that_does_not_stream_is_answered_whole() {
         .unwrap();
     match received.try_recv() {
         Ok(StreamEvent::Whole(response)) => {
-            assert_eq!((response.status, response.body.as_slice(), response.chunks), (201, &b"done"[..], None))
+            assert_eq!(
+                (response.status, response.body.as_slice(), response.chunks),
+                (201, &b"done"[..], None)
+            )
         }
         other => panic!("{:?}", other),
     }

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use hyper::Body;
-use pg_idempotency::hyper_glue::{into_hyper, stream_response};
 use pg_idempotency::http::{problem_response, Problem, PROBLEM_TYPE_BASE};
+use pg_idempotency::hyper_glue::{into_hyper, stream_response};
 use pg_idempotency::{BoxError, Request, Response, StreamWriter};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -23,8 +23,8 @@ fn parse(body: &[u8]) -> Result<(usize, usize), Response> {
     match (count("chunks", 1000), count("chunk_bytes", 65536)) {
         (Some(n), Some(m)) => Ok((n as usize, m as usize)),
         _ => {
-            let detail = "The body must be a JSON object with \\"chunks\\" (1 to 1000) and \
-                          \\"chunk_bytes\\" (1 to 65536).";
+            let detail = "The body must be a JSON object with \"chunks\" (1 to 1000) and \
+                          \"chunk_bytes\" (1 to 65536).";
             Err(problem_response(Problem::BodyInvalid, detail, PROBLEM_TYPE_BASE))
         }
     }
@@ -68,9 +68,9 @@ pub async fn serve(app: Arc<App>, request: Request) -> hyper::Response<Body> {
             .handle_stream(&mut slot.conn, &request, events, |tx, out| {
                 let (statements, principal, body) =
                     (statements.clone(), principal.clone(), body.clone());
-                Box::pin(async move {
-                    create_stream(tx, &statements, &principal, &body, out).await
-                })
+                Box::pin(
+                    async move { create_stream(tx, &statements, &principal, &body, out).await },
+                )
             })
             .await;
         app.pool.put(slot);
