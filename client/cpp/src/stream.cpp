@@ -3,6 +3,7 @@
 #include "stream.hpp"
 
 #include <memory>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -86,6 +87,16 @@ Response restore_stream(Response stored, const std::string& problem_type_base) {
 
 namespace {
 
+/// Rolls back and ends a stream's transaction (a failed rollback: the connection is gone,
+/// and the server rolls back).
+void roll_back(std::unique_ptr<pqxx::transaction_base>& tx) noexcept {
+    try {
+        tx->abort();
+    } catch (...) {
+    }
+    tx.reset();
+}
+
 /// A started streamed response between handle() and the end of its stream: the open
 /// transaction that holds the key, and what completing the key needs.
 struct StreamState {
@@ -105,39 +116,41 @@ Response Client::stream_response(const Call& call, std::unique_ptr<pqxx::transac
     Response sent = response;  // what the transport sends: the head and a wrapped stream
     state->head = std::move(response);
     sent.stream = [this, call, state, disposition](ChunkSink& out) {
+        if (!state->tx) throw std::logic_error("a streamed response runs once");
         detail::CapturingSink capture(out, options_.max_stream_bytes);
         try {
             state->head.stream(capture);
         } catch (...) {
-            state->tx.reset();  // rolls back a broken stream: nothing stored, the retry runs
+            roll_back(state->tx);  // a broken stream: nothing stored, the retry runs again
             throw;
         }
-        finish_stream(call, *state->tx, state->head, disposition, capture);
-        state->tx.reset();
+        finish_stream(call, state->tx, state->head, disposition, capture);
     };
     if (expires) sent.set_header(expires_header, http_date(*expires));
     return sent;
 }
 
-void Client::finish_stream(const Call& call, pqxx::transaction_base& tx, const Response& head,
-                           Disposition disposition, const detail::CapturingSink& capture) {
+void Client::finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_base>& tx,
+                           const Response& head, Disposition disposition,
+                           const detail::CapturingSink& capture) {
     if (disposition == Disposition::discard || capture.peer_gone()) {
-        tx.abort();  // not final, or not received: nothing stored, the retry runs again
+        roll_back(tx);  // not final, or not received: nothing stored, the retry runs again
         return;
     }
     if (capture.over_limit()) ++counters_.streams_not_kept;
     const std::string headers = detail::stream_headers_json(head, options_.kept_headers, capture);
     if (disposition == Disposition::store_error) {
-        tx.abort();
+        roll_back(tx);  // a final error has no effect to keep
         Response stored = head;
         stored.body = capture.body();
         store_final_error(call, stored, headers);
         return;
     }
     const char* resource_id = head.resource_id ? head.resource_id->c_str() : nullptr;
-    pq::exec(tx, complete_stream_sql, call.principal, call.key, head.status,
+    pq::exec(*tx, complete_stream_sql, call.principal, call.key, head.status,
              pq::bytes(capture.body()), headers, resource_id, head.one_time_secret);
-    tx.commit();
+    tx->commit();
+    tx.reset();
 }
 
 }  // namespace idem

@@ -194,8 +194,9 @@ private:
     Response stream_response(const Call& call, std::unique_ptr<pqxx::transaction_base> tx,
                              Response response, Disposition disposition,
                              std::optional<long long> expires);
-    void finish_stream(const Call& call, pqxx::transaction_base& tx, const Response& head,
-                       Disposition disposition, const detail::CapturingSink& capture);
+    void finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_base>& tx,
+                       const Response& head, Disposition disposition,
+                       const detail::CapturingSink& capture);
 
     void prepare_raw(PGconn* raw);
 
