@@ -103,6 +103,14 @@ struct StreamState {
     std::unique_ptr<pqxx::transaction_base> tx;
     Response head;  // status, headers, resource id, secret flag; its stream is the handler's
     std::optional<long long> expires;
+
+    StreamState() = default;
+    StreamState(const StreamState&) = delete;
+    StreamState& operator=(const StreamState&) = delete;
+    // A stream the transport never ran (its Response dropped): rolled back, nothing stored.
+    ~StreamState() {
+        if (tx) roll_back(tx);
+    }
 };
 
 }  // namespace
