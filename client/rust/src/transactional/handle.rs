@@ -34,7 +34,7 @@ impl Client {
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
     {
-        self.handle_with(conn, request, handler, &|_| {}).await
+        self.handle_with(conn, request, handler, &|_: Option<i64>| {}).await
     }
 
     /// `handle` for a handler that may stream (module `stream`): the handler gets a
@@ -58,21 +58,27 @@ impl Client {
         let writer = StreamWriter::new(out.clone(), self.options.max_stream_bytes);
         let on_begin = |expires: Option<i64>| writer.set_expires(expires);
         // The handler's answer becomes the stream as stored once it has started.
-        let wrapped = |tx| {
-            let (writer, rerun) = (writer.clone(), writer.started());
-            let answer = handler(tx, writer.clone());
-            Box::pin(async move {
-                if rerun {
-                    return Err("a stream sent in part is never run again".into());
-                }
-                let answer = answer.await?;
-                if !writer.started() {
-                    return Ok(answer);
-                }
-                writer.stored(&answer).map_err(|e| Box::new(e) as BoxError)
-            }) as HandlerFuture<'_>
-        };
-        let result = self.handle_with(conn, request, wrapped, &on_begin).await;
+        let result = self
+            .handle_with(
+                conn,
+                request,
+                |tx| {
+                    let (writer, rerun) = (writer.clone(), writer.started());
+                    let answer = handler(tx, writer.clone());
+                    Box::pin(async move {
+                        if rerun {
+                            return Err("a stream sent in part is never run again".into());
+                        }
+                        let answer = answer.await?;
+                        if !writer.started() {
+                            return Ok(answer);
+                        }
+                        writer.stored(&answer).map_err(|e| Box::new(e) as BoxError)
+                    })
+                },
+                &on_begin,
+            )
+            .await;
         match &result {
             Ok(_) if writer.started() => writer.end().await,
             Ok(response) => {
