@@ -131,6 +131,9 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 	defer release()
 	streamed := false // a stream started: the answer is on its way already
 	handler := func(ctx context.Context, tx pgx.Tx) (Response, error) {
+		if streamed { // a retry of a failed commit: the first attempt's stream went out
+			return Response{}, errStreamBroken
+		}
 		state := &RequestContext{Tx: tx, Request: request}
 		inner := r.WithContext(context.WithValue(ctx, contextKey{}, state))
 		inner.Body = io.NopCloser(bytes.NewReader(body)) // fresh for every attempt
