@@ -28,9 +28,18 @@ SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '["Location","
 SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[["Location:","/"]]');
 SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[["Location","a\nb"]]');
 SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[["",""]]');
+SELECT idempotency.save_final('p', 'h-x', 'a', h_fp(), 404, NULL, '[[":other","x"]]');
 SELECT count(*) AS nothing_stored FROM idempotency.keys WHERE key = 'h-x';
 -- Empty forms are fine.
 SELECT idempotency.save_final('p', 'h-4', 'a', h_fp(), 404, NULL, '[]') AS empty_pairs,
        idempotency.save_final('p', 'h-5', 'a', h_fp(), 404, NULL, '{}') AS empty_object;
+-- The clients' reserved entries of a streamed response (client/protocol.json:
+-- the chunk lengths, or the mark of a stream too large to keep) are accepted as
+-- names; no other name that is not a token is (':other' above).
+SELECT idempotency.save_final('p', 'h-6', 'a', h_fp(), 404, NULL,
+       '[["Content-Type","text/plain"],[":chunks","2,3"]]') AS chunks_entry,
+       idempotency.save_final('p', 'h-7', 'a', h_fp(), 404, NULL,
+       '{":not_kept":"stream-too-large"}') AS not_kept_entry;
+SELECT key, response_headers FROM idempotency.keys WHERE key IN ('h-6', 'h-7') ORDER BY key;
 DELETE FROM idempotency.keys;
 DROP FUNCTION h_fp();

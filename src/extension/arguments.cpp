@@ -99,8 +99,16 @@ bool is_field_value(const char* value, int length) {
     return true;
 }
 
+// The reserved entries the clients store with a streamed response (client/protocol.json
+// stream_chunks_entry, not_kept_entry): names no header can have, never sent as headers.
+bool is_reserved_entry(const char* name, int length) {
+    return (length == 7 && memcmp(name, ":chunks", 7) == 0) ||
+           (length == 9 && memcmp(name, ":not_kept", 9) == 0);
+}
+
 void check_header(const JsonbValue& name, const JsonbValue& value) {
-    if (name.type != jbvString || !is_token(name.val.string.val, name.val.string.len))
+    if (name.type != jbvString || !(is_token(name.val.string.val, name.val.string.len) ||
+                                    is_reserved_entry(name.val.string.val, name.val.string.len)))
         invalid("header names must be RFC 9110 tokens",
                 "A name is letters, digits and !#$%&'*+-.^_`|~.");
     if (value.type != jbvString || !is_field_value(value.val.string.val, value.val.string.len))
