@@ -99,18 +99,24 @@ bool is_field_value(const char* value, int length) {
     return true;
 }
 
-// The reserved entries the clients store with a streamed response (client/protocol.json
-// stream_chunks_entry, not_kept_entry): names no header can have, never sent as headers.
+// The clients' reserved entries of a streamed response's stored headers (docs/http.md):
+// the chunk lengths and the marker of a stream too large to keep. Their names start with
+// a colon, which no HTTP field name has, so they never collide with a kept header; the
+// clients read them and never send them.
 bool is_reserved_entry(const char* name, int length) {
-    return (length == 7 && memcmp(name, ":chunks", 7) == 0) ||
-           (length == 9 && memcmp(name, ":not_kept", 9) == 0);
+    static const char* const reserved[] = {":chunks", ":not_kept"};
+    for (const char* entry : reserved)
+        if (length == static_cast<int>(strlen(entry)) && memcmp(name, entry, length) == 0)
+            return true;
+    return false;
 }
 
 void check_header(const JsonbValue& name, const JsonbValue& value) {
     if (name.type != jbvString || !(is_token(name.val.string.val, name.val.string.len) ||
                                     is_reserved_entry(name.val.string.val, name.val.string.len)))
         invalid("header names must be RFC 9110 tokens",
-                "A name is letters, digits and !#$%&'*+-.^_`|~.");
+                "A name is letters, digits and !#$%&'*+-.^_`|~ (or a client's reserved entry "
+                ":chunks or :not_kept).");
     if (value.type != jbvString || !is_field_value(value.val.string.val, value.val.string.len))
         invalid("header values must be strings without CR, LF or NUL");
 }
