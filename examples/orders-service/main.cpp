@@ -25,6 +25,7 @@
 //   GET  /orders/count    {"orders": n}
 //   GET  /health          "ok"
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -123,11 +124,13 @@ idem::TransactionHandler create_order(const std::string& principal, const std::s
 idem::TransactionHandler create_stream(const std::string& principal, const std::string& body) {
     return [principal, body](pqxx::transaction_base& tx) -> idem::Response {
         nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
+        // An integral number (5 or 5.0: the same request to the fingerprint) in 1..most.
         const auto count = [&input](const char* name, int most) {
-            if (!input.is_object() || !input.contains(name) || !input[name].is_number_integer())
-                return 0;
-            const long long value = input[name].get<long long>();
-            return value >= 1 && value <= most ? static_cast<int>(value) : 0;
+            if (!input.is_object() || !input.contains(name) || !input[name].is_number()) return 0;
+            const double value = input[name].get<double>();
+            return value >= 1 && value <= most && value == std::floor(value)
+                       ? static_cast<int>(value)
+                       : 0;
         };
         const int chunks = count("chunks", 1000), chunk_bytes = count("chunk_bytes", 65536);
         if (chunks == 0 || chunk_bytes == 0)

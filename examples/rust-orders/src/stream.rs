@@ -17,10 +17,12 @@ use crate::App;
 /// (chunks, chunk_bytes) of a body, or the 400 to answer.
 fn parse(body: &[u8]) -> Result<(usize, usize), Response> {
     let data: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let count = |name: &str, most: u64| {
-        data.get(name).and_then(Value::as_u64).filter(|n| (1..=most).contains(n))
+    // An integral number (5 or 5.0: the same request to the fingerprint) in 1..=most.
+    let count = |name: &str, most: f64| {
+        let n = data.get(name).and_then(Value::as_f64)?;
+        (n.fract() == 0.0 && (1.0..=most).contains(&n)).then(|| n as u64)
     };
-    match (count("chunks", 1000), count("chunk_bytes", 65536)) {
+    match (count("chunks", 1000.0), count("chunk_bytes", 65536.0)) {
         (Some(n), Some(m)) => Ok((n as usize, m as usize)),
         _ => {
             let detail = "The body must be a JSON object with \"chunks\" (1 to 1000) and \
