@@ -50,6 +50,13 @@ type Response struct {
 	ResourceID string
 	// OneTimeSecret marks a response that carries a secret: sent once, never stored.
 	OneTimeSecret bool
+	// Chunks, when not nil, makes the response a stream: the byte lengths of its
+	// chunks, in order (Body is their concatenation). Stored as StreamChunksEntry;
+	// WriteResponse writes one chunk per length, flushing after each.
+	Chunks []int
+	// StreamTooLarge marks a streamed response larger than the middleware keeps:
+	// stored without its body, with NotKeptEntry alone; a retry gets 409.
+	StreamTooLarge bool
 }
 
 // ProblemBody serializes an RFC 9457 problem object byte for byte as the C++
@@ -124,7 +131,7 @@ func outcomeResponse(outcome string, stored storedRow, typeBase string, retryAft
 	}
 	var response Response
 	if rule.Response == "stored" {
-		response = stored.response()
+		response = restoreStream(stored.response(), typeBase)
 	} else {
 		response = ProblemResponse(Problems[rule.Problem], rule.Detail, typeBase)
 	}
@@ -207,9 +214,14 @@ func parseStoredHeaders(text string) Headers {
 }
 
 // keptHeadersJSON is the JSON array of [name, value] pairs of the kept headers
-// of a response, in their order.
+// of a response, in their order; a stream's reserved entry comes last (a stream
+// too large to keep has that entry alone).
 func keptHeadersJSON(response Response, kept []string) string {
 	chosen := [][]string{}
+	if response.StreamTooLarge {
+		kept = nil
+		chosen = append(chosen, []string{NotKeptEntry, NotKeptValue})
+	}
 	for _, field := range response.Headers {
 		if strings.EqualFold(field.Name, ExpiresHeader) {
 			continue // the key's, added to every answer: never stored
@@ -220,6 +232,9 @@ func keptHeadersJSON(response Response, kept []string) string {
 				break
 			}
 		}
+	}
+	if response.Chunks != nil && !response.StreamTooLarge {
+		chosen = append(chosen, []string{StreamChunksEntry, chunkLengths(response.Chunks)})
 	}
 	var b strings.Builder
 	b.WriteByte('[')

@@ -47,6 +47,11 @@ type MiddlewareOptions struct {
 	Duplicates func(r *http.Request) DuplicateMode
 	// OnError sees errors the middleware answers with 500 or 503 (default: none).
 	OnError func(r *http.Request, err error)
+	// MaxStreamBytes is the longest streamed response kept for replay (0:
+	// DefaultMaxStreamBytes). A handler streams by flushing (http.Flusher); a
+	// longer stream is still sent whole, stored without its body, and a retry
+	// gets 409 response-not-kept. See stream.go.
+	MaxStreamBytes int64
 }
 
 // RequestContext is what the middleware hands the handler in the request's context.
@@ -82,6 +87,9 @@ func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
 	}
 	if options.MaxBodyBytes == 0 {
 		options.MaxBodyBytes = 10 << 20
+	}
+	if options.MaxStreamBytes == 0 {
+		options.MaxStreamBytes = DefaultMaxStreamBytes
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -121,18 +129,43 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		return
 	}
 	defer release()
+	streamed := false // a stream started: the answer is on its way already
 	handler := func(ctx context.Context, tx pgx.Tx) (Response, error) {
+		if streamed { // a retry of a failed commit: the first attempt's stream went out
+			return Response{}, errStreamBroken
+		}
 		state := &RequestContext{Tx: tx, Request: request}
 		inner := r.WithContext(context.WithValue(ctx, contextKey{}, state))
 		inner.Body = io.NopCloser(bytes.NewReader(body)) // fresh for every attempt
-		capture := &captureWriter{header: http.Header{}}
+		stream := &streamState{out: w, limit: options.MaxStreamBytes}
+		if attempt, ok := tx.(*attemptTx); ok {
+			stream.expires = attempt.expires
+		}
+		capture := &captureWriter{header: http.Header{}, stream: stream}
 		next.ServeHTTP(capture, inner)
 		response := capture.response()
 		response.OneTimeSecret = state.OneTimeSecret
 		response.ResourceID = state.ResourceID
+		if stream.started {
+			streamed = true
+			response = stream.streamed(response)
+			if attempt, ok := tx.(*attemptTx); stream.gone != nil || (ok && attempt.retryable != nil) {
+				return Response{}, errStreamBroken // never rerun: part of it was sent
+			}
+		}
 		return response, nil
 	}
 	response, err := options.Client.Handle(r.Context(), conn, request, handler)
+	if streamed {
+		if err != nil {
+			if options.OnError != nil {
+				options.OnError(r, err)
+			}
+			// The client sees the stream broken (no last chunk), not a 500 inside it.
+			panic(http.ErrAbortHandler)
+		}
+		return // sent; the body ends when this handler returns
+	}
 	if err != nil {
 		status := http.StatusInternalServerError
 		if Retryable(err) {
@@ -156,20 +189,27 @@ func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, sta
 	http.Error(w, http.StatusText(status), status)
 }
 
-// WriteResponse sends a Response on a ResponseWriter.
+// WriteResponse sends a Response on a ResponseWriter; a stream (Chunks set) is
+// written one chunk at a time, flushed after each.
 func WriteResponse(w http.ResponseWriter, response Response) {
 	for _, field := range response.Headers {
 		w.Header().Add(field.Name, field.Value)
 	}
 	w.WriteHeader(response.Status)
+	if response.Chunks != nil {
+		writeStreamed(w, response)
+		return
+	}
 	_, _ = w.Write(response.Body)
 }
 
-// captureWriter collects a handler's response instead of sending it.
+// captureWriter collects a handler's response instead of sending it, until the
+// handler flushes: then it streams (stream.go).
 type captureWriter struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	stream *streamState
 }
 
 func (c *captureWriter) Header() http.Header { return c.header }
@@ -183,6 +223,12 @@ func (c *captureWriter) WriteHeader(status int) {
 func (c *captureWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
+	}
+	if c.stream != nil && c.stream.started {
+		if c.stream.gone != nil {
+			return 0, c.stream.gone // the client has gone: the handler may stop
+		}
+		return c.stream.pending.Write(p)
 	}
 	return c.body.Write(p)
 }

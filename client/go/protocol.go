@@ -35,7 +35,9 @@ var (
 		"one-time-secret", 409, "The response to this request was sent once and not kept"}
 	ProblemAlreadyProcessed = Problem{"request-already-processed", 409,
 		"This request was already processed"}
-	ProblemKeyExpired = Problem{"idempotency-key-expired", 410, "Idempotency-Key has expired"}
+	ProblemKeyExpired      = Problem{"idempotency-key-expired", 410, "Idempotency-Key has expired"}
+	ProblemResponseNotKept = Problem{"response-not-kept", 409,
+		"The response to this request was too large to keep"}
 )
 
 // Problems maps the names of client/protocol.json's "problems" to the types.
@@ -48,6 +50,7 @@ var Problems = map[string]Problem{
 	"one_time_secret":     ProblemOneTimeSecret,
 	"already_processed":   ProblemAlreadyProcessed,
 	"key_expired":         ProblemKeyExpired,
+	"response_not_kept":   ProblemResponseNotKept,
 }
 
 // Constants of the HTTP mapping shared by every client.
@@ -71,6 +74,20 @@ const (
 	DefaultDuplicateMode = DuplicatesWait
 	// DefaultRetryAfterSeconds is the Retry-After of a 409 for a key held by a transaction.
 	DefaultRetryAfterSeconds = 1
+	// StreamChunksEntry is the reserved entry of the stored headers of a streamed
+	// response: its chunks' byte lengths, "5,5,3". No header can have this name;
+	// it is never sent.
+	StreamChunksEntry = ":chunks"
+	// NotKeptEntry is the reserved entry of the stored headers of a stream larger
+	// than MaxStreamBytes (value NotKeptValue): no body stored, a retry gets 409.
+	NotKeptEntry = ":not_kept"
+	// NotKeptValue is the value of NotKeptEntry.
+	NotKeptValue = "stream-too-large"
+	// DefaultMaxStreamBytes is the longest streamed body the middleware keeps.
+	DefaultMaxStreamBytes = 1048576
+	// NotKeptDetail is the detail of the 409 response-not-kept.
+	NotKeptDetail = "The first response to this request was streamed and was larger than" +
+		" this service keeps; it was sent once and not stored. Use a new key for a new request."
 )
 
 // DuplicateMode is what a duplicate of a running request does.

@@ -16,6 +16,10 @@ type protocolFile struct {
 	KeyHeader                string   `json:"key_header"`
 	DefaultRetryAfterSeconds int      `json:"default_retry_after_seconds"`
 	KeptHeaders              []string `json:"kept_headers"`
+	StreamChunksEntry        string   `json:"stream_chunks_entry"`
+	NotKeptEntry             string   `json:"not_kept_entry"`
+	DefaultMaxStreamBytes    int      `json:"default_max_stream_bytes"`
+	NotKeptDetail            string   `json:"not_kept_detail"`
 	Problems                 map[string]struct {
 		Type   string `json:"type"`
 		Status int    `json:"status"`
@@ -52,6 +56,10 @@ func TestTableMatchesProtocolJSONFieldByField(t *testing.T) {
 	same("key_header", KeyHeader, file.KeyHeader)
 	same("default_retry_after_seconds", DefaultRetryAfterSeconds, file.DefaultRetryAfterSeconds)
 	same("kept_headers", DefaultKeptHeaders, file.KeptHeaders)
+	same("stream_chunks_entry", StreamChunksEntry, file.StreamChunksEntry)
+	same("not_kept_entry", NotKeptEntry, file.NotKeptEntry)
+	same("default_max_stream_bytes", DefaultMaxStreamBytes, file.DefaultMaxStreamBytes)
+	same("not_kept_detail", NotKeptDetail, file.NotKeptDetail)
 	same("number of problems", len(Problems), len(file.Problems))
 	for name, want := range file.Problems {
 		got, ok := Problems[name]

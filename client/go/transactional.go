@@ -186,7 +186,7 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		return c.answer(ctx, conn, outcome, stored)
 	}
 	atomic.AddInt64(&c.counters.Started, 1)
-	tx := &attemptTx{conn: conn}
+	tx := &attemptTx{conn: conn, expires: stored.expiresEpoch}
 	response, err := handler(ctx, tx)
 	if err == nil && tx.retryable != nil {
 		err = tx.retryable // rerun by Handle with a fresh response

@@ -20,6 +20,7 @@ var ErrAttemptOwnsTransaction = errors.New(
 // trip of its own for BEGIN), so it is a thin view of the connection.
 type attemptTx struct {
 	conn       *pgx.Conn
+	expires    *int64 // the key row's expiry (the middleware's stream headers)
 	savepoints int
 	// retryable is the first serialization failure or deadlock a statement of
 	// the handler met: the attempt is then rerun whatever the handler answered

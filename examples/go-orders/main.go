@@ -13,6 +13,9 @@
 //	POST /classic/orders  the same as /orders
 //	POST /flaky/orders    the first run for each (principal, key) inserts the order,
 //	                      then answers 500: rolled back, not stored, the retry runs again
+//	POST /orders/stream   {"chunks": n, "chunk_bytes": m}: one order, then 200 text/plain
+//	                      streamed as n flushed chunks of m bytes (chunk i: digit i % 10);
+//	                      kept up to 65536 bytes, a retry of a longer one gets 409
 //	POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
 //	GET  /orders/count    {"orders": n}
 //	GET  /health          ok
@@ -72,6 +75,8 @@ func serve(port int, dsn string, connections int) error {
 		Connections: idempotency.FromPool(pool),
 		Principal:   principalOf,
 		Applies:     func(r *http.Request) bool { return r.Method == http.MethodPost },
+		// POST /orders/stream: a longer stream is sent once and not kept.
+		MaxStreamBytes: 65536,
 		OnError: func(r *http.Request, err error) {
 			fmt.Fprintf(os.Stderr, "go-orders: %s %s: %v\n", r.Method, r.URL.Path, err)
 		},
@@ -91,6 +96,7 @@ func serve(port int, dsn string, connections int) error {
 	routes.Handle("/classic/orders", keyed(http.HandlerFunc(s.orders)))
 	routes.Handle("/flaky/orders", keyed(http.HandlerFunc(s.flakyOrders)))
 	routes.Handle("/api-keys", keyed(http.HandlerFunc(s.apiKeys)))
+	routes.Handle("/orders/stream", keyed(http.HandlerFunc(s.streamOrders)))
 	routes.HandleFunc("/plain/orders", s.plainOrders)
 	routes.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		send(w, problem(404, "Not found", "No such route."))

@@ -16,11 +16,16 @@
 //   POST /flaky/orders    the same, but the first run of the handler for each
 //                         (principal, key) inserts the order and then answers 500:
 //                         rolled back, not stored, the retry runs again
+//   POST /orders/stream   body {"chunks": n, "chunk_bytes": m}: inserts one order and
+//                         answers 200 text/plain streamed as n chunks of m bytes (chunk i
+//                         is the digit i % 10); kept up to 65536 bytes, a longer stream
+//                         is sent once and a retry gets 409 response-not-kept
 //   POST /api-keys        body {"name": "..."}; creates an API key and answers
 //                         its secret once (one_time_secret): a retry gets 409
 //   GET  /orders/count    {"orders": n}
 //   GET  /health          "ok"
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -54,6 +59,7 @@ struct Worker {
     static idem::Options options() {
         idem::Options o;
         o.prepare_statements = true;
+        o.max_stream_bytes = 65536;  // POST /orders/stream: longer streams are not kept
         return o;
     }
 };
@@ -109,6 +115,41 @@ idem::TransactionHandler create_order(const std::string& principal, const std::s
         response.headers = {{"Content-Type", "application/json"},
                             {"Location", "/orders/" + std::to_string(id)}};
         response.resource_id = std::to_string(id);
+        return response;
+    };
+}
+
+// POST /orders/stream: validate, insert one order, then answer 200 text/plain streamed
+// as n chunks of m bytes, chunk i made of the digit i % 10, each flushed on its own.
+idem::TransactionHandler create_stream(const std::string& principal, const std::string& body) {
+    return [principal, body](pqxx::transaction_base& tx) -> idem::Response {
+        nlohmann::json input = nlohmann::json::parse(body, nullptr, false);
+        // An integral number (5 or 5.0: the same request to the fingerprint) in 1..most.
+        const auto count = [&input](const char* name, int most) {
+            if (!input.is_object() || !input.contains(name) || !input[name].is_number()) return 0;
+            const double value = input[name].get<double>();
+            return value >= 1 && value <= most && value == std::floor(value)
+                       ? static_cast<int>(value)
+                       : 0;
+        };
+        const int chunks = count("chunks", 1000), chunk_bytes = count("chunk_bytes", 65536);
+        if (chunks == 0 || chunk_bytes == 0)
+            return idem::problem_response(idem::Problem::body_invalid,
+                                          "The body must be a JSON object with \"chunks\" (1 to "
+                                          "1000) and \"chunk_bytes\" (1 to 65536).",
+                                          "/problems/");
+        idem::pq::exec(tx,
+                       "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'stream', 1)",
+                       principal);
+        idem::Response response;
+        response.status = 200;
+        response.headers = {{"Content-Type", "text/plain"}};
+        response.stream = [chunks, chunk_bytes](idem::ChunkSink& sink) {
+            for (int i = 0; i < chunks; ++i)
+                if (!sink.write(std::string(static_cast<std::size_t>(chunk_bytes),
+                                            static_cast<char>('0' + i % 10))))
+                    return;  // the client has gone
+        };
         return response;
     };
 }
@@ -172,7 +213,7 @@ std::string principal_of(const httplib::Request& request) {
     return {};
 }
 
-enum class Route { idempotent, reject, plain, classic, flaky, api_key };
+enum class Route { idempotent, reject, plain, classic, flaky, api_key, stream };
 
 void handle_order(const httplib::Request& in, httplib::Response& out, Route route) {
     const std::string principal = principal_of(in);
@@ -198,9 +239,10 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
         request.path = in.path;
         request.body = in.body;
         if (route == Route::reject) request.duplicates = idem::Duplicates::reject;
-        idem::TransactionHandler handler = route == Route::api_key
-                                               ? create_api_key(principal, in.body)
-                                               : create_order(principal, in.body, delay_ms);
+        idem::TransactionHandler handler =
+            route == Route::api_key  ? create_api_key(principal, in.body)
+            : route == Route::stream ? create_stream(principal, in.body)
+                                     : create_order(principal, in.body, delay_ms);
         if (route == Route::flaky && request.key)
             handler = fail_once(principal, *request.key, handler);
         if (route == Route::classic)
@@ -272,6 +314,9 @@ int main(int argc, char** argv) {
     });
     server.Post("/flaky/orders", [](const httplib::Request& in, httplib::Response& out) {
         handle_order(in, out, Route::flaky);
+    });
+    server.Post("/orders/stream", [](const httplib::Request& in, httplib::Response& out) {
+        handle_order(in, out, Route::stream);
     });
     server.Post("/api-keys", [](const httplib::Request& in, httplib::Response& out) {
         handle_order(in, out, Route::api_key);

@@ -6,6 +6,7 @@
 #include "detail.hpp"
 #include "pipeline.hpp"
 #include "pqxx_compat.hpp"
+#include "stream.hpp"
 #include "fingerprint.hpp"
 #include "statuses.hpp"
 #include "jcs.hpp"
@@ -80,16 +81,6 @@ Client::Client(Connection& connection, Options options)
 
 bool Client::is_final(int status) { return detail::is_final(final_, connection_, status); }
 
-/// One keyed request's arguments to idempotency.begin(), complete() and
-/// save_final(), kept alive for every attempt.
-struct Client::Call {
-    const Request& request;
-    std::string key;
-    std::string action;
-    std::string digest;  // 32 raw bytes
-    std::optional<std::string> ttl, wait;
-};
-
 namespace {
 
 const char* c_str_or_null(const std::optional<std::string>& value) {
@@ -163,9 +154,18 @@ Response Client::handle_request(const Request& request, const Handler* handler,
                                     options_.problem_type_base);
         }
         // Not an idempotent-by-key request: just run the handler in a transaction.
-        pqxx::work tx(connection_);
-        Response response = handler != nullptr ? (*handler)(tx) : (*any)(tx);
-        tx.commit();
+        auto tx = std::make_unique<pqxx::work>(connection_);
+        Response response = handler != nullptr ? (*handler)(*tx) : (*any)(*tx);
+        if (response.stream) {
+            // The stream may still use the transaction: it commits when the stream ends.
+            std::shared_ptr<pqxx::work> open(std::move(tx));
+            response.stream = [open, produce = std::move(response.stream)](ChunkSink& out) {
+                produce(out);
+                open->commit();
+            };
+            return response;
+        }
+        tx->commit();
         return response;
     }
     const std::string& key = *request.key;
@@ -189,7 +189,7 @@ Response Client::handle_request(const Request& request, const Handler* handler,
     }
     is_final(200);  // the table is known before any transaction starts
 
-    Call call{request,
+    Call call{request.principal,
               key,
               request.action.empty() ? method + " " + request.path : request.action,
               std::string(reinterpret_cast<const char*>(digest.data()), digest.size()),
@@ -236,7 +236,7 @@ std::optional<Response> Client::answer(const std::string& outcome, std::optional
     }
     if (outcome == "replay") {
         ++counters_.replayed;
-        return stored();
+        return detail::restore_stream(stored(), options_.problem_type_base);
     }
     if (outcome == "mismatch")
         ++counters_.mismatched;
@@ -272,12 +272,12 @@ std::optional<long long> Client::store_final_error(const Call& call, const Respo
     // A one-time secret is sent without its body and headers: the server
     // would drop them anyway, and they need not cross the wire again.
     const bool secret = response.one_time_secret;
-    pq::exec(store, save_final_sql, call.request.principal, call.key, call.action,
-             pq::bytes(call.digest), response.status,
+    pq::exec(store, save_final_sql, call.principal, call.key, call.action, pq::bytes(call.digest),
+             response.status,
              pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
              secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
     std::optional<long long> expires;
-    const pqxx::result rows = pq::exec(store, stored_expiry_sql, call.request.principal, call.key);
+    const pqxx::result rows = pq::exec(store, stored_expiry_sql, call.principal, call.key);
     if (rows.size() == 1 && !rows[0][0].is_null()) expires = rows[0][0].as<long long>();
     store.commit();
     ++counters_.stored_errors;
@@ -286,15 +286,16 @@ std::optional<long long> Client::store_final_error(const Call& call, const Respo
 
 Response Client::run_attempt(const Call& call, const Handler& handler) {
     const auto digest_param = pq::bytes(call.digest);
-    pqxx::work tx(connection_);
+    auto owned = std::make_unique<pqxx::work>(connection_);  // a stream keeps it open
+    pqxx::work& tx = *owned;
     std::optional<pqxx::row> begin_row;
     try {
         if (options_.prepare_statements)
             begin_row =
-                pq::exec_prepared1(tx, begin_name, call.request.principal, call.key, call.action,
+                pq::exec_prepared1(tx, begin_name, call.principal, call.key, call.action,
                                    digest_param, c_str_or_null(call.ttl), c_str_or_null(call.wait));
         else
-            begin_row = pq::exec1(tx, begin_sql, call.request.principal, call.key, call.action,
+            begin_row = pq::exec1(tx, begin_sql, call.principal, call.key, call.action,
                                   digest_param, c_str_or_null(call.ttl), c_str_or_null(call.wait));
     } catch (const pqxx::sql_error& e) {
         if (e.sqlstate() == "22P02")
@@ -312,6 +313,9 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
 
     Response response = handler(tx);  // throws: tx rolls back, nothing stored
     const Disposition disposition = dispose(response);
+    if (response.stream)
+        return stream_response(call, std::move(owned), std::move(response), disposition,
+                               expiry_column(row));
     if (disposition == Disposition::discard) {
         tx.abort();
         return response;
@@ -325,10 +329,10 @@ Response Client::run_attempt(const Call& call, const Handler& handler) {
     const auto body = pq::bytes(response.body);
     const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
     if (options_.prepare_statements)
-        pq::exec_prepared(tx, complete_name, call.request.principal, call.key, response.status,
-                          body, headers, resource_id, response.one_time_secret);
+        pq::exec_prepared(tx, complete_name, call.principal, call.key, response.status, body,
+                          headers, resource_id, response.one_time_secret);
     else
-        pq::exec(tx, complete_sql, call.request.principal, call.key, response.status, body, headers,
+        pq::exec(tx, complete_sql, call.principal, call.key, response.status, body, headers,
                  resource_id, response.one_time_secret);
     tx.commit();
     return stamped(std::move(response), expiry_column(row));
@@ -359,13 +363,13 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
     const bool prepared = options_.prepare_statements;
     const detail::Statement begin{
         begin_sql,
-        {Param::text(call.request.principal), Param::text(call.key), Param::text(call.action),
+        {Param::text(call.principal), Param::text(call.key), Param::text(call.action),
          Param::bytes(call.digest), text_or_null(call.ttl), text_or_null(call.wait)},
         prepared ? begin_raw_name : nullptr};
-    std::optional<detail::PipelinedTransaction> tx;
+    std::unique_ptr<detail::PipelinedTransaction> tx;
     try {
         if (prepared) prepare_raw(raw);
-        tx.emplace(connection_, raw, begin);
+        tx = std::make_unique<detail::PipelinedTransaction>(connection_, raw, begin);
     } catch (const pqxx::sql_error& e) {
         if (e.sqlstate() == "22P02") return refuse_key_on_server();
         throw;
@@ -384,6 +388,8 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
 
     Response response = handler(*tx);  // throws: tx rolls back, nothing stored
     const Disposition disposition = dispose(response);
+    if (response.stream)
+        return stream_response(call, std::move(tx), std::move(response), disposition, expires);
     if (disposition == Disposition::discard) {
         tx->abort();
         return response;
@@ -399,7 +405,7 @@ Response Client::run_pipelined_attempt(const Call& call, const TransactionHandle
     const std::string secret = response.one_time_secret ? "true" : "false";
     const detail::Statement complete{
         complete_sql,
-        {Param::text(call.request.principal), Param::text(call.key), Param::text(status),
+        {Param::text(call.principal), Param::text(call.key), Param::text(status),
          Param::bytes(response.body), Param::text(headers), text_or_null(response.resource_id),
          Param::text(secret)},
         prepared ? complete_raw_name : nullptr};

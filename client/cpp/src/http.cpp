@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,7 @@ const char* problem_slug(Problem problem) noexcept {
         case Problem::one_time_secret: return "one-time-secret";
         case Problem::already_processed: return "request-already-processed";
         case Problem::key_expired: return "idempotency-key-expired";
+        case Problem::response_not_kept: return "response-not-kept";
     }
     return "about:blank";
 }
@@ -69,7 +71,8 @@ int problem_status(Problem problem) noexcept {
         case Problem::key_reuse: return 422;
         case Problem::request_in_progress:
         case Problem::one_time_secret:
-        case Problem::already_processed: return 409;
+        case Problem::already_processed:
+        case Problem::response_not_kept: return 409;
         case Problem::key_expired: return 410;
     }
     return 500;
@@ -89,6 +92,8 @@ const char* problem_title(Problem problem) {
             return "The response to this request was sent once and not kept";
         case Problem::already_processed: return "This request was already processed";
         case Problem::key_expired: return "Idempotency-Key has expired";
+        case Problem::response_not_kept:
+            return "The response to this request was too large to keep";
     }
     return "Error";
 }
@@ -107,6 +112,31 @@ Response problem_response(Problem problem, std::string_view detail, std::string_
     response.body = body.dump();
     response.headers.emplace_back("Content-Type", "application/problem+json");
     return response;
+}
+
+std::vector<std::string> split_chunks(std::string_view body, std::string_view lengths) {
+    std::vector<std::string> chunks;
+    std::size_t at = 0;
+    while (!lengths.empty()) {
+        const std::size_t comma = lengths.find(',');
+        const std::string_view number = lengths.substr(0, comma);
+        lengths = comma == std::string_view::npos ? std::string_view() : lengths.substr(comma + 1);
+        if (number.empty() || number.size() > 12)
+            throw std::invalid_argument("stored chunk lengths are malformed");
+        std::size_t length = 0;
+        for (char c : number) {
+            if (c < '0' || c > '9')
+                throw std::invalid_argument("stored chunk lengths are malformed");
+            length = length * 10 + static_cast<std::size_t>(c - '0');
+        }
+        if (length > body.size() - at)
+            throw std::invalid_argument("stored chunk lengths exceed the stored body");
+        chunks.emplace_back(body.substr(at, length));
+        at += length;
+    }
+    if (at != body.size())
+        throw std::invalid_argument("stored chunk lengths do not add up to the stored body");
+    return chunks;
 }
 
 }  // namespace idem

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../src/detail.hpp"
+#include "../src/stream.hpp"
 #include "fingerprint.hpp"
 #include "idem/client.hpp"
 #include "idem/http.hpp"
@@ -25,7 +26,8 @@ TEST(Problem, BodiesFollowRfc9457) {
                           Case{idem::Problem::request_in_progress, 409, "request-in-progress"},
                           Case{idem::Problem::one_time_secret, 409, "one-time-secret"},
                           Case{idem::Problem::already_processed, 409, "request-already-processed"},
-                          Case{idem::Problem::key_expired, 410, "idempotency-key-expired"}}) {
+                          Case{idem::Problem::key_expired, 410, "idempotency-key-expired"},
+                          Case{idem::Problem::response_not_kept, 409, "response-not-kept"}}) {
         idem::Response r =
             idem::problem_response(c.problem, "detail \"quoted\" \xC3\xA9", "/problems/");
         EXPECT_EQ(r.status, c.status);
@@ -105,7 +107,8 @@ TEST(ProtocolTable, ProblemsAreTheTables) {
         {"request_in_progress", idem::Problem::request_in_progress},
         {"one_time_secret", idem::Problem::one_time_secret},
         {"already_processed", idem::Problem::already_processed},
-        {"key_expired", idem::Problem::key_expired}};
+        {"key_expired", idem::Problem::key_expired},
+        {"response_not_kept", idem::Problem::response_not_kept}};
     EXPECT_EQ(table["problems"].size(), mine.size());
     const std::string base = table["problem_type_base"];
     for (const auto& [name, problem] : mine) {
@@ -177,6 +180,101 @@ TEST(ProtocolTable, OutcomesMapAsTheTableSays) {
         EXPECT_EQ(replayed != nullptr && *replayed == "true", want["replayed"].get<bool>())
             << outcome;
     }
+}
+
+// Contract C of the streamed responses: the reserved entries, the default limit and the
+// 409 answer to a retry of a stream that was not kept.
+TEST(ProtocolTable, StreamEntriesAreTheTables) {
+    nlohmann::json table = protocol_table();
+    EXPECT_EQ(std::string(idem::stream_chunks_entry), table["stream_chunks_entry"]);
+    EXPECT_EQ(std::string(idem::not_kept_entry), table["not_kept_entry"]);
+    EXPECT_EQ(idem::default_max_stream_bytes, table["default_max_stream_bytes"].get<std::size_t>());
+    EXPECT_EQ(idem::Options{}.max_stream_bytes, idem::default_max_stream_bytes);
+    idem::Response stored = idem::detail::stored_response(
+        200, std::string(R"([[":not_kept","stream-too-large"]])"), std::string(), std::nullopt);
+    idem::Response r = idem::detail::restore_stream(stored, "/problems/");
+    nlohmann::json body = nlohmann::json::parse(r.body);
+    const nlohmann::json& kind = table["problems"]["response_not_kept"];
+    EXPECT_EQ(r.status, kind["status"].get<int>());
+    EXPECT_EQ(body["type"], "/problems/" + kind["type"].get<std::string>());
+    EXPECT_EQ(body["title"], kind["title"]);
+    EXPECT_EQ(body["detail"], table["not_kept_detail"]);
+    ASSERT_NE(r.header("Idempotent-Replay"), nullptr);
+    EXPECT_FALSE(r.stream);
+}
+
+// A sink that records what the transport would send; `fail_after` chunks, then "peer gone".
+struct RecordingSink final : idem::ChunkSink {
+    std::vector<std::string> chunks;
+    std::size_t fail_after = SIZE_MAX;
+    bool write(std::string_view chunk) override {
+        if (chunks.size() >= fail_after) return false;
+        chunks.emplace_back(chunk);
+        return true;
+    }
+};
+
+TEST(Stream, CaptureKeepsChunksWithinTheLimitAndNothingPastIt) {
+    RecordingSink out;
+    idem::detail::CapturingSink capture(out, 10);
+    EXPECT_TRUE(capture.write("abcd"));
+    EXPECT_TRUE(capture.write(""));  // skipped: chunked transfer would read it as the end
+    EXPECT_TRUE(capture.write("efghij"));
+    EXPECT_FALSE(capture.over_limit());
+    EXPECT_EQ(capture.body(), "abcdefghij");
+    EXPECT_EQ(capture.lengths(), "4,6");
+    idem::Response head;
+    head.headers = {{"Content-Type", "text/plain"}, {"X-Other", "1"}};
+    EXPECT_EQ(idem::detail::stream_headers_json(head, {"Content-Type"}, capture),
+              R"([["Content-Type","text/plain"],[":chunks","4,6"]])");
+    EXPECT_TRUE(capture.write("k"));  // 11 bytes: past the limit, still sent
+    EXPECT_TRUE(capture.over_limit());
+    EXPECT_EQ(capture.body(), "");
+    EXPECT_EQ(idem::detail::stream_headers_json(head, {"Content-Type"}, capture),
+              R"([[":not_kept","stream-too-large"]])");
+    EXPECT_EQ(out.chunks, (std::vector<std::string>{"abcd", "efghij", "k"}));
+    EXPECT_FALSE(capture.peer_gone());
+}
+
+TEST(Stream, PeerGoneStopsTheStream) {
+    RecordingSink out;
+    out.fail_after = 1;
+    idem::detail::CapturingSink capture(out, 100);
+    EXPECT_TRUE(capture.write("a"));
+    EXPECT_FALSE(capture.write("b"));
+    EXPECT_FALSE(capture.write("c"));
+    EXPECT_TRUE(capture.peer_gone());
+    EXPECT_EQ(out.chunks, std::vector<std::string>{"a"});
+}
+
+TEST(Stream, ReplayCutsTheBodyAtTheStoredLengths) {
+    idem::Response stored = idem::detail::stored_response(
+        200, std::string(R"([["Content-Type","text/plain"],[":chunks","2,0,3"]])"),
+        std::string("aabbb"), std::nullopt);
+    idem::Response r = idem::detail::restore_stream(stored, "/problems/");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.header(":chunks"), nullptr) << "the reserved entry is never sent";
+    EXPECT_EQ(*r.header("Content-Type"), "text/plain");
+    EXPECT_EQ(*r.header("Idempotent-Replay"), "true");
+    ASSERT_TRUE(r.stream);
+    RecordingSink out;
+    r.stream(out);
+    EXPECT_EQ(out.chunks, (std::vector<std::string>{"aa", "bbb"}));
+    idem::Response plain = idem::detail::restore_stream(
+        idem::detail::stored_response(201, std::nullopt, std::string("x"), std::nullopt),
+        "/problems/");
+    EXPECT_FALSE(plain.stream);
+    EXPECT_EQ(plain.body, "x");
+}
+
+TEST(Stream, BadStoredLengthsThrow) {
+    EXPECT_EQ(idem::split_chunks("", ""), std::vector<std::string>{});
+    EXPECT_EQ(idem::split_chunks("abc", "1,2"), (std::vector<std::string>{"a", "bc"}));
+    EXPECT_THROW(idem::split_chunks("abc", "1,1"), std::invalid_argument);
+    EXPECT_THROW(idem::split_chunks("abc", "4"), std::invalid_argument);
+    EXPECT_THROW(idem::split_chunks("abc", "1,x"), std::invalid_argument);
+    EXPECT_THROW(idem::split_chunks("abc", "-3"), std::invalid_argument);
+    EXPECT_THROW(idem::split_chunks("abc", ",3"), std::invalid_argument);
 }
 
 }  // namespace

@@ -42,6 +42,12 @@ pub struct Response {
     pub resource_id: Option<String>,
     /// The response carries a secret (a new API key): sent once, never stored.
     pub one_time_secret: bool,
+    /// A streamed response: the byte lengths of its chunks, in order (`body` is their
+    /// concatenation); stored as the `:chunks` entry, replayed one chunk per length.
+    pub chunks: Option<Vec<usize>>,
+    /// A streamed response larger than `max_stream_bytes`: stored without its body, with
+    /// the `:not_kept` entry alone; a retry gets 409 response-not-kept.
+    pub stream_too_large: bool,
 }
 
 impl Response {
@@ -89,6 +95,8 @@ pub enum Problem {
     AlreadyProcessed,
     /// 410: the key expired under an on_expiry 'refuse' policy (a tombstone).
     KeyExpired,
+    /// 409: the first response was a stream larger than `max_stream_bytes`, not kept.
+    ResponseNotKept,
 }
 
 impl Problem {
@@ -102,6 +110,7 @@ impl Problem {
         Problem::OneTimeSecret,
         Problem::AlreadyProcessed,
         Problem::KeyExpired,
+        Problem::ResponseNotKept,
     ];
 
     /// The name of this problem in protocol.json (`key_reuse`).
@@ -168,6 +177,12 @@ impl Problem {
             Problem::KeyExpired => {
                 ("key_expired", "idempotency-key-expired", 410, "Idempotency-Key has expired")
             }
+            Problem::ResponseNotKept => (
+                "response_not_kept",
+                "response-not-kept",
+                409,
+                "The response to this request was too large to keep",
+            ),
         }
     }
 }
@@ -319,15 +334,23 @@ pub fn outcome_problem(outcome: Outcome, type_base: &str, retry_after: u32) -> O
 
 /// The kept headers of a response as a JSON array of `[name, value]` pairs, in
 /// their order, repeated names (Set-Cookie, Link) included. `Idempotency-Expires` is
-/// never kept, whatever `kept` says: every answer gets the key row's own value.
+/// never kept, whatever `kept` says: every answer gets the key row's own value. A
+/// stream's reserved entry comes last; a stream too large to keep has that entry alone.
 pub fn kept_headers_json<S: AsRef<str>>(response: &Response, kept: &[S]) -> String {
-    let pairs: Vec<Value> = response
+    use crate::stream::{chunk_lengths, NOT_KEPT_ENTRY, NOT_KEPT_VALUE, STREAM_CHUNKS_ENTRY};
+    if response.stream_too_large {
+        return json!([[NOT_KEPT_ENTRY, NOT_KEPT_VALUE]]).to_string();
+    }
+    let mut pairs: Vec<Value> = response
         .headers
         .iter()
         .filter(|(name, _)| !name.eq_ignore_ascii_case(EXPIRES_HEADER))
         .filter(|(name, _)| kept.iter().any(|k| k.as_ref().eq_ignore_ascii_case(name)))
         .map(|(name, value)| json!([name, value]))
         .collect();
+    if let Some(chunks) = &response.chunks {
+        pairs.push(json!([STREAM_CHUNKS_ENTRY, chunk_lengths(chunks)]));
+    }
     Value::Array(pairs).to_string()
 }
 

@@ -1,10 +1,14 @@
-//! hyper 0.14 glue (feature `hyper`): read a request's key and body, send a `Response`.
+//! hyper 0.14 glue (feature `hyper`): read a request's key and body, send a `Response`,
+//! and turn `Client::handle_stream`'s events into a streamed (chunked) response.
 
+use hyper::body::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Body, StatusCode};
+use tokio::sync::mpsc;
 
 use crate::common::Request;
 use crate::http::{Response, KEY_HEADER};
+use crate::stream::{pieces, StreamEvent};
 
 /// The Idempotency-Key header as text; a value that is not visible ASCII is kept as
 /// lossy UTF-8 so that the key check answers 400 malformed (not missing).
@@ -29,9 +33,29 @@ pub async fn read_request(
 }
 
 /// A `Response` as a hyper response; headers that hyper cannot carry are skipped and
-/// an impossible status becomes 500.
+/// an impossible status becomes 500. A stored stream (`chunks` set) is sent as a chunked
+/// body, one chunk per stored length (sent by a task: call it inside a tokio runtime).
 pub fn into_hyper(response: Response) -> hyper::Response<Body> {
-    let mut out = hyper::Response::new(Body::from(response.body));
+    let body = match response.chunks {
+        None => Body::from(response.body.clone()),
+        Some(_) => {
+            let (mut sender, body) = Body::channel();
+            let pieces = pieces(&response);
+            tokio::spawn(async move {
+                for piece in pieces {
+                    if sender.send_data(Bytes::from(piece)).await.is_err() {
+                        return; // the client has gone
+                    }
+                }
+            });
+            body
+        }
+    };
+    with_head(&response, body)
+}
+
+fn with_head(response: &Response, body: Body) -> hyper::Response<Body> {
+    let mut out = hyper::Response::new(body);
     *out.status_mut() =
         StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in &response.headers {
@@ -42,4 +66,40 @@ pub fn into_hyper(response: Response) -> hyper::Response<Body> {
         }
     }
     out
+}
+
+/// The hyper response of a `Client::handle_stream` call whose events come on `events`:
+/// waits for the first event; a live stream's chunks are then forwarded to a chunked body
+/// as they come, one chunk each, and the body ends at `End` (or is aborted, no last
+/// chunk, when the events stop without it). A call that ended in an error before any
+/// event is a 500. When the client goes away, the forwarding stops and the writer's next
+/// `write` fails, so the handler stops and nothing is stored.
+pub async fn stream_response(mut events: mpsc::Receiver<StreamEvent>) -> hyper::Response<Body> {
+    let head = match events.recv().await {
+        Some(StreamEvent::Whole(response)) => return into_hyper(response),
+        Some(StreamEvent::Head(head)) => head,
+        _ => {
+            let mut failed = hyper::Response::new(Body::from("Internal error"));
+            *failed.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            return failed;
+        }
+    };
+    let (mut sender, body) = Body::channel();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Some(StreamEvent::Chunk(chunk)) => {
+                    if sender.send_data(Bytes::from(chunk)).await.is_err() {
+                        return; // drops `events`: the writer sees the client gone
+                    }
+                }
+                Some(StreamEvent::End) => return, // the body ends with the last chunk
+                _ => {
+                    sender.abort(); // broken: no last chunk, the client sees it
+                    return;
+                }
+            }
+        }
+    });
+    with_head(&head, body)
 }

@@ -23,6 +23,7 @@ pub mod http;
 pub mod hyper_glue;
 mod lease;
 mod queue;
+pub mod stream;
 mod transactional;
 
 pub use common::{BoxError, Error, Request};
@@ -31,6 +32,7 @@ pub use lease::{
     LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
 };
 pub use queue::{claim_batch, push_unique, push_unique_in, BatchClaim};
+pub use stream::{StreamEvent, StreamWriter};
 pub use transactional::{
     fingerprint, BatchCompletion, BatchOutcome, Begun, Client, Connection, HandlerFuture, Options,
 };

@@ -62,6 +62,9 @@ pub struct Options {
     pub problem_type_base: String,
     /// Longest key accepted before asking the server.
     pub max_key_length: usize,
+    /// Longest streamed body kept (bytes, `handle_stream`): a longer stream is still sent
+    /// whole, stored without its body, and a retry gets 409 response-not-kept.
+    pub max_stream_bytes: usize,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             final_statuses: None,
             problem_type_base: PROBLEM_TYPE_BASE.to_string(),
             max_key_length: 255,
+            max_stream_bytes: crate::stream::DEFAULT_MAX_STREAM_BYTES,
         }
     }
 }
@@ -278,7 +282,9 @@ impl Client {
             Outcome::Replay => {
                 let status: i32 = row.get(1);
                 let headers: Option<String> = row.get(2);
-                stored_response(status as u16, headers.as_deref(), row.get(3), row.get(4))
+                let stored =
+                    stored_response(status as u16, headers.as_deref(), row.get(3), row.get(4));
+                crate::stream::restore_stream(stored, &self.options.problem_type_base)
             }
             _ => {
                 let lease: Option<i32> = row.get(6);

@@ -96,3 +96,16 @@ fn outcomes_match_field_by_field() {
         assert_eq!(row["detail"].as_str(), m.detail, "{}: detail", name);
     }
 }
+
+#[test]
+fn stream_entries_match() {
+    use pg_idempotency::stream::{
+        DEFAULT_MAX_STREAM_BYTES, NOT_KEPT_DETAIL, NOT_KEPT_ENTRY, STREAM_CHUNKS_ENTRY,
+    };
+    let p = protocol();
+    assert_eq!(p["stream_chunks_entry"], STREAM_CHUNKS_ENTRY);
+    assert_eq!(p["not_kept_entry"], NOT_KEPT_ENTRY);
+    assert_eq!(p["default_max_stream_bytes"], DEFAULT_MAX_STREAM_BYTES);
+    assert_eq!(p["not_kept_detail"], NOT_KEPT_DETAIL);
+    assert_eq!(pg_idempotency::Options::default().max_stream_bytes, DEFAULT_MAX_STREAM_BYTES);
+}

@@ -13,12 +13,16 @@
 //!     POST /classic/orders  the same as /orders
 //!     POST /flaky/orders    the first run for each (principal, key) inserts the order,
 //!                           then answers 500: rolled back, not stored, the retry runs again
+//!     POST /orders/stream   {"chunks": n, "chunk_bytes": m}: one order, then 200 text/plain
+//!                           streamed as n chunks of m bytes (chunk i: digit i % 10); kept up
+//!                           to 65536 bytes, a retry of a longer stream gets 409
 //!     POST /api-keys        {"name": "..."}: the secret is answered once (one_time_secret)
 //!     GET  /orders/count    {"orders": n}
 //!     GET  /health          ok
 
 mod orders;
 mod pool;
+mod stream;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -27,12 +31,13 @@ use std::sync::Arc;
 use hyper::service::{make_service_fn, service_fn};
 use hyper::{Body, Method, Server};
 use pg_idempotency::hyper_glue::{into_hyper, read_request};
-use pg_idempotency::{Client, Response};
+use pg_idempotency::{Client, Options, Response};
 
-use orders::{create_api_key, create_order, problem, Route};
+pub use orders::problem;
+use orders::{create_api_key, create_order, Route};
 use pool::Pool;
 
-struct App {
+pub struct App {
     pool: Pool,
     client: Client,
     flaky: orders::FirstRuns,
@@ -50,6 +55,24 @@ fn delay_ms(request: &hyper::Request<Body>) -> u64 {
         .find_map(|pair| pair.strip_prefix("delay_ms="))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// POST /orders/stream is answered as a stream; every other route as one response.
+async fn serve(app: Arc<App>, request: hyper::Request<Body>) -> hyper::Response<Body> {
+    if request.method() != Method::POST || request.uri().path() != "/orders/stream" {
+        return into_hyper(route(app, request).await);
+    }
+    let principal = match principal_of(&request) {
+        Some(p) => p,
+        None => {
+            let detail = "Send Authorization: Bearer <token>.";
+            return into_hyper(problem(401, "Unauthorized", detail));
+        }
+    };
+    match read_request(request, &principal).await {
+        Ok(req) => stream::serve(app, req).await,
+        Err(e) => into_hyper(problem(400, "Bad request", &e.to_string())),
+    }
 }
 
 async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
@@ -128,14 +151,15 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    let app =
-        Arc::new(App { pool, client: Client::default(), flaky: orders::FirstRuns::default() });
+    // POST /orders/stream: a stream longer than 65536 bytes is sent once, not kept.
+    let client = Client::new(Options { max_stream_bytes: 65536, ..Options::default() });
+    let app = Arc::new(App { pool, client, flaky: orders::FirstRuns::default() });
     let make = make_service_fn(move |_| {
         let app = app.clone();
         async move {
             Ok::<_, Infallible>(service_fn(move |request| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(into_hyper(route(app, request).await)) }
+                async move { Ok::<_, Infallible>(serve(app, request).await) }
             }))
         }
     });

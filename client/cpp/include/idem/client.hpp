@@ -22,6 +22,7 @@
 #include <array>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -105,13 +106,21 @@ struct Options : KeyOptions {
     /// and 8 the Client's constructor prepares them at once: make the Client
     /// while no transaction is open on the connection.
     bool prepare_statements = false;
+    /// Longest streamed body kept, in bytes (the sum of its chunks; a handler streams by
+    /// setting Response::stream). A longer stream is still sent whole, once; the key is
+    /// completed without its body and a retry gets 409 response-not-kept.
+    std::size_t max_stream_bytes = default_max_stream_bytes;
 };
+
+namespace detail {
+class CapturingSink;
+}
 
 /// Counts of outcomes since the client was created (for metrics).
 struct Counters {
     unsigned long long started = 0, replayed = 0, mismatched = 0, in_progress = 0,
                        secret_replayed = 0, stored_errors = 0, not_stored = 0, retries = 0,
-                       rejected_keys = 0;
+                       rejected_keys = 0, streams_not_kept = 0;
     /// Retries of keys that expired under an on_expiry 'refuse' policy (410).
     unsigned long long expired = 0;
 };
@@ -140,6 +149,11 @@ public:
     ///  - mismatch: 422; in_progress: 409 with Retry-After; secret_replay: 409;
     ///  - expired (a key that expired under an on_expiry 'refuse' policy): 410 with
     ///    Idempotency-Expires set to the past expiry; the handler does not run.
+    /// A handler that streams (sets Response::stream) gets back a response whose stream
+    /// runs the handler's stream, still in the transaction that holds the key, captures
+    /// each chunk on its way and completes the key when it ends (Options::max_stream_bytes);
+    /// a replay of a stored stream sends the same chunks. The caller's transport must run
+    /// (or drop) that stream before this client or its connection serve anything else.
     /// Serialization failures and deadlocks are retried (Options::max_attempts);
     /// when attempts run out the last pqxx::serialization_failure or
     /// pqxx::deadlock_detected propagates. A commit whose outcome is unknown
@@ -180,6 +194,13 @@ private:
     std::optional<long long> store_final_error(const Call& call, const Response& response,
                                                const std::string& headers);
     Response refuse_key_on_server();
+    // A started streamed response: the returned stream owns the transaction (stream.cpp).
+    Response stream_response(const Call& call, std::unique_ptr<pqxx::transaction_base> tx,
+                             Response response, Disposition disposition,
+                             std::optional<long long> expires);
+    void finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_base>& tx,
+                       const Response& head, Disposition disposition,
+                       const detail::CapturingSink& capture);
 
     void prepare_raw(PGconn* raw);
 

@@ -2,6 +2,8 @@
 // No database here; tested on its own.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +17,19 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 
 /// True when two header names are equal ignoring ASCII case.
 bool header_name_equal(std::string_view a, std::string_view b) noexcept;
+
+/// Where a streamed body goes: the transport's chunked writer (an HTTP server's).
+class ChunkSink {
+public:
+    virtual ~ChunkSink() = default;
+    /// Sends one chunk (chunked transfer) and flushes it. False when the peer has gone:
+    /// the producer should stop, and the client then stores nothing.
+    virtual bool write(std::string_view chunk) = 0;
+};
+
+/// Produces a streamed body: calls `sink.write()` once per chunk, in order (an empty
+/// chunk is skipped: chunked transfer would read it as the end).
+using BodyStream = std::function<void(ChunkSink& sink)>;
 
 /// An HTTP response produced by a handler or by the client library.
 struct Response {
@@ -31,6 +46,12 @@ struct Response {
     std::optional<std::string> resource_id;
     /// The response carries a secret (a new API key, say): it is sent once and never stored.
     bool one_time_secret = false;
+    /// A streamed body (chunked transfer): when set, `body` is not sent. The transport
+    /// sends status and headers, then calls `stream` with its chunked writer. A handler
+    /// sets it to stream; Client::handle() returns it wrapped (each chunk is captured on
+    /// its way, and the key is completed when the stream ends), and a replay of a stored
+    /// stream sets it to send the same chunks again. See docs/client.md, "Streams".
+    BodyStream stream;
 
     /// The value of the first header with this name, or nullptr.
     const std::string* header(std::string_view name) const noexcept;
@@ -42,6 +63,16 @@ struct Response {
 /// `expires_header`): an RFC 9110 IMF-fixdate, the key row's expires_at rounded down to the
 /// second. Never stored as a kept header; every answer adds the stored row's value.
 inline constexpr const char* expires_header = "Idempotency-Expires";
+
+/// Reserved entry of the stored headers of a streamed response (client/protocol.json
+/// `stream_chunks_entry`): the chunks' byte lengths, "5,5,3". No header can have this name;
+/// it is never sent.
+inline constexpr const char* stream_chunks_entry = ":chunks";
+/// Reserved entry of the stored headers of a stream that was too large to keep
+/// (`not_kept_entry`); its value is "stream-too-large".
+inline constexpr const char* not_kept_entry = ":not_kept";
+/// Default of Options::max_stream_bytes (`default_max_stream_bytes`).
+inline constexpr std::size_t default_max_stream_bytes = 1048576;
 
 /// Formats seconds since the Unix epoch as an RFC 9110 IMF-fixdate
 /// ("Sun, 06 Nov 1994 08:49:37 GMT").
@@ -58,6 +89,7 @@ enum class Problem {
     already_processed,    ///< 409: lease policies once / commit_on_success: done before, result not
                           ///< kept
     key_expired,          ///< 410: the key expired under an on_expiry 'refuse' policy (tombstone)
+    response_not_kept,    ///< 409: the first response was a stream larger than max_stream_bytes
 };
 
 /// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.
@@ -70,5 +102,9 @@ int problem_status(Problem problem) noexcept;
 /// (`type_base` + slug), `title`, `status` and `detail`, serialized with
 /// nlohmann_json.
 Response problem_response(Problem problem, std::string_view detail, std::string_view type_base);
+
+/// Splits a stored streamed body by its `:chunks` entry ("5,5,3"); throws
+/// std::invalid_argument when the lengths are not decimal or do not add up to the body.
+std::vector<std::string> split_chunks(std::string_view body, std::string_view lengths);
 
 }  // namespace idem

@@ -1,12 +1,17 @@
 //! `Client::handle`: one request through the transactional protocol on a `Connection`,
 //! the handler's writes and the key row in one transaction.
 
+use tokio::sync::mpsc;
 use tokio_postgres::Transaction;
 
 use super::{Begun, Client, Connection, HandlerFuture, Statements};
 use super::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
-use crate::common::{Error, Request};
+use crate::common::{BoxError, Error, Request};
 use crate::http::Response;
+use crate::stream::{StreamEvent, StreamWriter};
+
+/// Told the key row's expiry when begin started the key (the stream's head carries it).
+type OnBegin<'a> = &'a (dyn Fn(Option<i64>) + Sync);
 
 impl Client {
     /// Runs `handler` through the protocol on `conn` and returns the response to send.
@@ -24,7 +29,72 @@ impl Client {
         &self,
         conn: &mut Connection,
         request: &Request,
+        handler: F,
+    ) -> Result<Response, Error>
+    where
+        F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
+    {
+        self.handle_with(conn, request, handler, &|_: Option<i64>| {}).await
+    }
+
+    /// `handle` for a handler that may stream (module `stream`): the handler gets a
+    /// `StreamWriter` whose chunks go to `out` as they are written, in the transaction
+    /// that holds the key. Every answer goes to `out` too: a `Whole` response (replays,
+    /// problems, a handler that did not stream), or the `Head`, the `Chunk`s and, once the
+    /// key is settled, `End`. When `out` closes without `End` after a `Head`, the stream
+    /// broke and nothing was stored. A stream is never rerun: a serialization failure after
+    /// its first chunk ends it with an error. Returns what `handle` returns (for a stream:
+    /// the response as stored).
+    pub async fn handle_stream<F>(
+        &self,
+        conn: &mut Connection,
+        request: &Request,
+        out: mpsc::Sender<StreamEvent>,
         mut handler: F,
+    ) -> Result<Response, Error>
+    where
+        F: for<'t> FnMut(&'t Transaction<'t>, StreamWriter) -> HandlerFuture<'t>,
+    {
+        let writer = StreamWriter::new(out.clone(), self.options.max_stream_bytes);
+        let on_begin = |expires: Option<i64>| writer.set_expires(expires);
+        // The handler's answer becomes the stream as stored once it has started.
+        let result = self
+            .handle_with(
+                conn,
+                request,
+                |tx| {
+                    let (writer, rerun) = (writer.clone(), writer.started());
+                    let answer = handler(tx, writer.clone());
+                    Box::pin(async move {
+                        if rerun {
+                            return Err("a stream sent in part is never run again".into());
+                        }
+                        let answer = answer.await?;
+                        if !writer.started() {
+                            return Ok(answer);
+                        }
+                        writer.stored(&answer).map_err(|e| Box::new(e) as BoxError)
+                    })
+                },
+                &on_begin,
+            )
+            .await;
+        match &result {
+            Ok(_) if writer.started() => writer.end().await,
+            Ok(response) => {
+                let _ = out.send(StreamEvent::Whole(response.clone())).await;
+            }
+            Err(_) => {} // out closes: a 500, or a broken stream
+        }
+        result
+    }
+
+    async fn handle_with<F>(
+        &self,
+        conn: &mut Connection,
+        request: &Request,
+        mut handler: F,
+        on_begin: OnBegin<'_>,
     ) -> Result<Response, Error>
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
@@ -51,7 +121,7 @@ impl Client {
         }
         let mut attempt = 1;
         loop {
-            match self.attempt(conn, request, &mut handler).await {
+            match self.attempt(conn, request, &mut handler, on_begin).await {
                 Err(error) if error.is_retryable() && attempt < self.options.max_attempts => {
                     attempt += 1
                 }
@@ -66,6 +136,7 @@ impl Client {
         conn: &mut Connection,
         request: &Request,
         handler: &mut F,
+        on_begin: OnBegin<'_>,
     ) -> Result<Response, Error>
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
@@ -74,7 +145,10 @@ impl Client {
         let statements = statements.as_ref().expect("prepared by handle");
         let tx = client.transaction().await?;
         let expires = match self.begin_with(&tx, &statements.begin, request).await? {
-            (Begun::Started, expires) => expires,
+            (Begun::Started, expires) => {
+                on_begin(expires);
+                expires
+            }
             (Begun::Answer(_, response), _) => {
                 tx.commit().await?; // nothing held; ends the transaction
                 return Ok(response);

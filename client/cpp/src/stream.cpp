@@ -1,0 +1,164 @@
+// Streamed responses: captured chunk by chunk on their way to the transport, completed
+// when they end, replayed with the same chunks (client/protocol.json, docs/client.md).
+#include "stream.hpp"
+
+#include <memory>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "detail.hpp"
+#include "pqxx_compat.hpp"
+
+namespace idem {
+
+namespace {
+
+// idempotency.complete() as Client sends it unprepared (client.cpp's complete_sql).
+constexpr const char* complete_stream_sql =
+    "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
+
+}  // namespace
+
+namespace detail {
+
+bool CapturingSink::write(std::string_view chunk) {
+    if (chunk.empty()) return !peer_gone_;
+    if (peer_gone_) return false;
+    if (!over_limit_) {
+        if (chunk.size() > limit_ - body_.size()) {
+            over_limit_ = true;  // nothing of the body is kept: never a truncated one
+            std::string().swap(body_);
+            lengths_.clear();
+        } else {
+            body_.append(chunk);
+            lengths_.push_back(chunk.size());
+        }
+    }
+    if (!out_.write(chunk)) peer_gone_ = true;
+    return !peer_gone_;
+}
+
+std::string CapturingSink::lengths() const {
+    std::string text;
+    for (std::size_t i = 0; i < lengths_.size(); ++i) {
+        if (i > 0) text += ',';
+        text += std::to_string(lengths_[i]);
+    }
+    return text;
+}
+
+std::string stream_headers_json(const Response& response, const std::vector<std::string>& kept,
+                                const CapturingSink& capture) {
+    if (capture.over_limit())
+        return nlohmann::json::array({{not_kept_entry, "stream-too-large"}}).dump();
+    nlohmann::json pairs = nlohmann::json::parse(kept_headers_json(response, kept));
+    pairs.push_back({stream_chunks_entry, capture.lengths()});
+    return pairs.dump();
+}
+
+Response restore_stream(Response stored, const std::string& problem_type_base) {
+    if (stored.header(not_kept_entry) != nullptr) {
+        Response problem = problem_response(
+            Problem::response_not_kept,
+            "The first response to this request was streamed and was larger than this service "
+            "keeps; it was sent once and not stored. Use a new key for a new request.",
+            problem_type_base);
+        problem.replayed = true;
+        problem.set_header("Idempotent-Replay", "true");
+        return problem;
+    }
+    const std::string* lengths = stored.header(stream_chunks_entry);
+    if (lengths == nullptr) return stored;
+    auto chunks = std::make_shared<std::vector<std::string>>(split_chunks(stored.body, *lengths));
+    Headers headers;
+    for (auto& field : stored.headers)
+        if (!header_name_equal(field.first, stream_chunks_entry)) headers.push_back(field);
+    stored.headers = std::move(headers);
+    stored.body.clear();
+    stored.stream = [chunks](ChunkSink& sink) {
+        for (const std::string& chunk : *chunks)
+            if (!chunk.empty() && !sink.write(chunk)) return;  // an empty one would end it
+    };
+    return stored;
+}
+
+}  // namespace detail
+
+namespace {
+
+/// Rolls back and ends a stream's transaction (a failed rollback: the connection is gone,
+/// and the server rolls back).
+void roll_back(std::unique_ptr<pqxx::transaction_base>& tx) noexcept {
+    try {
+        tx->abort();
+    } catch (...) {
+    }
+    tx.reset();
+}
+
+/// A started streamed response between handle() and the end of its stream: the open
+/// transaction that holds the key, and what completing the key needs.
+struct StreamState {
+    std::unique_ptr<pqxx::transaction_base> tx;
+    Response head;  // status, headers, resource id, secret flag; its stream is the handler's
+    std::optional<long long> expires;
+
+    StreamState() = default;
+    StreamState(const StreamState&) = delete;
+    StreamState& operator=(const StreamState&) = delete;
+    // A stream the transport never ran (its Response dropped): rolled back, nothing stored.
+    ~StreamState() {
+        if (tx) roll_back(tx);
+    }
+};
+
+}  // namespace
+
+Response Client::stream_response(const Call& call, std::unique_ptr<pqxx::transaction_base> tx,
+                                 Response response, Disposition disposition,
+                                 std::optional<long long> expires) {
+    auto state = std::make_shared<StreamState>();
+    state->tx = std::move(tx);
+    state->expires = expires;
+    Response sent = response;  // what the transport sends: the head and a wrapped stream
+    state->head = std::move(response);
+    sent.stream = [this, call, state, disposition](ChunkSink& out) {
+        if (!state->tx) throw std::logic_error("a streamed response runs once");
+        detail::CapturingSink capture(out, options_.max_stream_bytes);
+        try {
+            state->head.stream(capture);
+        } catch (...) {
+            roll_back(state->tx);  // a broken stream: nothing stored, the retry runs again
+            throw;
+        }
+        finish_stream(call, state->tx, state->head, disposition, capture);
+    };
+    if (expires) sent.set_header(expires_header, http_date(*expires));
+    return sent;
+}
+
+void Client::finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_base>& tx,
+                           const Response& head, Disposition disposition,
+                           const detail::CapturingSink& capture) {
+    if (disposition == Disposition::discard || capture.peer_gone()) {
+        roll_back(tx);  // not final, or not received: nothing stored, the retry runs again
+        return;
+    }
+    if (capture.over_limit()) ++counters_.streams_not_kept;
+    const std::string headers = detail::stream_headers_json(head, options_.kept_headers, capture);
+    if (disposition == Disposition::store_error) {
+        roll_back(tx);  // a final error has no effect to keep
+        Response stored = head;
+        stored.body = capture.body();
+        store_final_error(call, stored, headers);
+        return;
+    }
+    const char* resource_id = head.resource_id ? head.resource_id->c_str() : nullptr;
+    pq::exec(*tx, complete_stream_sql, call.principal, call.key, head.status,
+             pq::bytes(capture.body()), headers, resource_id, head.one_time_secret);
+    tx->commit();
+    tx.reset();
+}
+
+}  // namespace idem

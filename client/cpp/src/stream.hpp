@@ -1,0 +1,68 @@
+// Streamed responses (client/protocol.json's stream entries): the arguments of one keyed
+// call, and the sink that captures a stream on its way to the transport. Private to the
+// library.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/client.hpp"
+
+namespace idem {
+
+/// One keyed request's arguments to idempotency.begin(), complete() and
+/// save_final(), kept alive for every attempt (and copied into a stream that
+/// completes the key after handle() has returned).
+struct Client::Call {
+    std::string principal;
+    std::string key;
+    std::string action;
+    std::string digest;  // 32 raw bytes
+    std::optional<std::string> ttl, wait;
+};
+
+namespace detail {
+
+/// Forwards every chunk to the transport and keeps a copy while the total stays within
+/// `limit` bytes; past it the copy is dropped (over_limit()) and chunks are only forwarded.
+class CapturingSink final : public ChunkSink {
+public:
+    CapturingSink(ChunkSink& out, std::size_t limit) : out_(out), limit_(limit) {}
+
+    /// Empty chunks are skipped; after the peer has gone nothing more is sent.
+    bool write(std::string_view chunk) override;
+
+    /// The concatenated chunks (empty when over_limit()).
+    const std::string& body() const noexcept { return body_; }
+    /// The stored `:chunks` value: the chunks' lengths, comma-separated.
+    std::string lengths() const;
+    /// True when the stream grew past the limit.
+    bool over_limit() const noexcept { return over_limit_; }
+    /// True when the transport reported the peer gone.
+    bool peer_gone() const noexcept { return peer_gone_; }
+
+private:
+    ChunkSink& out_;
+    std::size_t limit_;
+    std::string body_;
+    std::vector<std::size_t> lengths_;
+    bool over_limit_ = false;
+    bool peer_gone_ = false;
+};
+
+/// The stored headers of a streamed response: the kept headers, then `:chunks` with the
+/// lengths, or only `:not_kept` when the stream was too large (a JSON array of pairs).
+std::string stream_headers_json(const Response& response, const std::vector<std::string>& kept,
+                                const CapturingSink& capture);
+
+/// A stored response as replayed: a stored stream gets its chunks back (`:chunks` is
+/// removed from the headers and `stream` set); a stream that was not kept becomes the
+/// 409 response-not-kept problem. Anything else is returned unchanged.
+Response restore_stream(Response stored, const std::string& problem_type_base);
+
+}  // namespace detail
+
+}  // namespace idem

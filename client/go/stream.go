@@ -1,0 +1,181 @@
+package idempotency
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Streamed responses (client/protocol.json's stream entries): a handler behind
+// the middleware streams by flushing (http.Flusher) between writes. From the
+// first Flush on, the response goes to the client as it is produced: each
+// flushed piece is one chunk on the wire (chunked transfer), captured on its
+// way. When the handler returns, the key is completed with the concatenation
+// as body and the chunks' lengths in the reserved StreamChunksEntry of the
+// stored headers; a replay writes the same chunks, flushing after each. Past
+// MaxStreamBytes the stream goes on to the client, nothing of its body is
+// kept, and the key is completed with NotKeptEntry alone: a retry gets 409
+// response-not-kept. A streamed response whose status is not final is not
+// stored. The last chunk (the end of the chunked body) is sent only after the
+// key's transaction committed: a client that sees a complete stream can rely
+// on it being kept.
+
+// errStreamBroken ends an attempt whose stream was already sent in part (the
+// client has gone, or a statement failed): it is never rerun, nothing is stored.
+var errStreamBroken = errors.New("idempotency: the streamed response could not be completed")
+
+// streamState is the streaming part of a captureWriter.
+type streamState struct {
+	out      http.ResponseWriter
+	limit    int64
+	expires  *int64
+	started  bool
+	pending  bytes.Buffer // written since the last Flush: the next chunk
+	kept     bytes.Buffer
+	lengths  []int
+	total    int64
+	tooLarge bool
+	gone     error // a write to the client failed
+}
+
+// Flush makes the response a stream: the first call sends the status and
+// headers, every call sends what was written since the previous one as one chunk.
+func (c *captureWriter) Flush() {
+	s := c.stream
+	if s == nil || s.out == nil {
+		return // not behind the middleware's stream support: nothing to flush yet
+	}
+	if !s.started {
+		s.started = true
+		if c.status == 0 {
+			c.status = http.StatusOK
+		}
+		for name, values := range c.header {
+			for _, value := range values {
+				s.out.Header().Add(name, value)
+			}
+		}
+		if s.expires != nil {
+			s.out.Header().Set(ExpiresHeader, HTTPDate(*s.expires))
+		}
+		s.out.WriteHeader(c.status)
+		s.pending.Write(c.body.Bytes()) // written before the first Flush: the first chunk
+		c.body.Reset()
+	}
+	s.sendChunk()
+	if flusher, ok := s.out.(http.Flusher); ok && s.gone == nil {
+		flusher.Flush()
+	}
+}
+
+// sendChunk sends and captures the pending bytes as one chunk.
+func (s *streamState) sendChunk() {
+	if s.pending.Len() == 0 {
+		return // an empty chunk would end the chunked body
+	}
+	chunk := s.pending.Bytes()
+	s.total += int64(len(chunk))
+	if !s.tooLarge && s.total > s.limit {
+		s.tooLarge = true // never a truncated body: nothing of it is kept
+		s.kept = bytes.Buffer{}
+		s.lengths = nil
+	}
+	if !s.tooLarge {
+		s.kept.Write(chunk)
+		s.lengths = append(s.lengths, len(chunk))
+	}
+	if s.gone == nil {
+		_, s.gone = s.out.Write(chunk)
+	}
+	s.pending.Reset()
+}
+
+// streamed is the response as the key stores it: the chunks' concatenation and
+// lengths, or StreamTooLarge with no body.
+func (s *streamState) streamed(response Response) Response {
+	s.sendChunk() // written after the last Flush: the last chunk
+	if s.tooLarge {
+		response.StreamTooLarge = true
+		response.Body = []byte{}
+		return response
+	}
+	response.Body = s.kept.Bytes()
+	response.Chunks = s.lengths
+	if response.Chunks == nil {
+		response.Chunks = []int{}
+	}
+	return response
+}
+
+// writeStreamed writes a stored stream: one chunk per stored length, flushed.
+func writeStreamed(w http.ResponseWriter, response Response) {
+	flusher, _ := w.(http.Flusher)
+	at := 0
+	for _, length := range response.Chunks {
+		if length <= 0 || at+length > len(response.Body) {
+			continue
+		}
+		if _, err := w.Write(response.Body[at : at+length]); err != nil {
+			return
+		}
+		at += length
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// chunkLengths formats Response.Chunks as the StreamChunksEntry value: "5,5,3".
+func chunkLengths(chunks []int) string {
+	parts := make([]string, len(chunks))
+	for i, length := range chunks {
+		parts[i] = strconv.Itoa(length)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseChunkLengths reads a StreamChunksEntry value; false when it is not a list
+// of decimal lengths that add up to bodyLength.
+func parseChunkLengths(text string, bodyLength int) ([]int, bool) {
+	lengths := []int{}
+	total := 0
+	if text != "" {
+		for _, part := range strings.Split(text, ",") {
+			n, err := strconv.Atoi(part)
+			if err != nil || n < 0 || part[0] == '+' || part[0] == '-' {
+				return nil, false
+			}
+			lengths = append(lengths, n)
+			total += n
+		}
+	}
+	return lengths, total == bodyLength
+}
+
+// restoreStream turns a stored response with a reserved stream entry into its
+// answer: the chunks of a kept stream, or 409 response-not-kept.
+func restoreStream(response Response, typeBase string) Response {
+	if _, notKept := response.Headers.Get(NotKeptEntry); notKept {
+		answer := ProblemResponse(ProblemResponseNotKept, NotKeptDetail, typeBase)
+		answer.Replayed = true
+		answer.Headers.Set(ReplayHeader, "true")
+		return answer
+	}
+	lengths, streamed := response.Headers.Get(StreamChunksEntry)
+	if !streamed {
+		return response
+	}
+	headers := Headers{}
+	for _, field := range response.Headers {
+		if !strings.EqualFold(field.Name, StreamChunksEntry) {
+			headers = append(headers, field)
+		}
+	}
+	response.Headers = headers
+	if chunks, ok := parseChunkLengths(lengths, len(response.Body)); ok {
+		response.Chunks = chunks
+	} // else: sent as one body, which is all that can be done with it
+	return response
+}
