@@ -229,9 +229,12 @@ TEST_P(StreamTest, StreamThatIsNeverSentRollsBack) {
     EXPECT_EQ(effects(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Connections, StreamTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                             return std::string(info.param ? "Pipelined" : "Work");
-                         });
+// A named function, not a lambda: gtest's macro names its own parameter `info`
+// (a lambda's would shadow it: -Werror=shadow).
+std::string connection_name(const ::testing::TestParamInfo<bool>& param_info) {
+    return param_info.param ? "Pipelined" : "Work";
+}
+
+INSTANTIATE_TEST_SUITE_P(Connections, StreamTest, ::testing::Values(false, true), connection_name);
 
 }  // namespace
