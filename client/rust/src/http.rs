@@ -101,7 +101,7 @@ pub enum Problem {
 
 impl Problem {
     /// Every problem type, in protocol.json's order.
-    pub const ALL: [Problem; 8] = [
+    pub const ALL: [Problem; 9] = [
         Problem::KeyMissing,
         Problem::KeyMalformed,
         Problem::BodyInvalid,
