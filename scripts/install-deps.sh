@@ -36,7 +36,8 @@ if [[ $scope == full ]]; then
   packages+=(golang-go golang-github-jackc-pgx-v4-dev)
   # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 and the
   # crates they build offline from /usr/share/cargo/registry (nothing from a crate registry).
-  packages+=(cargo rustc librust-tokio-postgres-dev librust-tokio-dev librust-hyper-dev
+  # rustfmt: the doc blocks of docs/rust.md are syntax-checked with it (tests/docs).
+  packages+=(cargo rustc rustfmt librust-tokio-postgres-dev librust-tokio-dev librust-hyper-dev
     librust-serde-json-dev)
   command -v javac >/dev/null || packages+=(default-jdk-headless)
 else
