@@ -186,9 +186,12 @@ std::optional<LeaseResult> answer_without_running(const std::string& outcome,
     return std::nullopt;
 }
 
-std::optional<long long> expiry_of(const pqxx::row& row) {
+// A row or, on libpqxx 8, the row_ref that indexing a result gives: a template
+// because libpqxx 8 no longer binds result[0] to a `const pqxx::row&`.
+template <typename Row>
+std::optional<long long> expiry_of(const Row& row) {
     if (row["expires_epoch"].is_null()) return std::nullopt;
-    return row["expires_epoch"].as<long long>();
+    return row["expires_epoch"].template as<long long>();
 }
 
 // Sets the result's expiry and the response's Idempotency-Expires (when known).

@@ -135,7 +135,7 @@ TEST(Batch, Refusals) {
         try {
             call(tx);
         } catch (const pqxx::sql_error& e) {
-            return e.sqlstate();
+            return std::string(e.sqlstate());
         }
         return "none";
     };

@@ -34,9 +34,9 @@ TEST(Problem, BodiesFollowRfc9457) {
         ASSERT_NE(r.header("content-type"), nullptr);
         EXPECT_EQ(*r.header("Content-Type"), "application/problem+json");
         nlohmann::json body = nlohmann::json::parse(r.body);
-        EXPECT_EQ(body["type"], std::string("/problems/") + c.slug);
-        EXPECT_EQ(body["status"], c.status);
-        EXPECT_EQ(body["detail"], "detail \"quoted\" \xC3\xA9");
+        EXPECT_EQ(body["type"].get<std::string>(), std::string("/problems/") + c.slug);
+        EXPECT_EQ(body["status"].get<int>(), c.status);
+        EXPECT_EQ(body["detail"].get<std::string>(), "detail \"quoted\" \xC3\xA9");
         EXPECT_TRUE(body["title"].is_string());
         EXPECT_EQ(body.size(), 4u);
         EXPECT_FALSE(r.replayed);
@@ -47,7 +47,8 @@ TEST(Problem, TypeBaseIsConfigurable) {
     nlohmann::json body = nlohmann::json::parse(
         idem::problem_response(idem::Problem::key_reuse, "d", "https://api.example.test/errors/")
             .body);
-    EXPECT_EQ(body["type"], "https://api.example.test/errors/idempotency-key-reuse");
+    EXPECT_EQ(body["type"].get<std::string>(),
+              "https://api.example.test/errors/idempotency-key-reuse");
 }
 
 TEST(Headers, NamesAreCaseInsensitive) {
@@ -119,7 +120,7 @@ TEST(ProtocolTable, ProblemsAreTheTables) {
         idem::Response r = idem::problem_response(problem, "d", base);
         nlohmann::json body = nlohmann::json::parse(r.body);
         EXPECT_EQ(body["title"], want["title"]) << name;
-        EXPECT_EQ(body["type"], base + want["type"].get<std::string>()) << name;
+        EXPECT_EQ(body["type"].get<std::string>(), base + want["type"].get<std::string>()) << name;
         EXPECT_EQ(*r.header("Content-Type"), table["problem_content_type"].get<std::string>());
     }
 }
@@ -167,9 +168,11 @@ TEST(ProtocolTable, OutcomesMapAsTheTableSays) {
             const nlohmann::json& kind = table["problems"][want["problem"].get<std::string>()];
             nlohmann::json body = nlohmann::json::parse(r.body);
             EXPECT_EQ(r.status, kind["status"].get<int>()) << outcome;
-            EXPECT_EQ(body["type"], base + kind["type"].get<std::string>()) << outcome;
+            EXPECT_EQ(body["type"].get<std::string>(), base + kind["type"].get<std::string>())
+                << outcome;
             EXPECT_EQ(body["title"], kind["title"]) << outcome;
-            EXPECT_EQ(body["detail"], want["detail"]) << outcome;
+            EXPECT_EQ(body["detail"].get<std::string>(), want["detail"].get<std::string>())
+                << outcome;
             const std::string* retry = r.header("Retry-After");
             EXPECT_EQ(retry != nullptr, want.value("retry_after", false)) << outcome;
             if (retry != nullptr) {
@@ -186,8 +189,9 @@ TEST(ProtocolTable, OutcomesMapAsTheTableSays) {
 // 409 answer to a retry of a stream that was not kept.
 TEST(ProtocolTable, StreamEntriesAreTheTables) {
     nlohmann::json table = protocol_table();
-    EXPECT_EQ(std::string(idem::stream_chunks_entry), table["stream_chunks_entry"]);
-    EXPECT_EQ(std::string(idem::not_kept_entry), table["not_kept_entry"]);
+    EXPECT_EQ(std::string(idem::stream_chunks_entry),
+              table["stream_chunks_entry"].get<std::string>());
+    EXPECT_EQ(std::string(idem::not_kept_entry), table["not_kept_entry"].get<std::string>());
     EXPECT_EQ(idem::default_max_stream_bytes, table["default_max_stream_bytes"].get<std::size_t>());
     EXPECT_EQ(idem::Options{}.max_stream_bytes, idem::default_max_stream_bytes);
     idem::Response stored = idem::detail::stored_response(
@@ -196,9 +200,9 @@ TEST(ProtocolTable, StreamEntriesAreTheTables) {
     nlohmann::json body = nlohmann::json::parse(r.body);
     const nlohmann::json& kind = table["problems"]["response_not_kept"];
     EXPECT_EQ(r.status, kind["status"].get<int>());
-    EXPECT_EQ(body["type"], "/problems/" + kind["type"].get<std::string>());
+    EXPECT_EQ(body["type"].get<std::string>(), "/problems/" + kind["type"].get<std::string>());
     EXPECT_EQ(body["title"], kind["title"]);
-    EXPECT_EQ(body["detail"], table["not_kept_detail"]);
+    EXPECT_EQ(body["detail"].get<std::string>(), table["not_kept_detail"].get<std::string>());
     ASSERT_NE(r.header("Idempotent-Replay"), nullptr);
     EXPECT_FALSE(r.stream);
 }
