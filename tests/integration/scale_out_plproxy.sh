@@ -14,7 +14,8 @@
 #      mismatches 422, one effect per key, no row on a non-owner shard; then
 #      moved keys expire and their new shard's cleanup deletes them, and their
 #      next fences are above their old ones although the new shards' sequences
-#      are far behind and nothing advanced them (check.py reshard).
+#      are far behind and nothing advanced them; moved keys of an action that
+#      refuses (policy set on the old shards) expire into tombstones (check.py reshard).
 # Run by scripts/test.sh with the main cluster's environment (PGPORT); needs
 # postgresql-<version>-plproxy (scripts/install-deps.sh). Everything it starts
 # is stopped on any exit; exits non-zero on any failure.

@@ -26,7 +26,10 @@ every shard directly.
         many more fences than the targets before the move (their sequences
         far ahead, as on busy nodes), no setval anywhere; after the move some
         moved keys expire and the target's cleanup deletes them; their next
-        use on the target hands out a fence above every fence the key had.
+        use on the target hands out a fence above every fence the key had;
+        secret keys of the API keys' action, refused after expiry by a policy
+        set on the sources only, expire into tombstones on their new shards
+        (reshard.py copies the policy) and their retries are 410.
 
 Prints "ok - ..." / "not ok - ..." lines and "N passed, N failed"; exits 1 on
 any failure.
@@ -47,6 +50,7 @@ from typing import Dict, List, Optional, Tuple
 
 import psycopg
 
+SECRET_ACTION = "POST /api-keys"  # the action of shop.create_api_key's keys
 HERE = os.path.dirname(os.path.abspath(__file__))
 Answer = Tuple[int, list, bytes, bool]
 
@@ -270,6 +274,8 @@ def reshard(args: argparse.Namespace) -> None:
         for dsn in shards[:2]:  # busy sources: sequences far ahead of the new shards' (0.7.0 drew from them)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT count(nextval('idempotency.fences')) FROM generate_series(1, 5000)")
+                # API keys refuse their expired keys (0.8.0), set on the sources only: the move takes it along
+                conn.execute("SELECT idempotency.set_expiry_policy(%s, 'refuse')", (SECRET_ACTION,))
         firsts = check_answers("before the move", fire(proxy, jobs, 2, args.threads, 0))
         secret_first = {p: proxy.api_key(p, "secret", b'{"name":"ci"}') for p in secrets}
         check("before the move: API keys created (201)", all(a[0] == 201 for a in secret_first.values()),
@@ -334,6 +340,7 @@ def reshard(args: argparse.Namespace) -> None:
                         jobs + live_jobs + list(fresh_firsts), secrets)
         moved_keys = [job for job in jobs if owners2[job[0]] != owners4[job[0]]]
         fences_after_cleanup(proxy, shards, prefix, moved_keys, owners4, fences_before)
+        refused_after_move(proxy, shards, [p for p in secrets if owners2[p] != owners4[p]], owners4)
     finally:
         proxy.close()
 
@@ -375,6 +382,30 @@ def fences_after_cleanup(proxy: Proxy, shards: List[str], prefix: str, moved: Li
     repeated = [(job, before[job], after.get(job)) for job in sample if not (after.get(job, 0) > before[job])]
     check(f"fences: after the move and a cleanup, the {len(sample)} keys' new fences are above their old ones"
           " (the targets' sequences far behind, no setval)", not repeated, repr(repeated[:4]))
+
+
+def refused_after_move(proxy: Proxy, shards: List[str], moved: List[str], owners4: Dict[str, int]) -> None:
+    """Expiry policies across moves: the sources refuse expired API keys (set before the
+    move, on them only). Each moved secret key expires on its new shard and that shard's
+    cleanup keeps a tombstone; its retry through the proxy is 410, not a second API key."""
+    if not check("policies: some principals with a secret key moved", bool(moved)):
+        return
+    states = []
+    for target in sorted({owners4[p] for p in moved}):
+        mine = [p for p in moved if owners4[p] == target]
+        with psycopg.connect(shards[target], autocommit=True) as conn:
+            conn.execute("UPDATE idempotency.keys SET created_at = created_at - interval '2 days',"
+                         " expires_at = expires_at - interval '2 days'"
+                         " WHERE key = 'secret' AND principal = ANY(%s)", (mine,))
+            conn.execute("CALL idempotency.cleanup()")
+            states += conn.execute("SELECT principal, state FROM idempotency.keys"
+                                   " WHERE key = 'secret' AND principal = ANY(%s)", (mine,)).fetchall()
+    check(f"policies: the {len(moved)} moved secret keys expired into tombstones on their new shards",
+          sorted(p for p, state in states if state == "expired") == sorted(moved), repr(states[:4]))
+    again = {p: proxy.api_key(p, "secret", b'{"name":"ci"}') for p in moved}
+    check("policies: their retries through the proxy are 410 idempotency-key-expired, no new API key",
+          all(a[0] == 410 and b"idempotency-key-expired" in a[2] for a in again.values()),
+          repr(list(again.values())[:2]))
 
 
 def main() -> int:

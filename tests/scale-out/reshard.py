@@ -23,7 +23,11 @@ Per source shard, in one transaction on the source:
     commits copies nothing twice); commit. Nothing is done about fences: from
     0.8.0 a moved key's next fence is above its old ones on any shard (the
     row carries its fence; docs/scale-out.md, "Fences across moves"). 0.7.0
-    needed the target's sequence advanced past the source's here.
+    needed the target's sequence advanced past the source's here. First, in
+    that transaction, the source's expiry policies (0.8.0) that the target
+    lacks are copied to it (a policy the target has stays as it is): a moved
+    key of a refusing action must expire into a tombstone on its new shard,
+    not be deleted and run again.
  4. DELETE the moved rows from the source; commit (this releases the lock).
 
 Orders and API keys keep their ids: each shard draws them from a range of its
@@ -34,12 +38,35 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import psycopg
 
 LOCK = 7235001
 TABLES = ("idempotency.keys", "public.orders", "public.api_keys")
+POLICIES = "idempotency.expiry_policies"
+
+
+def policies(conn: psycopg.Connection) -> Optional[List[Tuple[str, str, object]]]:
+    """The expiry policies of a shard (action, on_expiry, grace); None before 0.8.0 (no table)."""
+    if conn.execute("SELECT pg_catalog.to_regclass(%s)", (POLICIES,)).fetchone()[0] is None:
+        return None
+    return conn.execute(f"SELECT action, on_expiry, grace FROM {POLICIES} ORDER BY 1").fetchall()
+
+
+def copy_policies(source: Optional[list], dst: psycopg.Connection, target: int) -> int:
+    """The source's policies the target lacks, inserted on the target; returns how many."""
+    if not source:
+        return 0
+    if policies(dst) is None:
+        raise RuntimeError(f"shard {target} has no {POLICIES} (idempotency before 0.8.0) and the"
+                           " source has expiry policies: update the extension on every shard first")
+    copied = 0
+    for row in source:
+        cur = dst.execute(f"INSERT INTO {POLICIES} (action, on_expiry, grace) VALUES (%s, %s, %s)"
+                          " ON CONFLICT (action) DO NOTHING", row)
+        copied += cur.rowcount
+    return copied
 
 
 def move_from(source_dsn: str, me: int, new: int, shard_dsns: List[str]) -> Dict[int, int]:
@@ -61,11 +88,16 @@ def move_from(source_dsn: str, me: int, new: int, shard_dsns: List[str]) -> Dict
             (new, new, me),
         )
         targets = [t for (t,) in src.execute("SELECT DISTINCT target FROM moving ORDER BY 1")]
+        source_policies = policies(src)
         for target in targets:
             with psycopg.connect(shard_dsns[target]) as dst:
                 (index,) = dst.execute("SELECT me FROM shop.shard").fetchone()
                 if index != target:
                     raise RuntimeError(f"shard {target}'s DSN reaches shard {index}")
+                copied = copy_policies(source_policies, dst, target)
+                if copied:
+                    print(f"reshard: shard {me} -> shard {target}: {copied} expiry policies"
+                          " the target lacked copied")
                 for table in TABLES:
                     staged = "staged_" + table.split(".")[1]
                     dst.execute(f"CREATE TEMP TABLE {staged} (LIKE {table}) ON COMMIT DROP")
