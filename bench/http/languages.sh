@@ -25,23 +25,9 @@ duration=${SECONDS_PER_RUN:-10}
 work=$(mktemp -d /tmp/idem-langbench.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-PGCLUSTER_CONF="fsync = on" scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55470}" >/dev/null
-# shellcheck disable=SC1091
-source "$work/pg/env"
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE shop"
-psql -X -q -v ON_ERROR_STOP=1 -d shop -c "CREATE EXTENSION idempotency" -c "ALTER DATABASE shop SET synchronous_commit = on"
-http_port=$((PGPORT + 1))
-
-start_service() {  # start_service COMMAND...
-  [[ -n $service ]] && kill "$service" 2>/dev/null && wait "$service" 2>/dev/null || true
-  "$@" --port "$http_port" --threads 8 --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" \
-    2>>"$work/service.log" &
-  service=$!
-  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && return 0; sleep 0.1; done
-  echo "service did not come up" >&2
-  cat "$work/service.log" >&2
-  return 1
-}
+# shellcheck source=service.sh
+source bench/http/service.sh  # start_shop, start_service
+start_shop "${BENCH_PORT:-55470}"
 
 # CPU ticks (utime + stime, getconf CLK_TCK a second) of the service process.
 service_ticks() { sed 's/.*) //' "/proc/$service/stat" | awk '{ print $12 + $13 }'; }

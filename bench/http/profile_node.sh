@@ -15,20 +15,14 @@ duration=${SECONDS_PER_RUN:-10}
 work=$(mktemp -d /tmp/idem-nodeprof.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-PGCLUSTER_CONF="fsync = on" scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55490}" >/dev/null
-# shellcheck disable=SC1091
-source "$work/pg/env"
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE shop"
-psql -X -q -v ON_ERROR_STOP=1 -d shop -c "CREATE EXTENSION idempotency" -c "ALTER DATABASE shop SET synchronous_commit = on"
-http_port=$((PGPORT + 1))
+# shellcheck source=service.sh
+source bench/http/service.sh  # start_shop, start_service
+start_shop "${BENCH_PORT:-55490}"
 for route in keyed plain; do
   path=/orders
   [[ $route == plain ]] && path=/plain/orders
   mkdir -p "$work/$route"
-  node --cpu-prof --cpu-prof-dir="$work/$route" examples/node-orders/app.js --port "$http_port" --threads 8 \
-    --dsn "host=$PGHOST port=$PGPORT dbname=shop user=postgres" 2>>"$work/service.log" &
-  service=$!
-  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$http_port/health" >/dev/null && break; sleep 0.1; done
+  start_service node --cpu-prof --cpu-prof-dir="$work/$route" examples/node-orders/app.js
   WRK_PATH=$path WRK_RUN=prof-$route-$RANDOM wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua \
     "http://127.0.0.1:$http_port" | awk '/requests in/ { print $1 }' >"$work/$route.requests"
   kill -INT "$service"
@@ -54,7 +48,6 @@ def self_times(route):
 
 keyed, nk = self_times("keyed")
 plain, np_ = self_times("plain")
-idle = lambda d: d.get("(idle) :0", 0) + d.get("(program) :0", 0) * 0
 busy = lambda d: sum(v for k, v in d.items() if not k.startswith("(idle)"))
 print(f"keyed: {nk} requests, {busy(keyed):.0f} us of JS/VM time per request (profiler samples, not idle)")
 print(f"plain: {np_} requests, {busy(plain):.0f} us of JS/VM time per request")

@@ -13,11 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d /tmp/idem-pyprof.XXXXXX)
 trap 'scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-PGCLUSTER_CONF="fsync = on" scripts/pgcluster.sh start "$work/pg" "${BENCH_PORT:-55480}" >/dev/null
-# shellcheck disable=SC1091
-source "$work/pg/env"
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE shop"
-psql -X -q -v ON_ERROR_STOP=1 -d shop -c "CREATE EXTENSION idempotency" -c "ALTER DATABASE shop SET synchronous_commit = on"
+# shellcheck source=service.sh
+source bench/http/service.sh  # start_shop
+start_shop "${BENCH_PORT:-55480}"
 N=${N:-2000} DSN="host=$PGHOST port=$PGPORT dbname=shop user=postgres" /usr/bin/python3 - <<'PY'
 import cProfile, io, os, pstats, sys, time, uuid
 sys.path.insert(0, "examples/python-orders")
