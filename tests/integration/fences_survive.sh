@@ -2,7 +2,8 @@
 # Fences never repeat for a key (issue 11, item 1), across the two events a
 # pg_regress file cannot show: a crash (pg_ctl -m immediate, then recovery) and
 # pg_dump / pg_restore into a new database. Also: every stored response, lease
-# and fence survives the dump byte for byte. Runs against the cluster of
+# and fence survives the dump byte for byte, and so do expiry policies and
+# tombstones (0.8.0: a restored tombstone still answers expired). Runs against the cluster of
 # scripts/test.sh (PGHOST is its folder, the data directory is PGHOST/data).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,6 +49,16 @@ q "$db" "BEGIN; SELECT outcome FROM idempotency.begin('p', 'stored', 'a', $fp);
          SELECT idempotency.complete('p', 'stored', 201, '\\x00ff0a7b7d'::bytea, '{\"Location\":\"/o/1\"}', 'r-1');
          COMMIT;" >/dev/null
 q "$db" "SELECT idempotency.save_final('p', 'secret', 'a', $fp, 403, convert_to('sk', 'UTF8'), one_time_secret => true)" >/dev/null
+# An expiry policy (0.8.0) and a tombstone of its action: both are data the dump keeps.
+q "$db" "SELECT idempotency.set_expiry_policy('pay', 'refuse', grace => '3 days')" >/dev/null
+q "$db" "BEGIN; SELECT outcome FROM idempotency.begin('p', 'tomb', 'pay', $fp);
+         SELECT idempotency.complete('p', 'tomb', 201); COMMIT;" >/dev/null
+q "$db" "UPDATE idempotency.keys SET created_at = now() - interval '2 days', expires_at = now() - interval '1 day'
+          WHERE key = 'tomb'"
+q "$db" "SELECT deleted FROM idempotency.cleanup_batch(1000)" >/dev/null
+[[ $(q "$db" "SELECT state FROM idempotency.keys WHERE key = 'tomb'") == expired ]] || fail "no tombstone to dump"
+policies="SELECT string_agg(format('%s %s %s', action, on_expiry, grace), ', ') FROM idempotency.expiry_policies"
+policies_before=$(q "$db" "$policies")
 before=$(q "$db" "SELECT string_agg(format('%s|%s|%s|%s|%s|%s|%s', key, state, response_status, encode(response_body, 'hex'),
                                       response_headers, one_time_secret, fence), ' ' ORDER BY key) FROM idempotency.keys")
 max_before=$(q "$db" "SELECT max(fence) FROM idempotency.keys")
@@ -57,6 +68,11 @@ pg_restore -d "$restored" "$dump"
 after=$(q "$restored" "SELECT string_agg(format('%s|%s|%s|%s|%s|%s|%s', key, state, response_status, encode(response_body, 'hex'),
                                       response_headers, one_time_secret, fence), ' ' ORDER BY key) FROM idempotency.keys")
 [[ "$before" == "$after" ]] || fail "keys differ after restore: '$before' vs '$after'"
+policies_after=$(q "$restored" "$policies")
+echo "expiry policies before the dump: $policies_before; after the restore: $policies_after"
+[[ $policies_before == "$policies_after" ]] || fail "expiry policies differ after restore"
+tomb=$(q "$restored" "SELECT outcome FROM idempotency.begin('p', 'tomb', 'pay', $fp)")
+[[ $tomb == expired ]] || fail "the restored tombstone answers $tomb, not expired"
 replay=$(q "$restored" "SELECT outcome || ' ' || response_status || ' ' || encode(response_body, 'hex')
                         FROM idempotency.begin('p', 'stored', 'a', $fp)")
 [[ $replay == "replay 201 00ff0a7b7d" ]] || fail "replay after restore: $replay"
