@@ -1,0 +1,68 @@
+-- Batches (0.8.0) under idempotency.principal_binding = current_user, with the
+-- application grants of docs/sql-reference.md ("Privileges", run as written by
+-- tests/pgtap/doc_grants.sh, the role name idem_bind_app): like every function
+-- that takes a principal, begin_batch and claim_batch refuse (42501) a
+-- principal other than the calling role and change nothing, and run for its
+-- own. The role is dropped at the end (and at the start, should an earlier run
+-- have stopped half-way).
+SET client_min_messages = warning;
+DO $$
+DECLARE
+    r name;
+BEGIN
+    FOR r IN SELECT rolname FROM pg_roles
+              WHERE rolname IN ('idem_bind_app', 'idem_bind_ops', 'idem_bind_monitoring',
+                                'idem_bind_support') LOOP
+        EXECUTE format('DROP OWNED BY %I', r);
+        EXECUTE format('DROP ROLE %I', r);
+    END LOOP;
+END
+$$;
+DELETE FROM idempotency.keys WHERE principal IN ('idem_bind_app', 'bind-other');
+CREATE ROLE idem_bind_app NOLOGIN;
+CREATE ROLE idem_bind_ops NOLOGIN;
+CREATE ROLE idem_bind_monitoring NOLOGIN;
+CREATE ROLE idem_bind_support NOLOGIN;
+\set grants `tests/pgtap/doc_grants.sh | sed 's/ TO idem_doc_/ TO idem_bind_/g'`
+:grants
+DROP OWNED BY idem_bind_ops, idem_bind_monitoring, idem_bind_support;
+DROP ROLE idem_bind_ops, idem_bind_monitoring, idem_bind_support;
+
+SELECT plan(8);
+SELECT idempotency.is_final(200) AS loaded \gset
+SET idempotency.principal_binding = 'current_user';
+SET ROLE idem_bind_app;
+SELECT throws_ok($$SELECT * FROM idempotency.begin_batch('bind-other', ARRAY['k1', 'k2'], 'act',
+                       ARRAY[idempotency.fingerprint('POST', '/1'),
+                             idempotency.fingerprint('POST', '/2')])$$,
+                 '42501', NULL, 'begin_batch refuses another principal than the calling role');
+SELECT throws_ok($$SELECT * FROM idempotency.claim_batch('bind-other', ARRAY['k1', 'k2'])$$,
+                 '42501', NULL, 'claim_batch refuses another principal than the calling role');
+SELECT throws_ok($$SELECT * FROM idempotency.complete_batch('bind-other', ARRAY['k1'],
+                                                             ARRAY[200])$$,
+                 '55000', NULL, 'complete_batch has nothing of another principal to complete');
+BEGIN;
+SELECT array_agg(outcome ORDER BY ord) AS own_begun
+  FROM idempotency.begin_batch('idem_bind_app', ARRAY['k1', 'k2'], 'act',
+                               ARRAY[idempotency.fingerprint('POST', '/1'),
+                                     idempotency.fingerprint('POST', '/2')]) \gset
+SELECT array_agg(completed ORDER BY ord) AS own_completed
+  FROM idempotency.complete_batch('idem_bind_app', ARRAY['k1', 'k2'], ARRAY[201, 201]) \gset
+COMMIT;
+SELECT is(:'own_begun'::text, '{started,started}',
+          'begin_batch runs for the calling role''s principal');
+SELECT is(:'own_completed'::text, '{t,t}', 'complete_batch completes them');
+SELECT is((SELECT array_agg(claimed ORDER BY ord)
+             FROM idempotency.claim_batch('idem_bind_app', ARRAY['c1'])),
+          '{t}', 'claim_batch runs for the calling role''s principal');
+RESET ROLE;
+RESET idempotency.principal_binding;
+SELECT is((SELECT count(*) FROM idempotency.keys WHERE principal = 'bind-other'), 0::bigint,
+          'nothing was written for the other principal');
+SELECT is((SELECT count(*) FROM idempotency.keys WHERE principal = 'idem_bind_app'), 3::bigint,
+          'the own principal''s two begun keys and one claim are stored');
+
+SELECT * FROM finish();
+DELETE FROM idempotency.keys WHERE principal IN ('idem_bind_app', 'bind-other');
+DROP OWNED BY idem_bind_app;
+DROP ROLE idem_bind_app;
