@@ -418,7 +418,7 @@ class Suite:
             ("secret", self.one_time_secret),
             ("expiry", self.expiry_header),
             ("reject", self.reject_mode),
-            ("stream", lambda: stream_scenario(self)),
+            ("stream", lambda: stream_scenario(self, problem)),
             ("expired", lambda: expired.scenario(self, problem, PROTOCOL)),  # tests/conformance/expired.py
         ]
         for name, scenario in scenarios:

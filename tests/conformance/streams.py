@@ -9,10 +9,9 @@ their chunked framing parsed, so the chunk boundaries are checked, not only the 
 
 from __future__ import annotations
 
-import json
 import socket
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import psycopg
 
@@ -101,20 +100,15 @@ def stored_entry(headers: Any, name: str) -> Optional[str]:
     return None
 
 
-def problem_body(status: int, type_uri: str, title: str, detail: str) -> bytes:
-    """A problem body as the clients write it (sorted members, no whitespace, raw UTF-8)."""
-    document = {"detail": detail, "status": status, "title": title, "type": type_uri}
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
-
-
 def digits(chunks: int, chunk_bytes: int) -> List[bytes]:
     """The chunks POST /orders/stream answers."""
     return [str(i % 10).encode() * chunk_bytes for i in range(chunks)]
 
 
-def stream_scenario(suite: Any) -> None:
+def stream_scenario(suite: Any, problem: Callable[[int, str, str, str], bytes]) -> None:
     """Contract C: the chunks of a first answer, the replay's identical chunks, an
-    over-limit stream sent whole and answered 409 response-not-kept on retry."""
+    over-limit stream sent whole and answered 409 response-not-kept on retry.
+    problem() builds an expected problem body (conformance.problem)."""
     protocol = suite.protocol
     replay_header = protocol["replay_header"]
     chunks_entry, not_kept_entry = protocol["stream_chunks_entry"], protocol["not_kept_entry"]
@@ -163,8 +157,8 @@ def stream_scenario(suite: Any) -> None:
                 and stored_entry(row[1], not_kept_entry) == "stream-too-large",
                 repr(row and (row[0], row[1], bytes(row[2] or b"")[:40])))
     kind = protocol["problems"]["response_not_kept"]
-    expected = problem_body(kind["status"], suite.problem_base + kind["type"], kind["title"],
-                            protocol["not_kept_detail"])
+    expected = problem(kind["status"], suite.problem_base + kind["type"], kind["title"],
+                       protocol["not_kept_detail"])
     again = post(b'{"chunks":3,"chunk_bytes":40000}', "key-stream-large")
     suite.check("stream: its retry is 409 response-not-kept problem+json, Idempotent-Replay: true",
                 again.status == kind["status"] and again.body == expected

@@ -82,6 +82,25 @@ test("a lease result carries the row's expiry; a released key none", async (t) =
   assert.equal(released.response.header(EXPIRES_HEADER), undefined);
 });
 
+test("a completion after the ttl carries the expiry complete gave the key", async (t) => {
+  // The body outlives the ttl (its lease keeps the key): complete keeps the key one more
+  // ttl from its own now(), and the result tells that expiry, not acquire's past one.
+  const conn = await db.connect();
+  const runner = new LeaseRunner(db.config, { policy: "remember", ttlMs: 1000, leaseMs: 30000 });
+  t.after(() => runner.close());
+  const who = principal();
+  const k = key();
+  const request = { principal: who, key: k, method: "POST", path: "/pay", body: ORDER };
+  const late = await runner.run(request, async () => {
+    await new Promise((resolve) => setTimeout(resolve, 1300));
+    return new Response(201, [], "{}");
+  });
+  const want = await storedEpoch(conn, who, k);
+  assert.equal(late.outcome, "fresh");
+  assert.equal(late.expiresEpoch, want);
+  assert.equal(late.response.header(EXPIRES_HEADER), httpDate(want));
+});
+
 async function refusing(t, conn) {
   const { rows } = await conn.query("SELECT to_regproc('idempotency.set_expiry_policy') IS NOT NULL AS ok");
   if (!rows[0].ok) {

@@ -118,6 +118,40 @@ def test_the_async_lease_runner_carries_the_expiry_too(dsn, admin, principal):
     assert result.outcome == LeaseOutcome.FRESH and result.expires_epoch == stored_epoch(admin, principal, key)
 
 
+def test_a_completion_after_the_ttl_carries_the_expiry_it_was_given(dsn, admin, principal):
+    """The body outlives the ttl (its lease keeps the key): complete keeps the key one more
+    ttl from its own now(), and the result tells that expiry, not acquire's past one."""
+
+    async def go(key: str):
+        runner = AsyncLeaseRunner(dsn, options)
+        try:
+
+            async def body() -> Response:
+                await asyncio.sleep(1.3)
+                return Response(201, [], b"{}")
+
+            return await runner.run(Request(principal, key, "POST", "/pay", ORDER), body)
+        finally:
+            await runner.close()
+
+    options = LeaseOptions(policy=Policy.REMEMBER, ttl=timedelta(seconds=1),
+                           lease=timedelta(seconds=30))
+    runner, key = LeaseRunner(dsn, options), uuid.uuid4().hex
+    try:
+        late = runner.run(Request(principal, key, "POST", "/pay", ORDER),
+                          lambda: time.sleep(1.3) or Response(201, [], b"{}"))
+    finally:
+        runner.close()
+    want = stored_epoch(admin, principal, key)
+    assert late.outcome == LeaseOutcome.FRESH
+    assert late.expires_epoch == want
+    assert late.response.header(http.EXPIRES_HEADER) == http.http_date(want)
+    key = uuid.uuid4().hex
+    late = asyncio.run(go(key))
+    assert late.outcome == LeaseOutcome.FRESH
+    assert late.expires_epoch == stored_epoch(admin, principal, key)
+
+
 @pytest.fixture
 def refusing(admin):
     """The action 'POST /orders' under on_expiry 'refuse' (skipped before 0.8.0)."""

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import psycopg
 import pytest
+from psycopg import errors
 
 from pg_idempotency import AsyncClient, Client, Response
 from pg_idempotency import asgi, wsgi
@@ -179,6 +180,51 @@ def test_max_stream_bytes_must_be_a_byte_count(dsn):
                                        max_stream_bytes=bad)
 
 
+def conflicting_wsgi_app(runs, fail_before_body):
+    """Fails its first run with a serialization failure: before any piece when
+    ``fail_before_body`` (the attempt may run again), else after two streamed pieces."""
+
+    def app(environ, start_response):
+        context = environ["pg_idempotency"]
+        runs.append(1)
+        context.connection.execute(INSERT, (context.request.principal,))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        if fail_before_body and len(runs) == 1:
+            raise errors.SerializationFailure("conflict before the body")
+
+        def pieces():
+            yield b"aa"
+            yield b"bb"
+            if len(runs) == 1:
+                raise errors.SerializationFailure("conflict mid-stream")
+            yield b"cc"
+
+        return pieces()
+
+    return app
+
+
+def test_wsgi_attempt_runs_again_only_while_nothing_was_sent(dsn, admin, principal):
+    @contextmanager
+    def connection():
+        with psycopg.connect(dsn) as conn:
+            yield conn
+
+    def middleware(app):
+        return wsgi.IdempotencyMiddleware(app, Client(), connection=connection,
+                                          principal=lambda environ: environ["who"])
+
+    runs, key = [], uuid.uuid4().hex
+    again = wsgi_call(middleware(conflicting_wsgi_app(runs, True)), "", key, principal)
+    assert len(runs) == 2 and again["starts"] == 1 and again["written"] == [b"aa", b"bb", b"cc"]
+    assert count(admin, principal) == 1
+    runs, key = [], uuid.uuid4().hex
+    with pytest.raises(errors.SerializationFailure):
+        wsgi_call(middleware(conflicting_wsgi_app(runs, False)), "", key, principal)
+    assert len(runs) == 1  # two pieces went out: never a second run, a second stream
+    assert row(admin, principal, key) is None and count(admin, principal) == 1
+
+
 # -- ASGI -----------------------------------------------------------------------------
 
 
@@ -260,6 +306,34 @@ def test_asgi_stream_past_the_limit_and_non_final_and_cut_short(dsn, admin, prin
     assert sent[-1].get("more_body") is True  # never ended as if complete
     assert row(admin, principal, cut) is None
     assert count(admin, principal) == 1  # the over-limit stream's only
+
+
+def test_asgi_attempt_runs_again_only_while_nothing_was_sent(dsn, admin, principal):
+    def conflicting(runs, fail_before_body):
+        async def app(scope, receive, send):
+            ctx = asgi.context(scope)
+            runs.append(1)
+            await ctx.connection.execute(INSERT, (ctx.request.principal,))
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            if fail_before_body and len(runs) == 1:
+                raise errors.SerializationFailure("conflict before the body")
+            for piece in (b"aa", b"bb"):
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            if len(runs) == 1:
+                raise errors.SerializationFailure("conflict mid-stream")
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        return asgi_middleware(dsn, app)
+
+    runs, key = [], uuid.uuid4().hex
+    sent = asgi_call(conflicting(runs, True), key, principal)
+    assert len(runs) == 2 and [m["type"] for m in sent].count("http.response.start") == 1
+    assert count(admin, principal) == 1
+    runs, key = [], uuid.uuid4().hex
+    with pytest.raises(errors.SerializationFailure):
+        asgi_call(conflicting(runs, False), key, principal)
+    assert len(runs) == 1  # two pieces went out: never a second run, a second stream
+    assert row(admin, principal, key) is None and count(admin, principal) == 1
 
 
 def test_asgi_starlette_streaming_response(dsn, admin, principal):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http
 import io
 import json
+import sys
 import uuid
 from contextlib import contextmanager
 
@@ -111,6 +112,37 @@ def test_an_exception_in_the_app_rolls_back(app, admin, principal):
     with pytest.raises(RuntimeError):
         call(app, "/explode", b'{"item":"k"}', uuid.uuid4().hex, principal)
     assert count(admin, principal) == 0
+
+
+def recovering_app(environ, start_response):
+    """Starts a 201, then fails before any body and answers 500 instead (PEP 3333: a second
+    start_response with exc_info replaces the status while no body has been sent)."""
+    context = environ["pg_idempotency"]
+    context.connection.execute("INSERT INTO orders (principal, item, quantity) VALUES (%s, 'r', 1)",
+                               (context.request.principal,))
+    start_response("201 Created", [("Content-Type", "application/json")])
+    try:
+        raise ValueError("late failure")
+    except ValueError:
+        failed = sys.exc_info()
+        start_response("500 Internal Server Error", [("Content-Type", "text/plain")], failed)
+    return [b"recovered"]
+
+
+def test_start_response_with_exc_info_before_the_body_replaces_the_answer(dsn, admin, principal):
+    @contextmanager
+    def connection():
+        with psycopg.connect(dsn) as conn:
+            yield conn
+
+    app = IdempotencyMiddleware(recovering_app, Client(), connection=connection,
+                                principal=lambda environ: principal)
+    key = uuid.uuid4().hex
+    first = call(app, "/orders", b"{}", key, principal)
+    assert (first["status"], first["body"]) == ("500 Internal Server Error", b"recovered")
+    assert first["headers"]["Content-Type"] == "text/plain"
+    assert count(admin, principal) == 0  # a 500 is not final: rolled back, not stored
+    assert call(app, "/orders", b"{}", key, principal)["status"] == "500 Internal Server Error"
 
 
 def test_no_principal_passes_through(dsn):

@@ -83,7 +83,9 @@ class _Answer:
         self.capture = StreamCapture(self.max_stream_bytes)
 
     def start_response(self, status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Callable:
-        if exc_info is not None and self.status is not None:
+        # PEP 3333: a second call (with exc_info) replaces the status and headers until
+        # the body has begun (a piece gathered or sent); after that it re-raises.
+        if exc_info is not None and (self.write is not None or self.pending):
             raise exc_info[1].with_traceback(exc_info[2])
         self.status, self.headers = status, list(headers)
         return self.piece
