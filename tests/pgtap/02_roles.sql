@@ -23,7 +23,7 @@ CREATE ROLE idem_doc_support NOLOGIN;
 \set grants `tests/pgtap/doc_grants.sh`
 :grants
 
-SELECT plan(67);
+SELECT plan(70);
 SELECT ok(:'grants' LIKE '%GRANT%TO idem_doc_app;%' AND :'grants' LIKE '%TO idem_doc_ops;%'
           AND :'grants' LIKE '%TO idem_doc_monitoring;%' AND :'grants' LIKE '%TO idem_doc_support;%',
           'the docs hold a GRANT block for each of app, ops, monitoring and support');
@@ -71,6 +71,13 @@ INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, res
 SELECT 'roles', k, 'refund', decode(repeat('00', 32), 'hex'), 'completed', 200, now() - interval '2 days', e
   FROM (VALUES ('old-1', now() - interval '1 day'), ('old-2', now() - interval '1 day'),
                ('live', now() + interval '1 day')) AS v(k, e);
+-- ... and (0.8.0) an expired key of an action whose policy refuses it: the
+-- owner sets the policy, which app's calls read and ops's cleanup applies,
+-- though neither role may read the policies.
+SELECT idempotency.set_expiry_policy('refund_once', 'refuse', '1 day');
+INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status, created_at, expires_at)
+VALUES ('refusing', 'gone', 'refund_once', decode(repeat('aa', 32), 'hex'), 'completed', 200,
+        now() - interval '2 days', now() - interval '1 hour');
 
 -- app: the transactional protocol ...
 SET ROLE idem_doc_app;
@@ -109,6 +116,11 @@ SELECT is((SELECT array_agg(claimed ORDER BY ord)
 SELECT outcome FROM idempotency.acquire('tenant', 'k-abandoned', 'act', idempotency.fingerprint('POST', '/l'),
                                         lease => '100 ms') \gset
 SELECT pg_sleep(0.2);
+-- ... the expired key that its action's policy refuses (cleanup has not reached it):
+SELECT is((SELECT outcome FROM idempotency.begin('refusing', 'gone', 'refund_once', decode(repeat('aa', 32), 'hex'))),
+          'expired', 'app gets expired for a key its action''s policy refuses');
+SELECT ok(NOT idempotency.save_final('refusing', 'gone', 'refund_once', decode(repeat('aa', 32), 'hex'), 200)
+          AND NOT idempotency.claim('refusing', 'gone'), 'app can neither save_final nor claim the refused key');
 SELECT ok(idempotency.is_final(201) AND length(idempotency.jcs('{}')) = 2, 'app can use what PUBLIC may');
 -- ... and nothing else.
 SELECT throws_ok($$SELECT * FROM idempotency.keys$$, '42501', NULL, 'app cannot read the table');
@@ -129,9 +141,11 @@ RESET ROLE;
 SET ROLE idem_doc_ops;
 CALL idempotency.cleanup(batch_size => 1) \gset
 RESET ROLE;
-SELECT is(:deleted::bigint, 2::bigint, 'ops ran cleanup: it deleted the two expired keys');
+SELECT is(:deleted::bigint, 3::bigint, 'ops ran cleanup: it dealt with the three expired keys');
 SELECT is((SELECT array_agg(key ORDER BY key) FROM idempotency.keys WHERE principal = 'roles'), '{live}',
           'ops ran cleanup: the expired keys are gone, the live one kept');
+SELECT is((SELECT state || ':' || (response_status IS NULL) FROM idempotency.keys WHERE principal = 'refusing'),
+          'expired:true', 'ops ran cleanup: the refused key is kept as a tombstone');
 SET ROLE idem_doc_ops;
 SELECT is((SELECT deleted FROM idempotency.cleanup_batch(10, NULL)), 0, 'ops can run a batch');
 SELECT is((SELECT array_agg(key || ':' || released ORDER BY key) FROM idempotency.abandoned WHERE principal = 'tenant'),
@@ -185,6 +199,7 @@ SELECT throws_ok($$SELECT * FROM idempotency.stats$$, '42501', NULL, 'support ca
 RESET ROLE;
 
 SELECT * FROM finish();
-DELETE FROM idempotency.keys WHERE principal IN ('tenant', 'roles');
+DELETE FROM idempotency.keys WHERE principal IN ('tenant', 'roles', 'refusing');
+DELETE FROM idempotency.expiry_policies WHERE action = 'refund_once';
 DROP OWNED BY idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
 DROP ROLE idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
