@@ -103,7 +103,8 @@ func batchShape(reqs []Request) error {
 // one round trip (idempotency.begin_batch), and returns one outcome per
 // request in their order. Run the work of the "started" keys in tx, then
 // CompleteBatch them before committing. The requests share one principal,
-// action, exclude list and duplicate mode; the client's TTL and Wait apply.
+// action, exclude list and duplicate mode; the client's TTL and Wait apply, and
+// its Counters count the answers (replay, mismatch, ...) as Handle's.
 // The server refuses a duplicate key (22023) and more than 1000 keys (54000).
 func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]BatchOutcome,
 	error) {
@@ -168,6 +169,7 @@ func (c *Client) scanBatchOutcome(rows pgx.Rows) (BatchOutcome, error) {
 	if o.Started() {
 		return o, nil
 	}
+	c.count(o.Outcome)
 	response, known := outcomeResponse(o.Outcome, stored, c.options.ProblemTypeBase,
 		c.options.RetryAfter)
 	if !known {

@@ -79,6 +79,11 @@ func TestBeginBatchOutcomesPerKeyThenCompleteBatch(t *testing.T) {
 		t.Fatalf("mismatch %d, in progress %d (Retry-After %q)", mismatch.Status, busy.Status,
 			retry)
 	}
+	// The answers count as Handle's do (the two Handle calls above started).
+	if n := client.Counters(); n.Replayed != 1 || n.Mismatched != 1 || n.InProgress != 1 ||
+		n.Started != 2 {
+		t.Fatalf("counters %+v, want 1 replayed, 1 mismatched, 1 in progress", n)
+	}
 	// The work of the started keys, then their responses in one call.
 	started := []Request{reqs[0], reqs[4]}
 	responses := make([]Response, len(started))

@@ -283,6 +283,21 @@ func waitArg(mode, configured DuplicateMode, wait time.Duration) interface{} {
 // answer ends the transaction of an outcome that does not run the handler.
 func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, stored storedRow) (
 	Response, error) {
+	c.count(outcome)
+	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase,
+		c.options.RetryAfter)
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return Response{}, err
+	}
+	if !known {
+		return Response{}, fmt.Errorf("idempotency: begin returned an unknown outcome %q", outcome)
+	}
+	return stamped(response, stored.expiresEpoch), nil
+}
+
+// count adds an outcome that does not run the handler to the counters (Handle's
+// answers and BeginBatch's alike).
+func (c *Client) count(outcome string) {
 	switch outcome {
 	case "replay":
 		atomic.AddInt64(&c.counters.Replayed, 1)
@@ -295,13 +310,4 @@ func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, sto
 	case "expired":
 		atomic.AddInt64(&c.counters.Expired, 1)
 	}
-	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase,
-		c.options.RetryAfter)
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return Response{}, err
-	}
-	if !known {
-		return Response{}, fmt.Errorf("idempotency: begin returned an unknown outcome %q", outcome)
-	}
-	return stamped(response, stored.expiresEpoch), nil
 }

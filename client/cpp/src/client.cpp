@@ -38,6 +38,11 @@ Digest fingerprint(const Request& request, std::size_t max_json_depth) {
 
 namespace {
 
+using detail::complete_sql;
+// The stored row's expiry, read after save_final in its transaction (save_final
+// starts the key's ttl at its own now(), not at begin's).
+using detail::stored_expiry_sql;
+
 constexpr const char* begin_sql =
     "SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
     "       resource_id, expires_at, floor(extract(epoch FROM expires_at))::bigint AS "
@@ -45,8 +50,6 @@ constexpr const char* begin_sql =
     "       ceil(extract(epoch FROM"
     "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
     "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)";
-constexpr const char* complete_sql =
-    "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
 // Names of the prepared forms (Options::prepare_statements): *_1 through
 // libpqxx, *_p1 on the raw connection when pipelining (libpqxx does not know
 // those, so the names must differ).
@@ -56,10 +59,6 @@ constexpr const char* begin_raw_name = "idempotency_begin_p1";
 constexpr const char* complete_raw_name = "idempotency_complete_p1";
 constexpr const char* save_final_sql =
     "SELECT idempotency.save_final($1, $2, $3, $4, $5, $6, $7::jsonb, $8::interval, $9)";
-// The stored row's expiry, read after save_final in its transaction (save_final
-// starts the key's ttl at its own now(), not at begin's).
-constexpr const char* stored_expiry_sql =
-    "SELECT floor(extract(epoch FROM expires_at))::bigint FROM idempotency.lookup($1, $2)";
 
 }  // namespace
 

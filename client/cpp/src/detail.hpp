@@ -41,6 +41,18 @@ Response stored_response(int status, const std::optional<std::string>& headers_j
 /// response_body and resource_id.
 Response stored_response(const pqxx::row& row);
 
+/// idempotency.complete() as Client sends it (unprepared, and the text it prepares);
+/// also what completes a key when its streamed response ends (stream.cpp).
+inline constexpr const char* complete_sql =
+    "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
+
+/// A key row's expiry in seconds since the epoch (column expires_epoch; no row: none),
+/// read again where the server started the ttl at its own now(): after save_final, and
+/// after a lease completed past acquire's expiry.
+inline constexpr const char* stored_expiry_sql =
+    "SELECT floor(extract(epoch FROM expires_at))::bigint AS expires_epoch"
+    "  FROM idempotency.lookup($1, $2)";
+
 /// Upper-case ASCII copy.
 std::string upper(std::string text);
 

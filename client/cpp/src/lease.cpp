@@ -224,11 +224,7 @@ struct Fenced {
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
         if (!acquired || *acquired > now) return acquired;
-        const pqxx::result rows =
-            pq::exec(tx,
-                     "SELECT floor(extract(epoch FROM expires_at))::bigint AS expires_epoch"
-                     "  FROM idempotency.lookup($1, $2)",
-                     principal, key);
+        const pqxx::result rows = pq::exec(tx, detail::stored_expiry_sql, principal, key);
         if (rows.empty()) return std::nullopt;
         return expiry_of(rows[0]);
     }

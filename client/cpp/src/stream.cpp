@@ -12,14 +12,6 @@
 
 namespace idem {
 
-namespace {
-
-// idempotency.complete() as Client sends it unprepared (client.cpp's complete_sql).
-constexpr const char* complete_stream_sql =
-    "SELECT idempotency.complete($1, $2, $3, $4, $5::jsonb, $6, $7)";
-
-}  // namespace
-
 namespace detail {
 
 bool CapturingSink::write(std::string_view chunk) {
@@ -155,7 +147,7 @@ void Client::finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_b
         return;
     }
     const char* resource_id = head.resource_id ? head.resource_id->c_str() : nullptr;
-    pq::exec(*tx, complete_stream_sql, call.principal, call.key, head.status,
+    pq::exec(*tx, detail::complete_sql, call.principal, call.key, head.status,
              pq::bytes(capture.body()), headers, resource_id, head.one_time_secret);
     tx->commit();
     tx.reset();
