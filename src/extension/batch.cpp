@@ -114,6 +114,9 @@ Datum idempotency_complete_batch(FunctionCallInfo call) {
     return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
         require_arguments(fcinfo, 3, "principal, keys and statuses");
         text* principal = PG_GETARG_TEXT_PP(0);
+        // Keys are begun under the binding, but the role may have changed since
+        // (SET ROLE inside the transaction): the role completing must be bound too.
+        check_principal_binding(principal);
         const BatchKeys batch = batch_keys(fcinfo, 1);
         const int n = batch.count;
         Datum* statuses = batch_array(fcinfo, 2, INT4OID, n, "statuses", false, nullptr);

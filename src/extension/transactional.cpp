@@ -67,6 +67,9 @@ Datum idempotency_complete(FunctionCallInfo call) {
             PG_RETURN_BOOL(count_fenced(Counter::lease_completed, held, action,
                                         PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
         }
+        // The key was begun under the binding, but the role may have changed since
+        // (SET ROLE inside the transaction): the role completing must be bound too.
+        check_principal_binding(PG_GETARG_TEXT_PP(0));
         PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
         require_completable(entry, response.status);
         complete_key(entry, response);

@@ -3,7 +3,9 @@
 -- tests/pgtap/doc_grants.sh, the role name idem_bind_app): like every function
 -- that takes a principal, begin_batch and claim_batch refuse (42501) a
 -- principal other than the calling role and change nothing, and run for its
--- own. The role is dropped at the end (and at the start, should an earlier run
+-- own. complete and complete_batch check the role too: a key begun for another
+-- principal earlier in the transaction (by a role that may) is not completed
+-- after SET ROLE to one that may not. The role is dropped at the end (and at the start, should an earlier run
 -- have stopped half-way).
 SET client_min_messages = warning;
 DO $$
@@ -28,7 +30,7 @@ CREATE ROLE idem_bind_support NOLOGIN;
 DROP OWNED BY idem_bind_ops, idem_bind_monitoring, idem_bind_support;
 DROP ROLE idem_bind_ops, idem_bind_monitoring, idem_bind_support;
 
-SELECT plan(8);
+SELECT plan(11);
 SELECT idempotency.is_final(200) AS loaded \gset
 SET idempotency.principal_binding = 'current_user';
 SET ROLE idem_bind_app;
@@ -40,7 +42,7 @@ SELECT throws_ok($$SELECT * FROM idempotency.claim_batch('bind-other', ARRAY['k1
                  '42501', NULL, 'claim_batch refuses another principal than the calling role');
 SELECT throws_ok($$SELECT * FROM idempotency.complete_batch('bind-other', ARRAY['k1'],
                                                              ARRAY[200])$$,
-                 '55000', NULL, 'complete_batch has nothing of another principal to complete');
+                 '42501', NULL, 'complete_batch refuses another principal than the calling role');
 BEGIN;
 SELECT array_agg(outcome ORDER BY ord) AS own_begun
   FROM idempotency.begin_batch('idem_bind_app', ARRAY['k1', 'k2'], 'act',
@@ -61,6 +63,29 @@ SELECT is((SELECT count(*) FROM idempotency.keys WHERE principal = 'bind-other')
           'nothing was written for the other principal');
 SELECT is((SELECT count(*) FROM idempotency.keys WHERE principal = 'idem_bind_app'), 3::bigint,
           'the own principal''s two begun keys and one claim are stored');
+-- The owner (binding off) begins two keys of another principal, then the
+-- transaction switches to the bound application role, which may complete
+-- neither; the owner completes them after RESET ROLE (had a refused call
+-- completed one, this would raise 55000 and the stored statuses differ).
+BEGIN;
+SELECT count(*) AS other_begun
+  FROM idempotency.begin_batch('bind-other', ARRAY['o1', 'o2'], 'act',
+                               ARRAY[idempotency.fingerprint('POST', '/1'),
+                                     idempotency.fingerprint('POST', '/2')]) \gset
+SET LOCAL idempotency.principal_binding = 'current_user';
+SET LOCAL ROLE idem_bind_app;
+SELECT throws_ok($$SELECT idempotency.complete('bind-other', 'o1', 202)$$,
+                 '42501', NULL, 'complete refuses a key of another principal begun before SET ROLE');
+SELECT throws_ok($$SELECT * FROM idempotency.complete_batch('bind-other', ARRAY['o1', 'o2'],
+                                                             ARRAY[202, 202])$$,
+                 '42501', NULL, 'complete_batch refuses keys of another principal begun before SET ROLE');
+RESET ROLE;
+SET LOCAL idempotency.principal_binding = off;
+SELECT count(*) AS owner_completed FROM idempotency.complete_batch('bind-other', ARRAY['o1', 'o2'], ARRAY[201, 201]) \gset
+COMMIT;
+SELECT is((SELECT array_agg(key || ':' || state || ':' || response_status ORDER BY key)
+             FROM idempotency.keys WHERE principal = 'bind-other'),
+          '{o1:completed:201,o2:completed:201}', 'the owner completed them; the refused calls stored nothing');
 
 SELECT * FROM finish();
 DELETE FROM idempotency.keys WHERE principal IN ('idem_bind_app', 'bind-other');
