@@ -11,7 +11,7 @@
 # after. Needs the extension installed in the server of PGBIN.
 #
 #   bench/batch/run.sh                      # 5 rounds of 10 s each way (ROUNDS, SECONDS_PER_ROUND)
-#   PGBIN=/work/pg-x/usr/lib/postgresql/15/bin PORT=27201 bench/batch/run.sh
+#   PGBIN=/path/to/postgresql/bin bench/batch/run.sh     PORT (default 27701)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -19,7 +19,7 @@ source "$root/bench/lib.sh"
 rounds=${ROUNDS:-5}
 seconds=${SECONDS_PER_ROUND:-10}
 keys=${KEYS:-100}
-port=${PORT:-27201}
+port=${PORT:-27701}
 PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 export PGBIN
 
