@@ -32,7 +32,7 @@ std::optional<std::string> Router::lookup(const std::string& principal) {
         }
         pqxx::nontransaction tx(lookup_connection_->connection());
         const pqxx::result rows = pq::exec(tx, options_.placement_sql.c_str(), principal);
-        if (rows.empty() || rows[0].size() < 2 || rows[0][0].is_null() || rows[0][1].is_null()) {
+        if (rows.empty() || rows.columns() < 2 || rows[0][0].is_null() || rows[0][1].is_null()) {
             return std::nullopt;
         }
         return rows[0][0].as<std::string>() + ":" + rows[0][1].as<std::string>();
