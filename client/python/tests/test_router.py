@@ -63,9 +63,10 @@ def where(dbs: Dict[str, str], principal: str) -> Tuple[int, int, int]:
     found = []
     for role in ("default", "a", "b"):
         with psycopg.connect(dbs[role], autocommit=True) as conn:
-            row = conn.execute("SELECT (SELECT count(*) FROM idempotency.keys WHERE principal = %s)"
-                               " * 1000 + (SELECT count(*) FROM route_effects WHERE principal = %s)",
-                               (principal, principal)).fetchone()
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM idempotency.keys WHERE principal = %s) * 1000"
+                " + (SELECT count(*) FROM route_effects WHERE principal = %s)",
+                (principal, principal)).fetchone()
             found.append(row[0])
     return (found[0], found[1], found[2])
 
@@ -92,14 +93,16 @@ def closed_port() -> Iterator[int]:
 
 def effects_app(environ, start_response):
     context = environ[wsgi.ENVIRON_KEY]
-    context.connection.execute("INSERT INTO route_effects VALUES (%s)", (context.request.principal,))
+    context.connection.execute("INSERT INTO route_effects VALUES (%s)",
+                               (context.request.principal,))
     start_response("201 Created", [("Content-Type", "application/json")])
     return [b"{}"]
 
 
 def serve(router: Router, principal: str) -> None:
     """One keyed POST of ``principal`` through the WSGI middleware on ``router``."""
-    app = wsgi.IdempotencyMiddleware(effects_app, Client(), principal=lambda e: e["P"], router=router)
+    app = wsgi.IdempotencyMiddleware(effects_app, Client(), principal=lambda e: e["P"],
+                                     router=router)
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/orders", "SCRIPT_NAME": "", "P": principal,
                "CONTENT_LENGTH": "2", "wsgi.input": io.BytesIO(b"{}"),
                "HTTP_IDEMPOTENCY_KEY": uuid.uuid4().hex}
@@ -131,7 +134,8 @@ def test_each_principal_runs_on_its_node(dbs):
 
 def test_looks_up_once_per_refresh_and_follows_a_move(dbs):
     clock = FakeClock()
-    router = Router(dbs["default"], nodes(dbs), placement_sql=FAKE_PLACEMENT, refresh=0.2, clock=clock)
+    router = Router(dbs["default"], nodes(dbs), placement_sql=FAKE_PLACEMENT, refresh=0.2,
+                    clock=clock)
     p = new_principal()
     place(dbs, p, "a.test")
     serve(router, p)
@@ -151,7 +155,8 @@ def test_a_node_that_cannot_connect_is_marked_down_and_tried_again_later(dbs, cl
     clock = FakeClock()
     targets = nodes(dbs)
     targets["a.test:5432"] = f"host=127.0.0.1 port={closed_port} dbname=x connect_timeout=5"
-    router = Router(dbs["default"], targets, placement_sql=FAKE_PLACEMENT, node_down=0.3, clock=clock)
+    router = Router(dbs["default"], targets, placement_sql=FAKE_PLACEMENT, node_down=0.3,
+                    clock=clock)
     p = new_principal()
     place(dbs, p, "a.test")
     serve(router, p)  # a.test refuses: the request runs on the default target
@@ -268,7 +273,8 @@ def test_many_threads_share_one_router(dbs):
 async def effects_asgi(scope, receive, send):
     context = asgi.context(scope)
     await receive()
-    await context.connection.execute("INSERT INTO route_effects VALUES (%s)", (context.request.principal,))
+    await context.connection.execute("INSERT INTO route_effects VALUES (%s)",
+                                     (context.request.principal,))
     await send({"type": "http.response.start", "status": 201, "headers": []})
     await send({"type": "http.response.body", "body": b"{}"})
 
@@ -276,7 +282,8 @@ async def effects_asgi(scope, receive, send):
 async def serve_async(router: AsyncRouter, principal: str) -> None:
     app = asgi.IdempotencyMiddleware(effects_asgi, AsyncClient(), principal=lambda s: principal,
                                      router=router)
-    scope = {"type": "http", "method": "POST", "path": "/orders", "root_path": "", "query_string": b"",
+    scope = {"type": "http", "method": "POST", "path": "/orders", "root_path": "",
+             "query_string": b"",
              "headers": [(b"idempotency-key", uuid.uuid4().hex.encode())]}
     chunks = [{"type": "http.request", "body": b"{}", "more_body": False}]
     sent = []
@@ -297,7 +304,8 @@ def test_async_router_routes_caches_and_falls_back(dbs, closed_port):
     async def scenario():
         router = AsyncRouter(dbs["default"], nodes(dbs), placement_sql=FAKE_PLACEMENT,
                              refresh=window)
-        refusing = dict(nodes(dbs), **{"b.test:5432": f"host=127.0.0.1 port={closed_port} dbname=x"})
+        refusing = nodes(dbs)
+        refusing["b.test:5432"] = f"host=127.0.0.1 port={closed_port} dbname=x"
         down = AsyncRouter(dbs["default"], refusing, placement_sql=FAKE_PLACEMENT, node_down=window)
         failing = AsyncRouter(dbs["default"], nodes(dbs), placement_sql="SELECT $1::text, 1 / 0")
         pa, pb, pn, pu = (new_principal() for _ in range(4))

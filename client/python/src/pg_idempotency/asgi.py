@@ -167,10 +167,6 @@ class IdempotencyMiddleware:
         max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
         router: Optional[AsyncRouter] = None,
     ) -> None:
-        if principal is None:
-            raise TypeError("IdempotencyMiddleware needs principal")
-        if (connection is None) == (router is None):
-            raise TypeError("IdempotencyMiddleware needs one of connection and router")
         self.router = router
         self.app = app
         self.duplicates = duplicates
@@ -179,6 +175,10 @@ class IdempotencyMiddleware:
         self.principal = principal
         self.applies = applies
         self.max_stream_bytes = check_max_stream_bytes(max_stream_bytes)
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal")
+        if (connection is None) == (router is None):
+            raise TypeError("IdempotencyMiddleware needs one of connection and router")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.applies(scope):

@@ -151,10 +151,6 @@ class IdempotencyMiddleware:
         max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
         router: Optional[Router] = None,
     ) -> None:
-        if principal is None:
-            raise TypeError("IdempotencyMiddleware needs principal")
-        if (connection is None) == (router is None):
-            raise TypeError("IdempotencyMiddleware needs one of connection and router")
         self.router = router
         self.app = app
         self.duplicates = duplicates
@@ -163,6 +159,10 @@ class IdempotencyMiddleware:
         self.principal = principal
         self.applies = applies
         self.max_stream_bytes = check_max_stream_bytes(max_stream_bytes)
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal")
+        if (connection is None) == (router is None):
+            raise TypeError("IdempotencyMiddleware needs one of connection and router")
 
     def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
         principal = self.principal(environ) if self.applies(environ) else None
