@@ -16,6 +16,9 @@ Router::Router(std::string default_target, std::map<std::string, std::string> no
     if (options_.placement_sql.empty()) {
         throw std::invalid_argument("idem::Router: placement_sql is empty");
     }
+    if (options_.refresh.count() < 0 || options_.node_down.count() < 0) {
+        throw std::invalid_argument("idem::Router: refresh and node_down must not be negative");
+    }
     if (options_.max_principals == 0) {
         throw std::invalid_argument("idem::Router: max_principals must be at least 1");
     }

@@ -272,6 +272,9 @@ TEST_F(RouterTest, TheCacheKeepsAtMostMaxPrincipals) {
     opts = options();
     opts.placement_sql.clear();
     EXPECT_THROW(idem::Router(dsn(databases[0]), nodes(), opts), std::invalid_argument);
+    opts = options();
+    opts.node_down = std::chrono::milliseconds(-1);
+    EXPECT_THROW(idem::Router(dsn(databases[0]), nodes(), opts), std::invalid_argument);
 }
 
 TEST_F(RouterTest, ManyThreadsShareOneRouter) {

@@ -86,7 +86,8 @@ public:
     /// `default_target`: connection string of the coordinator (or any node), where
     /// placements are looked up and where a principal without a known node goes.
     /// `nodes`: Citus node name "nodename:nodeport" -> connection string of that node.
-    /// Throws std::invalid_argument for an empty placement_sql or max_principals 0.
+    /// Throws std::invalid_argument for an empty placement_sql, a negative refresh or
+    /// node_down, or max_principals 0.
     Router(std::string default_target, std::map<std::string, std::string> nodes,
            RouterOptions options = {});
     ~Router();
