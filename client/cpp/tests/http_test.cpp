@@ -10,6 +10,7 @@
 #include "fingerprint.hpp"
 #include "idem/client.hpp"
 #include "idem/http.hpp"
+#include "idem/router.hpp"
 
 namespace {
 
@@ -205,6 +206,23 @@ TEST(ProtocolTable, StreamEntriesAreTheTables) {
     EXPECT_EQ(body["detail"].get<std::string>(), table["not_kept_detail"].get<std::string>());
     ASSERT_NE(r.header("Idempotent-Replay"), nullptr);
     EXPECT_FALSE(r.stream);
+}
+
+// The routing defaults (client/protocol.json `routing`): idem::routing and RouterOptions.
+TEST(ProtocolTable, RoutingDefaultsAreTheTables) {
+    const nlohmann::json table = protocol_table()["routing"];
+    EXPECT_EQ(std::string(idem::routing::placement_sql), table["placement_sql"].get<std::string>());
+    EXPECT_EQ(idem::routing::default_refresh_seconds, table["default_refresh_seconds"].get<int>());
+    EXPECT_EQ(idem::routing::default_node_down_seconds,
+              table["default_node_down_seconds"].get<int>());
+    EXPECT_EQ(idem::routing::default_max_principals,
+              table["default_max_principals"].get<std::size_t>());
+    const idem::RouterOptions options;
+    EXPECT_EQ(options.placement_sql, table["placement_sql"].get<std::string>());
+    EXPECT_EQ(options.refresh, std::chrono::seconds(table["default_refresh_seconds"].get<int>()));
+    EXPECT_EQ(options.node_down,
+              std::chrono::seconds(table["default_node_down_seconds"].get<int>()));
+    EXPECT_EQ(options.max_principals, table["default_max_principals"].get<std::size_t>());
 }
 
 // A sink that records what the transport would send; `fail_after` chunks, then "peer gone".

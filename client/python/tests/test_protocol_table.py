@@ -83,3 +83,19 @@ def test_each_outcome_maps_to_the_tables_answer(outcome):
     assert (response.header(TABLE["replay_header"]) == "true") == want["replayed"]
     assert response.replayed == want["replayed"]
     assert response.header("Retry-After") == (str(default) if want.get("retry_after") else None)
+
+
+def test_routing_defaults_are_the_tables():
+    from pg_idempotency import router
+
+    table = TABLE["routing"]
+    assert router.PLACEMENT_SQL == table["placement_sql"]
+    assert router.DEFAULT_REFRESH_SECONDS == table["default_refresh_seconds"]
+    assert router.DEFAULT_NODE_DOWN_SECONDS == table["default_node_down_seconds"]
+    assert router.DEFAULT_MAX_PRINCIPALS == table["default_max_principals"]
+    for kind in (router.Router, router.AsyncRouter):
+        params = inspect.signature(kind).parameters
+        assert params["placement_sql"].default == table["placement_sql"]
+        assert params["refresh"].default == table["default_refresh_seconds"]
+        assert params["node_down"].default == table["default_node_down_seconds"]
+        assert params["max_principals"].default == table["default_max_principals"]

@@ -5,7 +5,8 @@ protocol (``Client``), the lease protocol for external effects
 (``LeaseRunner``), their asyncio twins on ``psycopg.AsyncConnection``
 (``AsyncClient``, ``AsyncLeaseRunner``), many keys in one call
 (``begin_batch``, ``complete_batch``, ``claim_batch``, ``push_unique`` on
-both clients), the HTTP mapping (``Response``, problem bodies identical to the
+both clients), routing by principal under Citus (``Router``, ``AsyncRouter``),
+the HTTP mapping (``Response``, problem bodies identical to the
 C++ client's), a WSGI middleware
 (``pg_idempotency.wsgi``) and an ASGI one (``pg_idempotency.asgi``).
 """
@@ -16,6 +17,7 @@ from .http import Headers, Problem, Response, problem_body, problem_response
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
 from .async_lease import AsyncBody, AsyncLeaseRunner
 from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
+from .router import AsyncRouter, Route, Router, RouterCounters
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
 __version__ = "0.8.0"
@@ -26,6 +28,7 @@ __all__ = [
     "AsyncClient",
     "AsyncHandler",
     "AsyncLeaseRunner",
+    "AsyncRouter",
     "Attempt",
     "BatchFlag",
     "BatchOutcome",
@@ -42,6 +45,9 @@ __all__ = [
     "Problem",
     "Request",
     "Response",
+    "Route",
+    "Router",
+    "RouterCounters",
     "fingerprint",
     "fingerprint_async",
     "problem_body",

@@ -29,6 +29,7 @@ from ._common import Request
 from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .async_transactional import AsyncClient
 from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response
+from .router import AsyncRouter
 
 __all__ = ["IdempotencyMiddleware", "RequestContext", "context", "SCOPE_KEY"]
 
@@ -147,18 +148,26 @@ class IdempotencyMiddleware:
     empty body message goes out after the commit, so a failed commit leaves the
     client with an unfinished response. Once a piece was sent the attempt is not
     run again.
+
+    Under Citus, ``router`` (a ``pg_idempotency.AsyncRouter``) replaces
+    ``connection``: each request's connection comes from
+    ``router.connection(principal)``, on the node that holds the principal's shard,
+    so the key and the application's writes run there together. Give one of
+    ``connection`` and ``router``.
     """
 
     def __init__(
         self,
         app: ASGIApp,
         client: AsyncClient,
-        connection: Callable[[], AbstractAsyncContextManager],
-        principal: Principal,
+        connection: Optional[Callable[[], AbstractAsyncContextManager]] = None,
+        principal: Optional[Principal] = None,
         applies: Callable[[Scope], bool] = lambda scope: True,
         duplicates: Union[str, Callable[[Scope], Optional[str]], None] = None,
         max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
+        router: Optional[AsyncRouter] = None,
     ) -> None:
+        self.router = router
         self.app = app
         self.duplicates = duplicates
         self.client = client
@@ -166,6 +175,10 @@ class IdempotencyMiddleware:
         self.principal = principal
         self.applies = applies
         self.max_stream_bytes = check_max_stream_bytes(max_stream_bytes)
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal")
+        if (connection is None) == (router is None):
+            raise TypeError("IdempotencyMiddleware needs one of connection and router")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.applies(scope):
@@ -188,7 +201,12 @@ class IdempotencyMiddleware:
         )
         answer = _Answer(send, self.max_stream_bytes)
         try:
-            async with self.connection() as conn:
+            if self.router is not None:
+                connection = self.router.connection(principal)
+            else:
+                assert self.connection is not None
+                connection = self.connection()
+            async with connection as conn:
                 response = await self._handle(conn, request, scope, body, answer, receive)
         except _StreamCut:
             return  # rolled back, nothing stored: the client went away mid-stream

@@ -25,6 +25,7 @@ from psycopg import errors
 from ._common import Request
 from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .http import DEFAULT_MAX_STREAM_BYTES, Response
+from .router import Router
 from .transactional import Client
 
 ENVIRON_KEY = "pg_idempotency"
@@ -132,18 +133,25 @@ class IdempotencyMiddleware:
     transaction commits before the server ends the response, so a failed commit
     leaves the client with an unfinished response, never a finished one that did
     not happen. Once a piece was sent the attempt is not run again.
+
+    Under Citus, ``router`` (a ``pg_idempotency.Router``) replaces ``connection``:
+    each request's connection comes from ``router.connection(principal)``, on the
+    node that holds the principal's shard, so the key and the application's writes
+    run there together. Give one of ``connection`` and ``router``.
     """
 
     def __init__(
         self,
         app: WSGIApp,
         client: Client,
-        connection: Callable[[], AbstractContextManager],
-        principal: Callable[[dict], Optional[str]],
+        connection: Optional[Callable[[], AbstractContextManager]] = None,
+        principal: Optional[Callable[[dict], Optional[str]]] = None,
         applies: Callable[[dict], bool] = lambda environ: True,
         duplicates: Union[str, Callable[[dict], Optional[str]], None] = None,
         max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
+        router: Optional[Router] = None,
     ) -> None:
+        self.router = router
         self.app = app
         self.duplicates = duplicates
         self.client = client
@@ -151,6 +159,10 @@ class IdempotencyMiddleware:
         self.principal = principal
         self.applies = applies
         self.max_stream_bytes = check_max_stream_bytes(max_stream_bytes)
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal")
+        if (connection is None) == (router is None):
+            raise TypeError("IdempotencyMiddleware needs one of connection and router")
 
     def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
         principal = self.principal(environ) if self.applies(environ) else None
@@ -171,7 +183,12 @@ class IdempotencyMiddleware:
             duplicates=self.duplicates(environ) if callable(self.duplicates) else self.duplicates,
         )
         answer = _Answer(start_response, self.max_stream_bytes)
-        with self.connection() as conn:
+        if self.router is not None:
+            connection = self.router.connection(principal)
+        else:
+            assert self.connection is not None
+            connection = self.connection()
+        with connection as conn:
             response = self._handle(conn, request, environ, body, answer)
         if answer.write is not None:
             return []  # streamed and committed: the server ends the response now

@@ -1,0 +1,147 @@
+// idem::Router: sends a principal's requests to the Citus node that holds the
+// principal's shard of idempotency.keys (and of the application's co-located tables),
+// so the whole request transaction runs there without a hop through another node.
+//
+//   idem::Router router{"host=coordinator dbname=shop",
+//                       {{"worker-1:5432", "host=worker-1 dbname=shop"},
+//                        {"worker-2:5432", "host=worker-2 dbname=shop"}}};
+//   std::unique_ptr<idem::Connection> connection = router.connect(request.principal);
+//   idem::Client client{*connection};
+//   client.handle(request, [&](pqxx::transaction_base& tx) { ... });
+//
+// Correctness never depends on the router: under Citus any node runs any principal's
+// calls (it delegates them to the shard's node). Routing only saves that hop. A stale
+// placement (after a shard move, until `refresh` passes) sends requests to the old node,
+// which still answers correctly, only slower. docs/scale-out.md has the design.
+//
+// Thread-safe: one Router for the whole process.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "idem/connection.hpp"
+
+namespace idem {
+
+/// The routing defaults of client/protocol.json (`routing`); its test compares them.
+namespace routing {
+/// The Citus placement query: $1 is the principal; zero or one row (nodename, nodeport).
+inline constexpr const char* placement_sql =
+    "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p JOIN "
+    "pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid WHERE p.shardid "
+    "OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column("
+    "'idempotency.keys'::pg_catalog.regclass, $1::pg_catalog.text) AND n.isactive AND "
+    "n.noderole OPERATOR(pg_catalog.=) 'primary' ORDER BY n.nodeid LIMIT 1";
+/// How long a principal's placement is kept before it is looked up again.
+inline constexpr int default_refresh_seconds = 60;
+/// How long a node that could not be connected to is passed over.
+inline constexpr int default_node_down_seconds = 5;
+/// Most principals whose placement is kept (the least recently used goes first).
+inline constexpr std::size_t default_max_principals = 10000;
+}  // namespace routing
+
+/// How a Router looks placements up and how long it keeps what it learnt.
+struct RouterOptions {
+    /// Run on the default target with the principal as $1; returns zero or one row
+    /// (node name text, node port integer). Tests pass a query on a table of their own.
+    std::string placement_sql = routing::placement_sql;
+    /// How long a principal's placement (or "no placement") is kept.
+    std::chrono::milliseconds refresh = std::chrono::seconds(routing::default_refresh_seconds);
+    /// How long a node that could not be connected to gets nothing.
+    std::chrono::milliseconds node_down = std::chrono::seconds(routing::default_node_down_seconds);
+    /// Most principals kept in the placement cache (at least 1).
+    std::size_t max_principals = routing::default_max_principals;
+};
+
+/// Counts since the router was created (for metrics).
+struct RouterCounters {
+    /// Placement queries run, and those that failed (error, timeout, lost connection).
+    unsigned long long lookups = 0, lookup_failures = 0;
+    /// Routes to a named node, and to the default target (no placement, a node the router
+    /// has no target for, a node marked down, a failed lookup, a failed connect's fallback).
+    unsigned long long routed = 0, defaulted = 0;
+    /// Connect failures reported while the node was not already marked down.
+    unsigned long long nodes_marked_down = 0;
+};
+
+/// Where one principal's request goes.
+struct Route {
+    /// The libpq connection string to connect with.
+    std::string target;
+    /// The Citus node name ("host:port") it stands for; empty for the default target.
+    std::string node;
+};
+
+/// Routes requests by principal to the node that holds the principal's shard.
+class Router {
+public:
+    /// `default_target`: connection string of the coordinator (or any node), where
+    /// placements are looked up and where a principal without a known node goes.
+    /// `nodes`: Citus node name "nodename:nodeport" -> connection string of that node.
+    /// Throws std::invalid_argument for an empty placement_sql, a negative refresh or
+    /// node_down, or max_principals 0.
+    Router(std::string default_target, std::map<std::string, std::string> nodes,
+           RouterOptions options = {});
+    ~Router();
+
+    Router(const Router&) = delete;
+    Router& operator=(const Router&) = delete;
+
+    /// The route of `principal`: the cached placement, else one looked up now (on the
+    /// default target); the default target when it has none, when its node is unknown
+    /// or marked down, or when the lookup fails.
+    Route route(const std::string& principal);
+
+    /// The connection string of route(principal).
+    std::string target(const std::string& principal) { return route(principal).target; }
+
+    /// Tells the router that connecting to `node` for `principal` failed (refused, name
+    /// not resolved, timed out): the node gets nothing for RouterOptions::node_down and
+    /// the principal's placement is looked up again. An empty node is ignored.
+    void report_connect_failure(const std::string& principal, const std::string& node);
+
+    /// A new connection on route(principal); when that node cannot be connected to,
+    /// reports it and connects to the default target instead. Throws
+    /// pqxx::broken_connection when the default target cannot be connected to either.
+    std::unique_ptr<Connection> connect(const std::string& principal);
+
+    /// Counts so far (a copy, taken under the router's lock).
+    RouterCounters counters() const;
+
+    /// The default target's connection string.
+    const std::string& default_target() const noexcept { return default_; }
+
+private:
+    struct Entry {
+        std::optional<std::string> node;  // empty: no placement
+        std::chrono::steady_clock::time_point fetched;
+        std::list<std::string>::iterator order;  // in recent_
+    };
+
+    // The node of `principal` by placement_sql; nullopt for none; throws when it fails.
+    std::optional<std::string> lookup(const std::string& principal);
+    void remember(const std::string& principal, std::optional<std::string> node);
+
+    const std::string default_;
+    const std::map<std::string, std::string> nodes_;
+    const RouterOptions options_;
+
+    mutable std::mutex mutex_;  // guards everything below but the lookup connection
+    std::unordered_map<std::string, Entry> cache_;
+    std::list<std::string> recent_;  // principals, most recently used first
+    std::unordered_map<std::string, std::chrono::steady_clock::time_point> down_until_;
+    RouterCounters counters_;
+
+    std::mutex lookup_mutex_;  // guards the lookup connection (one lookup at a time)
+    std::unique_ptr<Connection> lookup_connection_;
+};
+
+}  // namespace idem

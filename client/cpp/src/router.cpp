@@ -1,0 +1,142 @@
+// idem::Router: the placement cache (bounded, least recently used out first), the
+// nodes marked down, and the lookup on the default target. The design, shared by
+// every client package, is in docs/scale-out.md ("Routing by principal").
+#include "idem/router.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+#include "pqxx_compat.hpp"
+
+namespace idem {
+
+Router::Router(std::string default_target, std::map<std::string, std::string> nodes,
+               RouterOptions options)
+    : default_(std::move(default_target)), nodes_(std::move(nodes)), options_(std::move(options)) {
+    if (options_.placement_sql.empty()) {
+        throw std::invalid_argument("idem::Router: placement_sql is empty");
+    }
+    if (options_.refresh.count() < 0 || options_.node_down.count() < 0) {
+        throw std::invalid_argument("idem::Router: refresh and node_down must not be negative");
+    }
+    if (options_.max_principals == 0) {
+        throw std::invalid_argument("idem::Router: max_principals must be at least 1");
+    }
+}
+
+Router::~Router() = default;
+
+std::optional<std::string> Router::lookup(const std::string& principal) {
+    std::lock_guard<std::mutex> guard(lookup_mutex_);
+    try {
+        if (!lookup_connection_ || lookup_connection_->raw_connection() == nullptr) {
+            lookup_connection_.reset();
+            lookup_connection_ = std::make_unique<Connection>(default_);
+        }
+        pqxx::nontransaction tx(lookup_connection_->connection());
+        const pqxx::result rows = pq::exec(tx, options_.placement_sql.c_str(), principal);
+        if (rows.empty() || rows.columns() < 2 || rows[0][0].is_null() || rows[0][1].is_null()) {
+            return std::nullopt;
+        }
+        return rows[0][0].as<std::string>() + ":" + rows[0][1].as<std::string>();
+    } catch (const pqxx::broken_connection&) {
+        lookup_connection_.reset();  // connect again on the next lookup
+        throw;
+    }
+}
+
+void Router::remember(const std::string& principal, std::optional<std::string> node) {
+    // Called with mutex_ held.
+    const auto now = std::chrono::steady_clock::now();
+    auto found = cache_.find(principal);
+    if (found != cache_.end()) {
+        recent_.erase(found->second.order);
+        cache_.erase(found);
+    }
+    recent_.push_front(principal);
+    cache_.emplace(principal, Entry{std::move(node), now, recent_.begin()});
+    while (cache_.size() > options_.max_principals) {
+        cache_.erase(recent_.back());
+        recent_.pop_back();
+    }
+}
+
+Route Router::route(const std::string& principal) {
+    std::optional<std::string> node;
+    bool known = false;
+    {
+        std::lock_guard<std::mutex> guard(mutex_);
+        auto found = cache_.find(principal);
+        if (found != cache_.end() &&
+            std::chrono::steady_clock::now() - found->second.fetched < options_.refresh) {
+            node = found->second.node;
+            recent_.splice(recent_.begin(), recent_, found->second.order);
+            known = true;
+        }
+    }
+    bool failed = false;
+    if (!known) {
+        // Outside mutex_: a slow lookup holds up no other principal's cached route.
+        try {
+            node = lookup(principal);
+        } catch (const std::exception&) {
+            failed = true;  // not cached: the next request looks it up again
+        }
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!known) {
+        ++counters_.lookups;
+        if (failed) {
+            ++counters_.lookup_failures;
+        } else {
+            remember(principal, node);
+        }
+    }
+    if (node) {
+        auto target = nodes_.find(*node);
+        auto down = down_until_.find(*node);
+        const bool is_down =
+            down != down_until_.end() && std::chrono::steady_clock::now() < down->second;
+        if (target != nodes_.end() && !is_down) {
+            ++counters_.routed;
+            return Route{target->second, *node};
+        }
+    }
+    ++counters_.defaulted;
+    return Route{default_, std::string()};
+}
+
+void Router::report_connect_failure(const std::string& principal, const std::string& node) {
+    if (node.empty()) return;
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    auto& until = down_until_[node];
+    if (until <= now) ++counters_.nodes_marked_down;
+    until = now + options_.node_down;
+    auto found = cache_.find(principal);
+    if (found != cache_.end()) {
+        recent_.erase(found->second.order);
+        cache_.erase(found);
+    }
+}
+
+std::unique_ptr<Connection> Router::connect(const std::string& principal) {
+    Route chosen = route(principal);
+    if (!chosen.node.empty()) {
+        try {
+            return std::make_unique<Connection>(chosen.target);
+        } catch (const pqxx::broken_connection&) {
+            report_connect_failure(principal, chosen.node);
+            std::lock_guard<std::mutex> guard(mutex_);
+            ++counters_.defaulted;
+        }
+    }
+    return std::make_unique<Connection>(default_);
+}
+
+RouterCounters Router::counters() const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return counters_;
+}
+
+}  // namespace idem
