@@ -16,6 +16,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
@@ -104,17 +105,24 @@ const char* const kRenewSql =
     "        OR lease_until OPERATOR(pg_catalog.>) $6)"
     " RETURNING action";
 
-// A key completed after its ttl ran out (its lease kept it live) is kept for
-// one more ttl from now, so that its response can be replayed.
+// The completion of a lease. A key completed after its ttl ran out (its lease
+// kept it live) is kept for one more ttl from now, so that its response can be
+// replayed: complete_lease() computes that expiry from the returned times and
+// writes it with kExtendExpirySql. Not in this statement: Citus refuses a
+// stable function (timestamptz + interval) over columns in an UPDATE.
 const char* const kCompleteLeaseSql =
     "UPDATE idempotency.keys SET state = 'completed', response_status = $4,"
     "       response_body = $5, response_headers = $6, resource_id = $7,"
-    "       one_time_secret = $8, lease_until = NULL,"
-    "       expires_at = GREATEST(expires_at, $9 OPERATOR(pg_catalog.+)"
-    "                    (expires_at OPERATOR(pg_catalog.-) created_at))"
+    "       one_time_secret = $8, lease_until = NULL"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
-    " RETURNING action";
+    " RETURNING action, created_at, expires_at";
+
+// A completed lease's later expiry ($3), computed by complete_lease().
+const char* const kExtendExpirySql =
+    "UPDATE idempotency.keys SET expires_at = $3"
+    " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+    "   AND expires_at OPERATOR(pg_catalog.<) $3";
 
 // The row stays, with its lease ended; the next holder's fence is higher anyway.
 const char* const kReleaseSql =
@@ -167,8 +175,9 @@ const char* const kExpiryRefusedSql =
 
 // What a statement returns into `returned` of run().
 enum class Returns {
-    lease,      // fence, lease_until, created_at, expires_at of a written lease row
-    whole_row,  // the table's own columns (the lookup)
+    lease,         // fence, lease_until, created_at, expires_at of a written lease row
+    whole_row,     // the table's own columns (the lookup)
+    action_times,  // action, created_at, expires_at (the lease's completion)
 };
 
 // One kept plan per statement. Every statement takes two more parameters
@@ -206,7 +215,10 @@ Statement complete_lease_statement{
     kCompleteLeaseSql,
     8,
     {TEXTOID, TEXTOID, INT8OID, INT2OID, BYTEAOID, JSONBOID, TEXTOID, BOOLOID},
-    SPI_OK_UPDATE_RETURNING};
+    SPI_OK_UPDATE_RETURNING,
+    Returns::action_times};
+Statement extend_expiry_statement{
+    kExtendExpirySql, 3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, SPI_OK_UPDATE};
 Statement release_statement{kReleaseSql, 3, {TEXTOID, TEXTOID, INT8OID}, SPI_OK_UPDATE_RETURNING};
 Statement claim_statement{kClaimSql, 4, {TEXTOID, TEXTOID, INTERVALOID, INT8OID}, SPI_OK_INSERT};
 Statement forget_statement{kForgetSql, 2, {TEXTOID, TEXTOID}, SPI_OK_DELETE};
@@ -253,6 +265,15 @@ uint64 run(const KeyTable& table, Statement& statement, Datum* own_values, const
         MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
         *returned = row_from_tuple(SPI_copytuple(SPI_tuptable->vals[0]), SPI_tuptable->tupdesc);
         MemoryContextSwitchTo(spi_context);
+    } else if (returned != nullptr && processed == 1 &&
+               statement.returns == Returns::action_times) {
+        bool isnull;
+        returned->found = true;
+        returned->created_at = DatumGetTimestampTz(
+            SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+        returned->expires_at = DatumGetTimestampTz(
+            SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+        returned->has_times = true;
     } else if (returned != nullptr && processed == 1) {
         // fence, lease_until, created_at, expires_at of the written lease row
         MemoryContext spi_context = MemoryContextSwitchTo(caller_context);
@@ -346,7 +367,18 @@ bool complete_lease(const KeyTable& table, Datum principal, Datum key, Datum fen
                            response.headers_null ? 'n' : ' ',
                            response.resource_id_null ? 'n' : ' ',
                            ' '};
-    return run(table, complete_lease_statement, values, nulls, nullptr, action) == 1;
+    KeyRow times;
+    if (run(table, complete_lease_statement, values, nulls, &times, action) != 1) return false;
+    // now() + the key's ttl (expires_at - created_at), as SQL computes it.
+    const Datum ttl = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(times.expires_at),
+                                          TimestampTzGetDatum(times.created_at));
+    const Datum later = DirectFunctionCall2(
+        timestamptz_pl_interval, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), ttl);
+    if (DatumGetTimestampTz(later) > times.expires_at) {
+        Datum extend[3] = {principal, key, later};
+        run(table, extend_expiry_statement, extend, nullptr);
+    }
+    return true;
 }
 
 bool release_lease(const KeyTable& table, Datum principal, Datum key, Datum fence, text** action) {
