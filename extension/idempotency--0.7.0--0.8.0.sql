@@ -183,8 +183,11 @@ DECLARE
 BEGIN
     -- By (principal, key) in both placements: a ctid means nothing across
     -- Citus shards, and this path runs only while some action refuses.
+    -- The tombstone's times are computed here, not in the UPDATE: Citus refuses
+    -- a stable function (timestamptz + interval) over columns in an UPDATE.
     WITH victims AS MATERIALIZED (
-        SELECT k.principal, k.key, p.grace
+        SELECT k.principal, k.key, p.grace, k.expires_at AS expired_at,
+               k.expires_at OPERATOR(pg_catalog.+) p.grace AS tombstone_end
           FROM idempotency.keys AS k
           LEFT JOIN idempotency.expiry_policies AS p
             ON p.action OPERATOR(pg_catalog.=) k.action
@@ -198,11 +201,12 @@ BEGIN
     kept AS (
         UPDATE idempotency.keys AS t
            SET state = 'expired', response_status = NULL, response_headers = NULL, response_body = NULL,
-               resource_id = NULL, one_time_secret = false, lease_until = t.expires_at,
-               expires_at = t.expires_at OPERATOR(pg_catalog.+) v.grace
+               resource_id = NULL, one_time_secret = false, lease_until = v.expired_at,
+               expires_at = v.tombstone_end
           FROM victims AS v
          WHERE t.principal OPERATOR(pg_catalog.=) v.principal AND t.key OPERATOR(pg_catalog.=) v.key
            AND v.grace IS NOT NULL AND t.state OPERATOR(pg_catalog.<>) 'expired'
+           AND t.expires_at OPERATOR(pg_catalog.=) v.expired_at
            AND t.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
            AND (t.lease_until IS NULL OR t.lease_until OPERATOR(pg_catalog.<=) clock)
         RETURNING t.lease_until AS expiry),
@@ -405,7 +409,8 @@ BEGIN
         SELECT p.oid::pg_catalog.regprocedure
           FROM pg_catalog.pg_proc p
          WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
-           AND p.proname OPERATOR(pg_catalog.=) ANY ('{begin,complete,save_final,acquire,renew,release,claim,forget,lookup}')
+           AND p.proname OPERATOR(pg_catalog.=) ANY ('{begin,complete,save_final,acquire,renew,release,claim,forget,lookup,'
+                                                   'begin_batch,complete_batch,claim_batch}')
          ORDER BY p.proname
     LOOP
         EXECUTE 'SELECT pg_catalog.create_distributed_function($1, $2, colocate_with => $3, force_delegation => true)'

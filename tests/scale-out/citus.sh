@@ -63,11 +63,11 @@ check "the key table is hash-distributed by principal, co-located with orders" e
   "$(sql 0 -c "SELECT p.partmethod, column_to_column_name(p.logicalrelid, p.partkey),
                       p.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'orders'::regclass)
                  FROM pg_dist_partition p WHERE logicalrelid = 'idempotency.keys'::regclass")" "h|principal|t"
-check "begin, complete, save_final, acquire, renew, release, claim, forget and lookup are delegated by principal" equals \
+check "every function that takes a principal (the batches too) is delegated by principal" equals \
   "$(sql 0 -c "SELECT string_agg(DISTINCT p.proname, ',' ORDER BY p.proname)
                  FROM pg_dist_object o JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid
                 WHERE p.pronamespace = 'idempotency'::regnamespace AND o.distribution_argument_index = 0
-                  AND o.force_delegation")" "acquire,begin,claim,complete,forget,lookup,release,renew,save_final"
+                  AND o.force_delegation")" "acquire,begin,begin_batch,claim,claim_batch,complete,complete_batch,forget,lookup,release,renew,save_final"
 
 # The example service against the coordinator, and the conformance suite.
 svc_port=$((base + 10))
@@ -125,6 +125,45 @@ sql 0 -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, 
                  now() - interval '2 days', now() - interval '1 day', i FROM generate_series(1, 40) i" >/dev/null
 check "CALL idempotency.cleanup() on the coordinator deletes expired rows on every shard" equals \
   "$(sql 0 -c "CALL idempotency.cleanup()" >/dev/null && sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE action = 'old'")" "0"
+
+# 0.8.0 under Citus: a refusing action's expired keys become tombstones on their
+# shards (cleanup on the coordinator; the policies are a reference table) and a
+# retry is told expired; the other action's expired keys are deleted.
+sql 0 -c "SELECT idempotency.set_expiry_policy('refund', 'refuse', '1 day')" >/dev/null
+for i in 1 2 3 4 5 6; do
+  sql 0 >/dev/null <<SQL
+BEGIN;
+SELECT outcome FROM idempotency.begin('tomb-$i', 'r', 'refund', sha256('r'));
+SELECT idempotency.complete('tomb-$i', 'r', 201);
+SELECT outcome FROM idempotency.begin('tomb-$i', 'c', 'charge', sha256('c'));
+SELECT idempotency.complete('tomb-$i', 'c', 201);
+COMMIT;
+SQL
+done
+sql 0 -c "UPDATE idempotency.keys SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'
+           WHERE principal LIKE 'tomb-%'" >/dev/null
+sql 0 -c "CALL idempotency.cleanup()" >/dev/null
+check "cleanup kept the refusing action's six keys as tombstones and deleted the other six" equals \
+  "$(sql 0 -c "SELECT string_agg(DISTINCT key || ':' || state || ':' || (response_status IS NULL), ',')
+                    || ',' || count(*) FROM idempotency.keys WHERE principal LIKE 'tomb-%'")" "r:expired:true,6"
+check "a retry of a tombstone's request is told expired" equals \
+  "$(sql 0 -c "SELECT outcome FROM idempotency.begin('tomb-3', 'r', 'refund', sha256('r'))")" "expired"
+sql 0 -c "DELETE FROM idempotency.expiry_policies" >/dev/null
+# Batches are delegated like the single calls: one principal's keys on its node.
+batch_out=$(sql 0 <<'SQL'
+BEGIN;
+SELECT array_agg(outcome ORDER BY ord) FROM idempotency.begin_batch('batch-1', ARRAY['a', 'b'], 'act',
+                                                                    ARRAY[sha256('a'), sha256('b')]);
+SELECT array_agg(completed ORDER BY ord) FROM idempotency.complete_batch('batch-1', ARRAY['a', 'b'],
+                                                                         ARRAY[201, 201]);
+COMMIT;
+SELECT array_agg(outcome ORDER BY ord) FROM idempotency.begin_batch('batch-1', ARRAY['a', 'b'], 'act',
+                                                                    ARRAY[sha256('a'), sha256('x')]);
+SELECT array_agg(claimed ORDER BY ord) FROM idempotency.claim_batch('batch-2', ARRAY['c', 'd']);
+SQL
+)
+check "begin_batch, complete_batch and claim_batch through the coordinator" equals \
+  "$(echo "$batch_out" | tr '\n' ' ')" "{started,started} {t,t} {replay,mismatch} {t,t} "
 
 echo "$passes passed, $failures failed"
 ((failures == 0))
