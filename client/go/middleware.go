@@ -32,8 +32,13 @@ func FromPool(pool *pgxpool.Pool) ConnSource {
 type MiddlewareOptions struct {
 	// Client runs the protocol (required).
 	Client *Client
-	// Connections gives a connection per request (required; FromPool(pool)).
+	// Connections gives a connection per request (FromPool(pool)); required unless
+	// Router is set.
 	Connections ConnSource
+	// Router (Citus), instead of Connections: each request's connection comes from
+	// the node that holds its principal's shard, so the whole request (the
+	// handler's writes included) runs there. See router.go.
+	Router *Router
 	// Principal returns the authenticated principal; false passes the request
 	// to the handler untouched (it must refuse unauthenticated writes itself).
 	Principal func(r *http.Request) (string, bool)
@@ -82,8 +87,9 @@ func FromContext(ctx context.Context) *RequestContext {
 // body), stores the final response, and answers replays (Idempotent-Replay:
 // true), 400, 409 (Retry-After) and 422 itself.
 func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
-	if options.Client == nil || options.Connections == nil || options.Principal == nil {
-		panic("idempotency: Middleware needs Client, Connections and Principal")
+	if options.Client == nil || options.Principal == nil ||
+		(options.Connections == nil) == (options.Router == nil) {
+		panic("idempotency: Middleware needs Client, Principal and either Connections or Router")
 	}
 	if options.MaxBodyBytes == 0 {
 		options.MaxBodyBytes = 10 << 20
@@ -123,7 +129,11 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 	if len(body) > 0 {
 		request.Body = body
 	}
-	conn, release, err := options.Connections(r.Context())
+	connections := options.Connections
+	if options.Router != nil {
+		connections = options.Router.Connections(principal)
+	}
+	conn, release, err := connections(r.Context())
 	if err != nil {
 		fail(options, w, r, http.StatusServiceUnavailable, err)
 		return

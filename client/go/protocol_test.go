@@ -1,10 +1,16 @@
 package idempotency
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
 )
 
 // protocolFile is client/protocol.json, the one table every client follows;
@@ -20,7 +26,13 @@ type protocolFile struct {
 	NotKeptEntry             string   `json:"not_kept_entry"`
 	DefaultMaxStreamBytes    int      `json:"default_max_stream_bytes"`
 	NotKeptDetail            string   `json:"not_kept_detail"`
-	Problems                 map[string]struct {
+	Routing                  struct {
+		PlacementSQL           string `json:"placement_sql"`
+		DefaultRefreshSeconds  int    `json:"default_refresh_seconds"`
+		DefaultNodeDownSeconds int    `json:"default_node_down_seconds"`
+		DefaultMaxPrincipals   int    `json:"default_max_principals"`
+	} `json:"routing"`
+	Problems map[string]struct {
 		Type   string `json:"type"`
 		Status int    `json:"status"`
 		Title  string `json:"title"`
@@ -60,6 +72,11 @@ func TestTableMatchesProtocolJSONFieldByField(t *testing.T) {
 	same("not_kept_entry", NotKeptEntry, file.NotKeptEntry)
 	same("default_max_stream_bytes", DefaultMaxStreamBytes, file.DefaultMaxStreamBytes)
 	same("not_kept_detail", NotKeptDetail, file.NotKeptDetail)
+	same("routing.placement_sql", PlacementSQL, file.Routing.PlacementSQL)
+	same("routing.default_refresh_seconds", DefaultRefreshSeconds, file.Routing.DefaultRefreshSeconds)
+	same("routing.default_node_down_seconds", DefaultNodeDownSeconds,
+		file.Routing.DefaultNodeDownSeconds)
+	same("routing.default_max_principals", DefaultMaxPrincipals, file.Routing.DefaultMaxPrincipals)
 	same("number of problems", len(Problems), len(file.Problems))
 	for name, want := range file.Problems {
 		got, ok := Problems[name]
@@ -116,4 +133,28 @@ func TestOutcomeResponsesFollowTheTable(t *testing.T) {
 			t.Errorf("%s: status %d", name, response.Status)
 		}
 	}
+}
+
+// A Router built with zero options takes the routing defaults of protocol.json.
+func TestRouterDefaultsAreTheTables(t *testing.T) {
+	router, err := NewRouter(nilPool{}, nil, RouterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := router.Options()
+	want := RouterOptions{PlacementSQL: PlacementSQL, Refresh: DefaultRefreshSeconds * time.Second,
+		NodeDown: DefaultNodeDownSeconds * time.Second, MaxPrincipals: DefaultMaxPrincipals,
+		LookupTimeout: DefaultLookupTimeout}
+	if got != want {
+		t.Errorf("defaults %+v, want %+v", got, want)
+	}
+}
+
+// nilPool is a RouterPool that is never used.
+type nilPool struct{}
+
+func (nilPool) Acquire(context.Context) (*pgxpool.Conn, error) { return nil, errors.New("unused") }
+
+func (nilPool) Query(context.Context, string, ...interface{}) (pgx.Rows, error) {
+	return nil, errors.New("unused")
 }

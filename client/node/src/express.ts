@@ -17,6 +17,8 @@
  * the transaction, and the key is completed when the route ends the response (the
  * response's end goes out after the commit); up to maxStreamBytes the pieces are
  * kept and replayed as the same chunks, past it a retry gets 409 response-not-kept.
+ * With `router` (a Router, under Citus) instead of `pool`, the connection comes from
+ * the node that holds the principal's shard: the whole request runs there.
  * Written against node's http.ServerResponse, so it needs no import of express;
  * works with Express 4 and 5 and with plain `(req, res, next)` chains.
  */
@@ -33,6 +35,7 @@ import {
   type DuplicateMode,
   type Headers,
 } from "./http";
+import type { Router } from "./router";
 import type { Client } from "./transactional";
 
 /** What the middleware hands the route in `req.idempotency`. */
@@ -75,7 +78,12 @@ export type Next = (error?: unknown) => void;
 /** Settings of the middleware. */
 export interface MiddlewareOptions {
   /** A node-pg Pool; each handled request takes one connection for its duration. */
-  pool: Pick<Pool, "connect">;
+  pool?: Pick<Pool, "connect">;
+  /**
+   * Instead of `pool`: a Router (Citus), whose connection for the request's principal
+   * (the node that holds its shard) carries the whole request, the route's writes included.
+   */
+  router?: Pick<Router, "connect">;
   /** The protocol client (its options: kept headers, ttl, wait, problem URIs). */
   client: Client;
   /**
@@ -327,6 +335,14 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
   const limit = options.limit ?? 1024 * 1024;
   const maxStreamBytes = options.maxStreamBytes ?? DEFAULT_MAX_STREAM_BYTES;
   checkMaxStreamBytes(maxStreamBytes);
+  const { pool, router } = options;
+  if ((pool === undefined) === (router === undefined)) {
+    throw new TypeError("idempotency() needs either pool or router");
+  }
+  const connect = async (principal: string): Promise<PoolClient> =>
+    router !== undefined
+      ? (await router.connect(principal)).client
+      : ((await (pool as Pick<Pool, "connect">).connect()) as PoolClient);
   return (req, res, next) => {
     const principal = !options.applies || options.applies(req) ? options.principal(req) : null;
     if (principal === null || principal === undefined) {
@@ -357,7 +373,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           body: body.length > 0 ? body : null,
           duplicates: typeof options.duplicates === "function" ? options.duplicates(req) : options.duplicates,
         };
-        conn = (await options.pool.connect()) as PoolClient;
+        conn = await connect(principal);
         const client = options.client;
         const response = await client.handle(conn, request, async (db, expiresEpoch) => {
           if (restore !== null) throw new Error("the middleware cannot run the route twice");

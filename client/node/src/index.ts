@@ -7,6 +7,7 @@
  * - Response, Problem, problemResponse: the HTTP mapping (RFC 9457 bodies
  *   byte-identical to the C++ and Python clients');
  * - idempotency(): an Express-style middleware;
+ * - Router: each principal's transaction sent to the Citus node that holds its shard;
  * - beginBatch, completeBatch, claimBatch, pushUnique: many keys in one call,
  *   a job enqueued at most once.
  */
@@ -67,3 +68,12 @@ export {
   type Next,
   type RequestContext,
 } from "./express";
+export {
+  DEFAULT_LOOKUP_TIMEOUT_MS,
+  ROUTING,
+  Router,
+  type Route,
+  type RouterCounters,
+  type RouterOptions,
+  type RouterPool,
+} from "./router";

@@ -2,7 +2,7 @@
 // The Node client's protocol table against client/protocol.json, field by field:
 // problem types, titles and statuses, the details and the outcome -> HTTP mapping
 // (through the client's own answer()), kept headers, Retry-After default, replay
-// header, problem content type and type base. No database.
+// header, problem content type and type base, the routing defaults. No database.
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const path = require("node:path");
@@ -97,4 +97,17 @@ test("the stream entries, the limit and the not-kept answer are the table's", ()
     title: kind.title,
     type: table.problem_type_base + kind.type,
   });
+});
+
+test("the routing defaults (placement query, refresh, node down, cache size) are the table's", () => {
+  const { ROUTING, Router } = pkg();
+  assert.equal(ROUTING.placementSql, table.routing.placement_sql);
+  assert.equal(ROUTING.defaultRefreshSeconds, table.routing.default_refresh_seconds);
+  assert.equal(ROUTING.defaultNodeDownSeconds, table.routing.default_node_down_seconds);
+  assert.equal(ROUTING.defaultMaxPrincipals, table.routing.default_max_principals);
+  const router = new Router({ connect: async () => null, query: async () => null }, {});
+  assert.equal(router.options.placementSql, table.routing.placement_sql);
+  assert.equal(router.options.refreshMs, table.routing.default_refresh_seconds * 1000);
+  assert.equal(router.options.nodeDownMs, table.routing.default_node_down_seconds * 1000);
+  assert.equal(router.options.maxPrincipals, table.routing.default_max_principals);
 });

@@ -19,7 +19,7 @@ test("the package's entry point and types are where package.json says", () => {
   assert.ok(require("node:fs").existsSync(path.join(__dirname, "..", pkg.types)));
   const main = require(path.join(__dirname, "..", pkg.main));
   for (const name of ["Client", "LeaseRunner", "Response", "Problem", "idempotency", "fingerprint", "problemResponse",
-    "beginBatch", "completeBatch", "claimBatch", "pushUnique"]) {
+    "beginBatch", "completeBatch", "claimBatch", "pushUnique", "Router", "ROUTING"]) {
     assert.ok(name in main, name);
   }
   assert.deepEqual(Object.keys(pkg.dependencies), ["pg"]);

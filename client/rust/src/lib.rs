@@ -10,6 +10,8 @@
 //! - [`push_unique`] / [`push_unique_in`]: a job row and its key row in one transaction.
 //! - Batches (extension 0.8.0): [`Client::begin_batch`], [`Client::complete_batch`],
 //!   [`claim_batch`]: many keys in one round trip, one answer per key.
+//! - [`Router`]: routing by principal under Citus, each request's transaction sent to the
+//!   node that holds the principal's shard.
 //! - [`http`]: the problem table and HTTP mapping every client shares
 //!   (`client/protocol.json`), and the optional hyper 0.14 glue (feature `hyper`).
 //!
@@ -23,6 +25,7 @@ pub mod http;
 pub mod hyper_glue;
 mod lease;
 mod queue;
+mod router;
 pub mod stream;
 mod transactional;
 
@@ -32,6 +35,10 @@ pub use lease::{
     LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
 };
 pub use queue::{claim_batch, push_unique, push_unique_in, BatchClaim};
+pub use router::{
+    Route, Routed, Router, RouterCounters, RouterOptions, DEFAULT_LOOKUP_TIMEOUT,
+    DEFAULT_MAX_PRINCIPALS, DEFAULT_NODE_DOWN_SECONDS, DEFAULT_REFRESH_SECONDS, PLACEMENT_SQL,
+};
 pub use stream::{StreamEvent, StreamWriter};
 pub use transactional::{
     fingerprint, BatchCompletion, BatchOutcome, Begun, Client, Connection, HandlerFuture, Options,

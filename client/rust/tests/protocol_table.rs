@@ -109,3 +109,33 @@ fn stream_entries_match() {
     assert_eq!(p["not_kept_detail"], NOT_KEPT_DETAIL);
     assert_eq!(pg_idempotency::Options::default().max_stream_bytes, DEFAULT_MAX_STREAM_BYTES);
 }
+
+#[test]
+fn routing_defaults_match() {
+    use pg_idempotency::{
+        RouterOptions, DEFAULT_MAX_PRINCIPALS, DEFAULT_NODE_DOWN_SECONDS, DEFAULT_REFRESH_SECONDS,
+        PLACEMENT_SQL,
+    };
+    let p = protocol();
+    let routing = &p["routing"];
+    let fields: BTreeSet<&str> =
+        routing.as_object().expect("routing").keys().map(String::as_str).collect();
+    let checked: BTreeSet<&str> = [
+        "placement_sql",
+        "default_refresh_seconds",
+        "default_node_down_seconds",
+        "default_max_principals",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(fields, checked, "every routing field is checked");
+    assert_eq!(routing["placement_sql"], PLACEMENT_SQL);
+    assert_eq!(routing["default_refresh_seconds"], DEFAULT_REFRESH_SECONDS);
+    assert_eq!(routing["default_node_down_seconds"], DEFAULT_NODE_DOWN_SECONDS);
+    assert_eq!(routing["default_max_principals"], DEFAULT_MAX_PRINCIPALS);
+    let options = RouterOptions::default();
+    assert_eq!(options.placement_sql, PLACEMENT_SQL);
+    assert_eq!(options.refresh.as_secs(), DEFAULT_REFRESH_SECONDS);
+    assert_eq!(options.node_down.as_secs(), DEFAULT_NODE_DOWN_SECONDS);
+    assert_eq!(options.max_principals, DEFAULT_MAX_PRINCIPALS);
+}

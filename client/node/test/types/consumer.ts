@@ -6,6 +6,7 @@ import {
   Client,
   LeaseRunner,
   Response,
+  Router,
   beginBatch,
   claimBatch,
   completeBatch,
@@ -15,6 +16,7 @@ import {
   type KeyOutcome,
   type LeaseResult,
   type Request,
+  type RouterCounters,
 } from "../../dist/index";
 
 const pool = new pg.Pool();
@@ -57,6 +59,20 @@ async function batch(db: pg.PoolClient, requests: Request[]): Promise<bigint | n
   return outcomes[0].fence;
 }
 
+async function routed(request: Request): Promise<Response> {
+  const router = new Router(pool, { "10.0.0.5:5432": new pg.Pool() }, { refreshMs: 30_000 });
+  app.use(idempotency({ router, client, principal: (req) => req.headers.authorization ?? null }));
+  const { client: db, node } = await router.connect(request.principal);
+  try {
+    const counters: RouterCounters = router.counters;
+    void [counters.routed, node];
+    return await client.handle(db, request, async () => new Response(201));
+  } finally {
+    db.release();
+  }
+}
+
 void direct;
+void routed;
 void lease;
 void batch;

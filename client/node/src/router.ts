@@ -1,0 +1,251 @@
+/**
+ * Routing by principal under Citus: a request's whole transaction (the application's
+ * writes and the key's begin/complete) goes to the node that holds the principal's shard.
+ *
+ *     const nodes = { "10.0.0.5:5432": workerA, "10.0.0.6:5432": workerB }; // node-pg Pools
+ *     const router = new Router(coordinator, nodes);
+ *     app.use(idempotency({ router, client: new Client(), principal: (req) => userOf(req) }));
+ *
+ * The placement of a principal is looked up on the default target (placementSql, the
+ * principal as $1: zero or one row (nodename, nodeport)) and cached for `refreshMs`;
+ * the cache holds at most `maxPrincipals` principals (least recently used out first).
+ * A principal with no placement, a node the router has no pool for, a node marked
+ * down and a lookup that failed all go to the default target (counter `defaulted`).
+ *
+ * Correctness never depends on the router: under Citus every node runs any principal's
+ * calls (Citus delegates them to the shard's node). Routing only saves that hop. A
+ * stale cache after a shard move sends requests to the old node, which still answers
+ * correctly, until `refreshMs` has passed; a node that cannot be reached is skipped
+ * for `nodeDownMs`. Node is single-threaded: the cache needs no lock.
+ */
+
+import type { Pool, PoolClient, QueryArrayConfig } from "pg";
+
+/** client/protocol.json's routing table as this client keeps it (test/protocol.test.js). */
+export const ROUTING = {
+  /** The Citus query: the primary node that holds the shard of idempotency.keys for $1. */
+  placementSql:
+    "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p" +
+    " JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid" +
+    " WHERE p.shardid OPERATOR(pg_catalog.=)" +
+    " pg_catalog.get_shard_id_for_distribution_column('idempotency.keys'::pg_catalog.regclass," +
+    " $1::pg_catalog.text) AND n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'" +
+    " ORDER BY n.nodeid LIMIT 1",
+  defaultRefreshSeconds: 60,
+  defaultNodeDownSeconds: 5,
+  defaultMaxPrincipals: 10000,
+} as const;
+
+/** How long a placement lookup may take before it counts as failed (ms), by default. */
+export const DEFAULT_LOOKUP_TIMEOUT_MS = 1000;
+
+/** A target of the router: a node-pg Pool (or anything with its connect and query). */
+export type RouterPool = Pick<Pool, "connect" | "query">;
+
+/** Settings of a Router; every member is optional. */
+export interface RouterOptions {
+  /** The placement query, run on the default target, principal as $1 (ROUTING.placementSql). */
+  placementSql?: string;
+  /** How long a principal's placement is cached, in ms (default 60000). */
+  refreshMs?: number;
+  /** How long a node that could not be connected to is skipped, in ms (default 5000). */
+  nodeDownMs?: number;
+  /** The most principals cached (default 10000); the least recently used go first. */
+  maxPrincipals?: number;
+  /** How long a lookup may take before it counts as failed, in ms (default 1000). */
+  lookupTimeoutMs?: number;
+}
+
+/** What a Router did, for metrics. */
+export interface RouterCounters {
+  /** Placement lookups run (cache misses). */
+  lookups: number;
+  /** Lookups that failed (error, timeout): those requests went to the default target. */
+  lookupFailures: number;
+  /** Requests routed to a named node. */
+  routed: number;
+  /**
+   * Requests sent to the default target: no placement, a node without a pool, a node
+   * down, a failed lookup, or a connect failure on the routed node (counted in routed too).
+   */
+  defaulted: number;
+  /** Connect failures reported: each marks its node down for nodeDownMs. */
+  nodesMarkedDown: number;
+}
+
+/** Where a principal goes: the node's name ("host:port") and pool, or null and the default pool. */
+export interface Route {
+  node: string | null;
+  pool: RouterPool;
+}
+
+interface Cached {
+  node: string | null;
+  until: number;
+}
+
+function checkDuration(name: string, value: number): void {
+  if (!Number.isFinite(value) || value < 0) {
+    throw new RangeError(`${name} must be a number >= 0, not ${value}`);
+  }
+}
+
+/** Sends each principal's transaction to the node that holds its shard (see the module comment). */
+export class Router {
+  /** The settings, defaults filled in. */
+  readonly options: Required<RouterOptions>;
+  /** What this router did. */
+  readonly counters: RouterCounters = {
+    lookups: 0,
+    lookupFailures: 0,
+    routed: 0,
+    defaulted: 0,
+    nodesMarkedDown: 0,
+  };
+  private readonly nodes: Map<string, RouterPool>;
+  private readonly cache = new Map<string, Cached>(); // in use order: the first is the oldest
+  private readonly pending = new Map<string, Promise<string | null | undefined>>();
+  private readonly downUntil = new Map<string, number>();
+
+  /**
+   * A router whose principals without a known placement go to `defaultPool` (the
+   * coordinator, or any node), and whose nodes are `nodes`: Citus's node name
+   * "nodename:nodeport" (as in pg_dist_node) to the pool that connects to it.
+   */
+  constructor(
+    readonly defaultPool: RouterPool,
+    nodes: Record<string, RouterPool> | Map<string, RouterPool>,
+    options: RouterOptions = {},
+  ) {
+    this.options = {
+      placementSql: options.placementSql ?? ROUTING.placementSql,
+      refreshMs: options.refreshMs ?? ROUTING.defaultRefreshSeconds * 1000,
+      nodeDownMs: options.nodeDownMs ?? ROUTING.defaultNodeDownSeconds * 1000,
+      maxPrincipals: options.maxPrincipals ?? ROUTING.defaultMaxPrincipals,
+      lookupTimeoutMs: options.lookupTimeoutMs ?? DEFAULT_LOOKUP_TIMEOUT_MS,
+    };
+    if (typeof this.options.placementSql !== "string" || this.options.placementSql.trim() === "") {
+      throw new RangeError("placementSql must be a non-empty SQL string");
+    }
+    checkDuration("refreshMs", this.options.refreshMs);
+    checkDuration("nodeDownMs", this.options.nodeDownMs);
+    checkDuration("lookupTimeoutMs", this.options.lookupTimeoutMs);
+    if (!Number.isSafeInteger(this.options.maxPrincipals) || this.options.maxPrincipals < 1) {
+      const value = this.options.maxPrincipals;
+      throw new RangeError(`maxPrincipals must be an integer >= 1, not ${value}`);
+    }
+    this.nodes = new Map(nodes instanceof Map ? nodes : Object.entries(nodes));
+    for (const name of this.nodes.keys()) {
+      if (!/^.+:\d+$/.test(name)) {
+        throw new RangeError(`a node is named "host:port" as Citus names it, not "${name}"`);
+      }
+    }
+  }
+
+  /**
+   * Where `principal`'s request goes, counted in `routed` or `defaulted`. Looks the
+   * placement up when it is not cached (or older than refreshMs); never throws for a
+   * failed lookup (the default target, counted in lookupFailures).
+   */
+  async route(principal: string): Promise<Route> {
+    const node = await this.placement(principal);
+    if (node === null || node === undefined) return this.toDefault();
+    const pool = this.nodes.get(node);
+    if (pool === undefined) return this.toDefault(); // a node this router was not given
+    const down = this.downUntil.get(node);
+    if (down !== undefined) {
+      if (Date.now() < down) return this.toDefault();
+      this.downUntil.delete(node); // tried again
+    }
+    this.counters.routed++;
+    return { node, pool };
+  }
+
+  /**
+   * A connection for `principal`'s request, from the routed node's pool; when that
+   * connect fails, the failure is reported (the node is down for nodeDownMs) and the
+   * connection comes from the default pool. Release it with `client.release()`.
+   */
+  async connect(principal: string): Promise<{ client: PoolClient; node: string | null }> {
+    const route = await this.route(principal);
+    if (route.node !== null) {
+      try {
+        return { client: (await route.pool.connect()) as PoolClient, node: route.node };
+      } catch {
+        this.reportConnectFailure(route.node, principal);
+        this.counters.defaulted++;
+      }
+    }
+    return { client: (await this.defaultPool.connect()) as PoolClient, node: null };
+  }
+
+  /**
+   * Tells the router that connecting to `node` failed (refused, DNS, timeout): the node
+   * is skipped for nodeDownMs, and `principal`'s cached placement (if given) is dropped.
+   */
+  reportConnectFailure(node: string, principal?: string): void {
+    this.downUntil.set(node, Date.now() + this.options.nodeDownMs);
+    this.counters.nodesMarkedDown++;
+    if (principal !== undefined) this.cache.delete(principal);
+  }
+
+  /** Forgets every cached placement and every node marked down. */
+  clear(): void {
+    this.cache.clear();
+    this.downUntil.clear();
+  }
+
+  /** The number of principals cached. */
+  get size(): number {
+    return this.cache.size;
+  }
+
+  private toDefault(): Route {
+    this.counters.defaulted++;
+    return { node: null, pool: this.defaultPool };
+  }
+
+  /** The cached node name (null: no placement) or a fresh lookup's; undefined: lookup failed. */
+  private placement(principal: string): Promise<string | null | undefined> {
+    const cached = this.cache.get(principal);
+    if (cached !== undefined) {
+      this.cache.delete(principal); // re-inserted last: the most recently used
+      if (Date.now() < cached.until) {
+        this.cache.set(principal, cached);
+        return Promise.resolve(cached.node);
+      }
+    }
+    let running = this.pending.get(principal); // concurrent requests share one lookup
+    if (running === undefined) {
+      running = this.lookup(principal).finally(() => this.pending.delete(principal));
+      this.pending.set(principal, running);
+    }
+    return running;
+  }
+
+  private async lookup(principal: string): Promise<string | null | undefined> {
+    this.counters.lookups++;
+    let node: string | null;
+    try {
+      // query_timeout: node-pg's own (per query); the pool discards a connection that hit it.
+      const query: QueryArrayConfig & { query_timeout?: number } = {
+        text: this.options.placementSql,
+        values: [principal],
+        rowMode: "array",
+        query_timeout: this.options.lookupTimeoutMs || undefined,
+      };
+      const result = await this.defaultPool.query(query);
+      const row = result.rows[0] as unknown[] | undefined;
+      const found = row !== undefined && row[0] !== null && row[0] !== undefined;
+      node = found ? `${row[0]}:${row[1]}` : null;
+    } catch {
+      this.counters.lookupFailures++; // not cached: the next request looks again
+      return undefined;
+    }
+    this.cache.set(principal, { node, until: Date.now() + this.options.refreshMs });
+    while (this.cache.size > this.options.maxPrincipals) {
+      this.cache.delete(this.cache.keys().next().value as string); // the least recently used
+    }
+    return node;
+  }
+}

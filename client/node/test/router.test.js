@@ -1,0 +1,282 @@
+"use strict";
+// Router (routing by principal under Citus) through the Express middleware, on a fake
+// placement: three databases of one cluster stand for the nodes (the default one,
+// "<db>_a" as a.test:5432 and "<db>_b" as b.test:5432), and the placement query reads
+// route_fake in the default database. Each keyed request's route writes an order: the
+// key row and the order must land in the routed database and nowhere else.
+const assert = require("node:assert/strict");
+const net = require("node:net");
+const { test, before, after } = require("node:test");
+const express = require("express");
+const pg = require("pg");
+const { pkg, database, principal, key } = require("./helpers");
+
+const { Client, Router, idempotency } = pkg();
+const db = database();
+const FAKE = "SELECT node_name, node_port FROM route_fake WHERE principal = $1";
+const ORDERS =
+  "CREATE TABLE orders (id bigserial PRIMARY KEY, principal text NOT NULL, item text NOT NULL," +
+  " quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())";
+
+const pools = {}; // default, a, b: pools on 127.0.0.1
+const names = {};
+let tcp;
+
+function poolFor(database, extra = {}) {
+  const pool = new pg.Pool({ ...tcp, database, max: 3, ...extra });
+  pool.on("error", () => undefined); // idle connections dropped with the database
+  return pool;
+}
+
+before(async () => {
+  await db.init();
+  tcp = { host: "127.0.0.1", port: db.config.port, user: db.config.user };
+  names.default = db.config.database;
+  names.a = db.config.database + "_a";
+  names.b = db.config.database + "_b";
+  pools.default = poolFor(names.default);
+  for (const node of ["a", "b"]) {
+    await pools.default.query(`CREATE DATABASE "${names[node]}"`);
+    pools[node] = poolFor(names[node]);
+    await pools[node].query("CREATE EXTENSION idempotency");
+    await pools[node].query(ORDERS);
+  }
+  await pools.default.query(
+    "CREATE TABLE route_fake (principal text PRIMARY KEY, node_name text, node_port int)",
+  );
+});
+
+after(async () => {
+  // helpers' after hook (registered first) may have dropped the default database already.
+  await Promise.all(Object.values(pools).map((pool) => pool.end()));
+  const admin = new pg.Client({ ...tcp, database: "postgres" });
+  await admin.connect();
+  for (const node of ["a", "b"]) await admin.query(`DROP DATABASE "${names[node]}" WITH (FORCE)`);
+  await admin.end();
+});
+
+/** A port on 127.0.0.1 where nothing listens. */
+async function closedPort() {
+  const server = net.createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Places `who` on node "host:5432" (null: removes the placement). */
+async function place(who, host) {
+  await pools.default.query("DELETE FROM route_fake WHERE principal = $1", [who]);
+  if (host === null) return;
+  await pools.default.query("INSERT INTO route_fake VALUES ($1, $2, 5432)", [who, host]);
+}
+
+/** An Express app behind the middleware with `router`; returns post(who, key) and close(). */
+async function service(router) {
+  const app = express();
+  const principalOf = (req) => req.get("X-User") ?? null;
+  app.use(idempotency({ router, client: new Client(), principal: principalOf }));
+  app.post("/orders", async (req, res) => {
+    const ctx = req.idempotency;
+    const { rows } = await ctx.db.query(
+      "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'book', 1) RETURNING id",
+      [ctx.request.principal],
+    );
+    const here = await ctx.db.query("SELECT current_database() AS d");
+    res.status(201).json({ id: Number(rows[0].id), db: here.rows[0].d });
+  });
+  app.use((error, req, res, next) => {
+    void next;
+    res.status(500).type("text/plain").send(String(error));
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  const base = `http://127.0.0.1:${server.address().port}`;
+  return {
+    post: async (who, k) => {
+      const r = await fetch(base + "/orders", {
+        method: "POST",
+        headers: { "X-User": who, "Idempotency-Key": k, "Content-Type": "application/json" },
+        body: "{}",
+      });
+      const replayed = r.headers.get("idempotent-replay");
+      return { status: r.status, replayed, body: await r.text() };
+    },
+    close: () => new Promise((resolve) => server.close(resolve)),
+  };
+}
+
+/** Where `who`'s rows are: "orders/keys" counts per database. */
+async function where(who) {
+  const out = {};
+  for (const node of ["default", "a", "b"]) {
+    const { rows } = await pools[node].query(
+      "SELECT (SELECT count(*) FROM orders WHERE principal = $1)::int AS o," +
+        " (SELECT count(*) FROM idempotency.keys WHERE principal = $1)::int AS k",
+      [who],
+    );
+    out[node] = `${rows[0].o}/${rows[0].k}`;
+  }
+  return out;
+}
+
+function nodes(extra = {}) {
+  return { "a.test:5432": pools.a, "b.test:5432": pools.b, ...extra };
+}
+
+/** The router's counters as an object, in their order. */
+function counters(lookups, lookupFailures, routed, defaulted, nodesMarkedDown) {
+  return { lookups, lookupFailures, routed, defaulted, nodesMarkedDown };
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test("router: key and writes land on the principal's node; no placement: default", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE });
+  const svc = await service(router);
+  try {
+    const [p1, p2, p3] = [principal(), principal(), principal()];
+    await place(p1, "a.test");
+    await place(p2, "b.test");
+    const k1 = key();
+    const first = await svc.post(p1, k1);
+    assert.equal(first.status, 201, first.body);
+    assert.equal(JSON.parse(first.body).db, names.a);
+    assert.equal((await svc.post(p2, key())).status, 201);
+    assert.equal((await svc.post(p3, key())).status, 201);
+    assert.deepEqual(await where(p1), { default: "0/0", a: "1/1", b: "0/0" });
+    assert.deepEqual(await where(p2), { default: "0/0", a: "0/0", b: "1/1" });
+    assert.deepEqual(await where(p3), { default: "1/1", a: "0/0", b: "0/0" });
+    const replay = await svc.post(p1, k1); // the retry finds its key on the same node
+    assert.equal(replay.status, 201);
+    assert.equal(replay.replayed, "true");
+    assert.equal(replay.body, first.body);
+    assert.deepEqual(await where(p1), { default: "0/0", a: "1/1", b: "0/0" });
+    assert.deepEqual(router.counters, counters(3, 0, 3, 1, 0));
+  } finally {
+    await svc.close();
+  }
+});
+
+test("router: one lookup per principal per refreshMs; a move is followed", async () => {
+  // refreshMs is 1 s (not less): the three requests before it must fit in it on a loaded machine.
+  const refreshMs = 1000;
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE, refreshMs });
+  const svc = await service(router);
+  try {
+    const who = principal();
+    await place(who, "a.test");
+    const start = Date.now();
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(router.counters.lookups, 1, "the second request used the cache");
+    await place(who, "b.test"); // the shard moves
+    assert.equal((await svc.post(who, key())).status, 201); // stale: the old node, still correct
+    assert.deepEqual(await where(who), { default: "0/0", a: "3/3", b: "0/0" });
+    assert.ok(Date.now() - start < refreshMs, "the machine is too slow for this test");
+    await sleep(refreshMs + 50); // cached after start and before now: expired after this
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(router.counters.lookups, 2, "looked up again after refreshMs");
+    assert.deepEqual(await where(who), { default: "0/0", a: "3/3", b: "1/1" });
+  } finally {
+    await svc.close();
+  }
+});
+
+test("router: a node that cannot connect: default, down, tried after nodeDownMs", async () => {
+  const dead = poolFor(names.a, { port: await closedPort(), connectionTimeoutMillis: 2000 });
+  let attempts = 0;
+  const counted = {
+    connect: () => (attempts++, dead.connect()),
+    query: (...args) => dead.query(...args),
+  };
+  const options = { placementSql: FAKE, nodeDownMs: 1000 };
+  const router = new Router(pools.default, nodes({ "c.test:5432": counted }), options);
+  const svc = await service(router);
+  try {
+    const who = principal();
+    await place(who, "c.test");
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(attempts, 1);
+    assert.equal(router.counters.nodesMarkedDown, 1);
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(attempts, 1, "a node marked down is not tried");
+    assert.equal(router.counters.lookups, 2, "the failure dropped the cached placement");
+    await sleep(1050);
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(attempts, 2, "tried again after nodeDownMs");
+    assert.equal(router.counters.nodesMarkedDown, 2);
+    assert.deepEqual(await where(who), { default: "3/3", a: "0/0", b: "0/0" });
+    assert.equal(router.counters.defaulted, 3);
+  } finally {
+    await svc.close();
+    await dead.end();
+  }
+});
+
+test("router: a placement query that fails or times out: default, counted", async () => {
+  for (const [sql, timeout] of [
+    ["SELECT node_name, node_port FROM no_such_table WHERE principal = $1", 1000],
+    ["SELECT node_name, node_port FROM route_fake, pg_sleep(2) WHERE principal = $1", 150],
+  ]) {
+    const options = { placementSql: sql, lookupTimeoutMs: timeout };
+    const router = new Router(pools.default, nodes(), options);
+    const svc = await service(router);
+    try {
+      const who = principal();
+      await place(who, "a.test");
+      assert.equal((await svc.post(who, key())).status, 201);
+      assert.equal((await svc.post(who, key())).status, 201);
+      assert.deepEqual(router.counters, counters(2, 2, 0, 2, 0));
+      assert.deepEqual(await where(who), { default: "2/2", a: "0/0", b: "0/0" });
+    } finally {
+      await svc.close();
+    }
+  }
+});
+
+test("router: a node name the router has no pool for goes to the default, counted", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE });
+  const svc = await service(router);
+  try {
+    const who = principal();
+    await place(who, "z.test");
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.deepEqual(await where(who), { default: "1/1", a: "0/0", b: "0/0" });
+    assert.deepEqual(router.counters, counters(1, 0, 0, 1, 0));
+  } finally {
+    await svc.close();
+  }
+});
+
+test("router: the cache keeps at most maxPrincipals, least recently used out first", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE, maxPrincipals: 2 });
+  const [p1, p2, p3] = [principal(), principal(), principal()];
+  await place(p1, "a.test");
+  assert.equal((await router.route(p1)).node, "a.test:5432");
+  await router.route(p2);
+  await router.route(p1); // p1 used last: p2 is the oldest
+  await router.route(p3);
+  assert.equal(router.size, 2);
+  assert.equal(router.counters.lookups, 3);
+  await router.route(p1);
+  assert.equal(router.counters.lookups, 3, "p1 stayed");
+  await router.route(p2);
+  assert.equal(router.counters.lookups, 4, "p2 was evicted");
+  // Concurrent requests of one principal share one lookup.
+  const p4 = principal();
+  await Promise.all([router.route(p4), router.route(p4), router.route(p4)]);
+  assert.equal(router.counters.lookups, 5);
+});
+
+test("router: bad settings are refused", () => {
+  assert.throws(() => new Router(pools.default, { "a.test": pools.a }), RangeError);
+  assert.throws(() => new Router(pools.default, {}, { maxPrincipals: 0 }), RangeError);
+  assert.throws(() => new Router(pools.default, {}, { refreshMs: -1 }), RangeError);
+  assert.throws(() => new Router(pools.default, {}, { placementSql: " " }), RangeError);
+  const router = new Router(pools.default, {});
+  assert.throws(() => idempotency({ client: new Client(), principal: () => null }), TypeError);
+  const both = { pool: pools.default, router, client: new Client(), principal: () => null };
+  assert.throws(() => idempotency(both), TypeError);
+});
