@@ -13,8 +13,9 @@
 #   single               the plain node (the fast path)
 #   single+distributed   the plain node, sessions with idempotency.distributed = on
 #   citus                the coordinator (begin and complete delegated to the workers)
+#   routed               the worker that holds the principal's shard (as a router sends it)
 # and, for what Citus itself costs, the same order written without a key
-# (BEGIN; INSERT; COMMIT) on both: plain-single, plain-citus; in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
+# (BEGIN; INSERT; COMMIT) on each: plain-single, plain-citus, plain-routed; in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
 # of the setup (for citus all three), per request; medians and ratios.
 #
 #   PGBIN=/path/to/bin bench/scale-out/citus.sh    BENCH_ROUNDS=3 BENCH_SECONDS=10 BENCH_CLIENTS=4 BENCH_PORT=27300
@@ -69,9 +70,22 @@ BEGIN;
 INSERT INTO orders (principal, item, quantity) VALUES ('user-' || :u, 'book', 2);
 COMMIT;
 SQL
-chmod 644 "$work/write.sql" "$work/plain.sql"
+# Routed (issue 24): the same two transactions sent straight to the worker
+# that holds the principal's shard, as a client's router does; one principal
+# whose shard is on worker 1 (a pgbench variable cannot pick from a list).
+sed "s/'user-' || :u/:p/g" "$work/write.sql" >"$work/write_routed.sql"
+sed "s/'user-' || :u/:p/g" "$work/plain.sql" >"$work/plain_routed.sql"
+routed_port=$((port + 1))
+routed_principal=$("$PGBIN/psql" -X -qAt "$citus_dsn" -c "
+  SELECT 'user-' || i FROM generate_series(0, 996) AS i
+   WHERE (SELECT n.nodeport FROM pg_dist_placement pl JOIN pg_dist_node n ON n.groupid = pl.groupid
+           WHERE pl.shardid = get_shard_id_for_distribution_column('idempotency.keys', 'user-' || i))
+         = $routed_port
+   ORDER BY i LIMIT 1")
+routed_dsn="postgresql://postgres@127.0.0.1:$routed_port/shop"
+chmod 644 "$work/write.sql" "$work/plain.sql" "$work/write_routed.sql" "$work/plain_routed.sql"
 ticks_per_second=$(getconf CLK_TCK)
-variants=(single single+distributed citus plain-single plain-citus)
+variants=(single single+distributed citus routed plain-single plain-citus plain-routed)
 
 echo "cores: $(nproc); $clients clients, $seconds s per round, $rounds rounds; pgbench -M prepared"
 printf '%-20s %6s %8s %10s %12s\n' variant round tps requests "cpu us/req"
@@ -81,15 +95,23 @@ for ((r = 1; r <= rounds; r++)); do
     options=""
     script=$work/write.sql
     [[ $v == plain-* ]] && script=$work/plain.sql
+    [[ $v == routed ]] && script=$work/write_routed.sql
+    [[ $v == plain-routed ]] && script=$work/plain_routed.sql
     case $v in
     single) dsn=$single_dsn; clusters=("$work/single") ;;
     single+distributed) dsn=$single_dsn; clusters=("$work/single"); options="-c idempotency.distributed=on" ;;
     citus | plain-citus) dsn=$citus_dsn; clusters=("${citus_clusters[@]}") ;;
+    routed | plain-routed) dsn=$routed_dsn; clusters=("${citus_clusters[@]}"); options="-D p=$routed_principal" ;;
     plain-single) dsn=$single_dsn; clusters=("$work/single") ;;
     esac
     before=$(cpu_ticks "${clusters[@]}")
-    out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \
-      -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
+    if [[ $v == *routed ]]; then
+      out=$("$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" $options \
+        -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
+    else
+      out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \
+        -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
+    fi
     sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
     after=$(cpu_ticks "${clusters[@]}")
     n=$(pgbench_value "$out" transactions)
@@ -110,6 +132,7 @@ done
 echo "ratio citus/single: $(ratio "${med[citus]}" "${med[single]}")"
 echo "ratio plain-citus/plain-single: $(ratio "${med[plain-citus]}" "${med[plain-single]}") (Citus alone, no key)"
 echo "the key's cost: single $(echo "scale=1; ${med[single]} - ${med[plain-single]}" | bc) us, citus $(echo "scale=1; ${med[citus]} - ${med[plain-citus]}" | bc) us per request"
+echo "routed to the shard's worker ($routed_principal on $routed_port): the key's cost $(echo "scale=1; ${med[routed]} - ${med[plain-routed]}" | bc) us per request, $(ratio "$(echo "${med[routed]} - ${med[plain-routed]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's (goal: at most 2)"
 echo "ratio single+distributed/single: $(ratio "${med[single+distributed]}" "${med[single]}")"
 echo "orders: single $("$PGBIN/psql" -X -qAt "$single_dsn" -c "SELECT count(*) FROM orders"), citus $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM orders")"
 echo "key rows on the citus shards: $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM idempotency.keys")"
