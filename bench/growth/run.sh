@@ -15,7 +15,8 @@
 # file run after CREATE EXTENSION, before the fill), PGBIN (default: the server
 # of PG_CONFIG or pg_config), EXTRA_CONF (more postgresql.conf lines, e.g.
 # 'wal_compression = lz4'), GROW_DIR (/tmp/grow-bench), GROW_PORT (27300),
-# RESULTS (bench/growth/results).
+# RESULTS (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired
+# keys deleted by cleanup() and VACUUM at the end, cost per row).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -75,10 +76,11 @@ lookup_script() {
     >"$results/scripts/lookup.sql"
 }
 
-# fill FROM TO: key numbers FROM..TO, BODY_BYTES of JSON each, expiring 3 to 24 h from
-# now at random (none expires during the run, so each lookup is a replay).
+# fill FROM TO [EXPIRES]: key numbers FROM..TO, BODY_BYTES of JSON each, expiring
+# at EXPIRES: by default 3 to 24 h from now at random (none expires during the
+# run, so each lookup is a replay).
 fill() {
-  local lo=$1 hi=$(($1 + batch - 1))
+  local lo=$1 hi=$(($1 + batch - 1)) e=${3:-"now() + interval '3 hours' + random() * interval '21 hours'"}
   while ((lo <= $2)); do ((hi > $2)) && hi=$2
     sql -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,
         response_headers, response_body, resource_id, created_at, expires_at)
@@ -86,7 +88,7 @@ fill() {
              '{\"content-type\": \"application/json\"}', convert_to(rpad('{\"id\":\"ord_' || i
                || '\",\"status\":\"created\",\"pad\":\"', $body - 2, md5(i::text)) || '\"}', 'UTF8'),
              'ord_' || i, e - interval '24 hours', e
-        FROM (SELECT i, now() + interval '3 hours' + random() * interval '21 hours' AS e
+        FROM (SELECT i, $e AS e
                 FROM generate_series($lo, $hi) AS i) AS s"
     printf '  filled %d keys (%s)\n' "$hi" "$(date -u +%T)"
     lo=$((hi + 1)) hi=$((lo + batch - 1))
@@ -153,4 +155,24 @@ for size in "${sizes[@]}"; do
     done
   done
 done
+# Cleanup at the last size: CLEANUP_KEYS expired keys (default a tenth of the
+# live ones) deleted by idempotency.cleanup() in batches of 500, then VACUUM.
+expired=${CLEANUP_KEYS:-$((filled / 10))}
+if ((expired > 0)); then
+  echo "== cleanup of $expired expired keys among $filled live ($(date -u +%T))"
+  fill $((filled + 1)) $((filled + expired)) "now() - interval '1 minute' - random() * interval '23 hours'" \
+    | tail -1
+  sql -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
+  printf 'step\trows\tseconds\tcpu_ticks\twal_bytes\twal_fpi\tload1\n' >"$results/cleanup.tsv"
+  for step in "CALL idempotency.cleanup(batch_size => 500)" "VACUUM idempotency.keys"; do
+    l0=$(sql -c "SELECT pg_current_wal_lsn()"); f0=$(fpi); c0=$(cpu_ticks "$dir"); t0=$(date +%s.%N)
+    sql -c "$step" >/dev/null
+    t1=$(date +%s.%N); c1=$(cpu_ticks "$dir"); f1=$(fpi); l1=$(sql -c "SELECT pg_current_wal_lsn()")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${step%% *}" "$expired" "$(echo "$t1 - $t0" | bc)" \
+      "$((c1 - c0))" "$(sql -c "SELECT pg_wal_lsn_diff('$l1', '$l0')")" "$((f1 - f0))" \
+      "$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$results/cleanup.tsv"
+  done
+  left=$(sql -c "SELECT count(*) FROM idempotency.keys WHERE expires_at <= now()")
+  ((left == 0)) || { echo "!! $left expired keys left after cleanup" >&2; exit 1; }
+fi
 python3 "$here/summary.py" "$results" "$hz" | tee "$results/summary.md"

@@ -41,8 +41,9 @@ def paired(size):
 
 
 order = sorted({s for s, _ in runs})
-k0 = med(order[0], "extension", lambda x: x["tps"])
-r0 = paired(order[0])
+if order:
+    k0 = med(order[0], "extension", lambda x: x["tps"])
+    r0 = paired(order[0])
 fmt = lambda x, f="{:.0f}": "-" if x is None else f.format(x)
 print("Medians of the rounds (keyed = bench/protocol/extension.sql, unkeyed = base.sql, "
       "lookup = begin of a stored key, a replay):\n")
@@ -85,3 +86,13 @@ for z in sizes:
     parts = [int(z["heap"]), int(z["toast"])] + [int(idx.get(k, 0)) for k in names]
     print(f"| {int(z['size']):,} | {n:,} | " + " | ".join(f"{p / n:.0f}" for p in parts)
           + f" | {sum(parts) / n:.0f} |")
+
+cl = os.path.join(res, "cleanup.tsv")
+if os.path.exists(cl):
+    print("\nCleanup at the last size (expired keys among the live ones; per deleted key):\n")
+    print("| step | rows | seconds | rows/s | server CPU us/row | WAL B/row | FPI/row | load 1 min |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for c in csv.DictReader(open(cl), delimiter="\t"):
+        n, t = int(c["rows"]), float(c["seconds"])
+        print(f"| {c['step']} | {n:,} | {t:.1f} | {n / t:,.0f} | {int(c['cpu_ticks']) * 1e6 / hz / n:.1f} | "
+              f"{int(c['wal_bytes']) / n:.0f} | {int(c['wal_fpi']) / n:.3f} | {c['load1']} |")
