@@ -110,6 +110,8 @@ fpi() { sql -c "SELECT wal_fpi FROM pg_stat_wal"; }
 # run SIZE ROUND VARIANT SECONDS: one pgbench run; a line of raw.tsv.
 run() {
   local log="$results/logs/$1-$2-$3.log" c0 c1 l0 l1 f0 f1 s0 s1 out
+  # At size 0 every run starts from an empty table (the keys of earlier runs gone).
+  if (($1 == 0)); then sql -c "TRUNCATE idempotency.keys"; fi
   sql -c "CHECKPOINT"
   s0=$(statio); l0=$(sql -c "SELECT pg_current_wal_lsn()"); f0=$(fpi); c0=$(cpu_ticks "$dir")
   "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$jobs" -T "$4" -f "$results/scripts/$3.sql" \
