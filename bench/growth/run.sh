@@ -116,8 +116,14 @@ run() {
   s0=$(statio); l0=$(sql -c "SELECT pg_current_wal_lsn()"); f0=$(fpi); c0=$(cpu_ticks "$dir")
   "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$jobs" -T "$4" -f "$results/scripts/$3.sql" \
     >"$log" 2>&1 || { echo "!! pgbench failed: $log" >&2; tail -5 "$log" >&2; exit 1; }
+  # pgbench's backends must be gone (reaped by the postmaster) before their CPU is
+  # read: an exiting backend's ticks are in neither its /proc entry nor the
+  # postmaster's cutime yet.
+  while [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") != 0 ]]
+  do sleep 0.2; done
+  sleep 0.5
   c1=$(cpu_ticks "$dir"); l1=$(sql -c "SELECT pg_current_wal_lsn()"); f1=$(fpi)
-  sleep 1 # the exited backends' statistics
+  sleep 0.5 # the exited backends' statistics
   s1=$(statio)
   out=$(<"$log")
   [[ $(pgbench_value "$out" failed) == "" || $(pgbench_value "$out" failed) == 0 ]] \
