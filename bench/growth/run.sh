@@ -69,10 +69,16 @@ for v in extension base; do
     "$root/bench/protocol/$v.sql"; } >"$results/scripts/$v.sql"
 done
 sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea"
+# Key number I of the fill (SQL of I): a number in 1..4*10^18 as text from a hash of I,
+# drawn like the protocol scripts' fresh keys (random(1, 4000000000000000000)) so that
+# new keys land among the stored ones at random, as in production (UUID-like keys
+# would put the fresh numeric keys in the few leaves of the keys that start with a
+# digit).
+key_of() { echo "((hashtextextended($1::text, 0) & 9223372036854775807) % 4000000000000000000 + 1)::text"; }
 # The lookup: begin of a key the fill stored (key number i of tenant i % TENANTS).
 lookup_script() {
   printf '%s\n' "\\set i random(1, $1)" "\\set p :i % $tenants" \
-    "SELECT outcome FROM idempotency.begin('tenant_' || :p::int, md5(:i::text)::uuid::text, 'create_order', $sha);" \
+    "SELECT outcome FROM idempotency.begin('tenant_' || :p::int, $(key_of ':i'), 'create_order', $sha);" \
     >"$results/scripts/lookup.sql"
 }
 
@@ -84,7 +90,7 @@ fill() {
   while ((lo <= $2)); do ((hi > $2)) && hi=$2
     sql -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,
         response_headers, response_body, resource_id, created_at, expires_at)
-      SELECT 'tenant_' || i % $tenants, md5(i::text)::uuid::text, 'create_order', $sha, 'completed', 201,
+      SELECT 'tenant_' || i % $tenants, $(key_of i), 'create_order', $sha, 'completed', 201,
              '{\"content-type\": \"application/json\"}', convert_to(rpad('{\"id\":\"ord_' || i
                || '\",\"status\":\"created\",\"pad\":\"', $body - 2, md5(i::text)) || '\"}', 'UTF8'),
              'ord_' || i, e - interval '24 hours', e
@@ -151,7 +157,7 @@ for size in "${sizes[@]}"; do
   variants=(extension base)
   if ((filled > 0)); then
     lookup_script "$filled"
-    out=$(sql -c "SELECT outcome FROM idempotency.begin('tenant_1', md5('1')::uuid::text, 'create_order', $sha)")
+    out=$(sql -c "SELECT outcome FROM idempotency.begin('tenant_1', $(key_of 1), 'create_order', $sha)")
     [[ $out == replay ]] || { echo "!! key 1 of the fill is not a replay: $out" >&2; exit 1; }
     variants+=(lookup)
   fi
