@@ -48,7 +48,8 @@ source "$dir/env"
 export PGDATABASE=growth
 sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 sql -d postgres -c "CREATE DATABASE growth"
-sql -c "CREATE EXTENSION idempotency" -f "$root/bench/protocol/setup.sql"
+sql -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect" \
+  -f "$root/bench/protocol/setup.sql"
 [[ -n ${SCHEMA_SQL:-} ]] && sql -f "$SCHEMA_SQL"
 # No autovacuum inside a round: each size ends its fill with VACUUM ANALYZE.
 sql -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
@@ -115,7 +116,7 @@ fpi() { sql -c "SELECT wal_fpi FROM pg_stat_wal"; }
 
 # run SIZE ROUND VARIANT SECONDS: one pgbench run; a line of raw.tsv.
 run() {
-  local log="$results/logs/$1-$2-$3.log" c0 c1 l0 l1 f0 f1 s0 s1 out
+  local log="$results/logs/$1-$2-$3.log" c0 c1 l0 l1 f0 f1 s0 s1 w out
   # At size 0 every run starts from an empty table (the keys of earlier runs gone).
   if (($1 == 0)); then sql -c "TRUNCATE idempotency.keys"; fi
   sql -c "CHECKPOINT"
@@ -131,16 +132,20 @@ run() {
   c1=$(cpu_ticks "$dir"); l1=$(sql -c "SELECT pg_current_wal_lsn()"); f1=$(fpi)
   sleep 0.5 # the exited backends' statistics
   s1=$(statio)
+  # What the WAL of the run was, by resource manager: rmgr:records:fpi_bytes:bytes:...
+  # (15's pg_walinspect has no FPI count: bytes of records and of full-page images.)
+  w=$(sql -c "SELECT string_agg(\"resource_manager/record_type\" || ':' || count || ':' || fpi_size
+      || ':' || combined_size, ':') FROM pg_get_wal_stats('$l0', '$l1') WHERE count > 0")
   out=$(<"$log")
   [[ $(pgbench_value "$out" failed) == "" || $(pgbench_value "$out" failed) == 0 ]] \
     || { echo "!! failed transactions: $log" >&2; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(pgbench_value "$out" tps)" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(pgbench_value "$out" tps)" \
     "$(pgbench_value "$out" transactions)" "$((c1 - c0))" "$(sql -c "SELECT pg_wal_lsn_diff('$l1', '$l0')")" \
     "$((f1 - f0))" \
-    "$(cut -d' ' -f1 /proc/loadavg)" "$s0" "$s1"
+    "$(cut -d' ' -f1 /proc/loadavg)" "$s0" "$s1" "$w"
 }
 
-printf 'size\tround\tvariant\ttps\ttx\tcpu_ticks\twal_bytes\twal_fpi\tload1\tstatio_before\tstatio_after\n' \
+printf 'size\tround\tvariant\ttps\ttx\tcpu_ticks\twal_bytes\twal_fpi\tload1\tstatio_before\tstatio_after\twal_by_rmgr\n' \
   >"$results/raw.tsv"
 printf 'size\trows\theap\ttoast\tindexes\n' >"$results/sizes.tsv"
 filled=0

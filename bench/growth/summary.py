@@ -19,7 +19,9 @@ def per_round(r):
     tx = int(r["tx"]) or 1
     s0, s1 = statio(r["statio_before"]), statio(r["statio_after"])
     io = {k: ((s1[k][0] - s0[k][0]) / tx, (s1[k][1] - s0[k][1]) / tx) for k in s1 if k in s0}
-    return dict(tps=float(r["tps"]), cpu=int(r["cpu_ticks"]) * 1e6 / hz / tx,
+    f = (r.get("wal_by_rmgr") or "").split(":")
+    rm = {f[i]: (int(f[i + 1]) / tx, int(f[i + 2]) / tx, int(f[i + 3]) / tx) for i in range(0, len(f) - 3, 4)}
+    return dict(rm=rm, tps=float(r["tps"]), cpu=int(r["cpu_ticks"]) * 1e6 / hz / tx,
                 wal=int(r["wal_bytes"]) / tx, fpi=int(r["wal_fpi"]) / tx, load=float(r["load1"]), io=io)
 
 
@@ -73,6 +75,17 @@ for s in order:
             cells = [f"{med(s, v, lambda x: x['io'].get(k, (0, 0))[0]):.2f} / "
                      f"{med(s, v, lambda x: x['io'].get(k, (0, 0))[1]):.3f}" for k in rels]
             print(f"| {s:,} | {v} | " + " | ".join(cells) + " |")
+
+rms = sorted({k for (_, v), xs in runs.items() if v == "extension" for _, x in xs for k in x["rm"]})
+if rms:
+    print("\nWAL per keyed request by resource manager (pg_walinspect; median of the rounds): "
+          "records / bytes of full-page images / all bytes:\n")
+    print("| live keys | " + " | ".join(rms) + " |")
+    print("|---:|" + "---:|" * len(rms))
+    for s in order:
+        cells = [" / ".join(f.format(med(s, "extension", lambda x: x["rm"].get(k, (0, 0, 0))[j]))
+                            for j, f in enumerate(("{:.2f}", "{:.0f}", "{:.0f}"))) for k in rms]
+        print(f"| {s:,} | " + " | ".join(cells) + " |")
 
 print("\nStored bytes per key (after VACUUM ANALYZE; rows = every key in the table):\n")
 names = sorted({kv.split("=")[0] for z in sizes for kv in z["indexes"].split(",")})
