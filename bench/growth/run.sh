@@ -135,7 +135,8 @@ run() {
   # What the WAL of the run was, by resource manager: rmgr:records:fpi_bytes:bytes:...
   # (15's pg_walinspect has no FPI count: bytes of records and of full-page images.)
   w=$(sql -c "SELECT string_agg(\"resource_manager/record_type\" || ':' || count || ':' || fpi_size
-      || ':' || combined_size, ':') FROM pg_get_wal_stats('$l0', '$l1') WHERE count > 0")
+      || ':' || combined_size, ':') FROM pg_get_wal_stats('$l0', '$l1') WHERE count > 0
+      AND '$l1'::pg_lsn > '$l0'")
   out=$(<"$log")
   [[ $(pgbench_value "$out" failed) == "" || $(pgbench_value "$out" failed) == 0 ]] \
     || { echo "!! failed transactions: $log" >&2; exit 1; }
