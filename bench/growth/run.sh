@@ -15,7 +15,7 @@
 # file run after CREATE EXTENSION, before the fill), PGBIN (default: the server
 # of PG_CONFIG or pg_config), EXTRA_CONF (more postgresql.conf lines, e.g.
 # 'wal_compression = lz4'), GROW_DIR (/tmp/grow-bench), GROW_PORT (27300),
-# RESULTS (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired
+# HEAP_FILLFACTOR (the key table's fillfactor for the run), RESULTS (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired
 # keys deleted by cleanup() and VACUUM at the end, cost per row).
 set -euo pipefail
 
@@ -51,13 +51,16 @@ sql -d postgres -c "CREATE DATABASE growth"
 sql -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect" \
   -f "$root/bench/protocol/setup.sql"
 [[ -n ${SCHEMA_SQL:-} ]] && sql -f "$SCHEMA_SQL"
+# HEAP_FILLFACTOR (e.g. 95): new rows go only to pages with that much room, not into
+# the few hundred bytes every filled page has left (see README.md).
+[[ -n ${HEAP_FILLFACTOR:-} ]] && sql -c "ALTER TABLE idempotency.keys SET (fillfactor = $HEAP_FILLFACTOR)"
 # No autovacuum inside a round: each size ends its fill with VACUUM ANALYZE.
 sql -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
   -c "ALTER TABLE bench.effects SET (autovacuum_enabled = off)"
 {
   echo "source: $(git -C "$root" rev-parse --short HEAD) (PGBIN $PGBIN); cores: $(nproc)"
   echo "sizes: ${sizes[*]}; rounds: $rounds x $seconds s; body: $body bytes; tenants: $tenants"
-  echo "pgbench -n -M prepared -c $clients -j $jobs; schema: ${SCHEMA_SQL:-as installed}"
+  echo "pgbench -n -M prepared -c $clients -j $jobs; schema: ${SCHEMA_SQL:-as installed}${HEAP_FILLFACTOR:+, fillfactor $HEAP_FILLFACTOR}"
   sql -c "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings WHERE name IN
     ('fsync','full_page_writes','synchronous_commit','shared_buffers','max_wal_size','server_version')"
 } | tee "$results/setup.txt"
