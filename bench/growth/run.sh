@@ -51,9 +51,13 @@ sql -d postgres -c "CREATE DATABASE growth"
 sql -c "CREATE EXTENSION idempotency" -c "CREATE EXTENSION pg_walinspect" \
   -f "$root/bench/protocol/setup.sql"
 [[ -n ${SCHEMA_SQL:-} ]] && sql -f "$SCHEMA_SQL"
-# HEAP_FILLFACTOR (e.g. 95): new rows go only to pages with that much room, not into
-# the few hundred bytes every filled page has left (see README.md).
-[[ -n ${HEAP_FILLFACTOR:-} ]] && sql -c "ALTER TABLE idempotency.keys SET (fillfactor = $HEAP_FILLFACTOR)"
+# HEAP_FILLFACTOR (e.g. 95), set after each fill: the measured rows go only to pages
+# with that much room, not into the few hundred bytes every filled page has left
+# (see README.md).
+set_fillfactor() {
+  [[ -z ${HEAP_FILLFACTOR:-} ]] || sql -c "ALTER TABLE idempotency.keys SET (fillfactor = $1)"
+}
+set_fillfactor "${HEAP_FILLFACTOR:-}"
 # No autovacuum inside a round: each size ends its fill with VACUUM ANALYZE.
 sql -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
   -c "ALTER TABLE bench.effects SET (autovacuum_enabled = off)"
@@ -155,7 +159,7 @@ printf 'size\trows\theap\ttoast\tindexes\n' >"$results/sizes.tsv"
 filled=0
 for size in "${sizes[@]}"; do
   echo "== $size keys ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
-  ((size > filled)) && fill $((filled + 1)) "$size"
+  if ((size > filled)); then set_fillfactor 100; fill $((filled + 1)) "$size"; set_fillfactor "${HEAP_FILLFACTOR:-}"; fi
   filled=$((size > filled ? size : filled))
   sql -c "TRUNCATE bench.effects" -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
   sql -F $'\t' -c "SELECT $size, (SELECT count(*) FROM idempotency.keys), pg_relation_size(c.oid),
