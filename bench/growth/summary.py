@@ -20,9 +20,11 @@ def per_round(r):
     s0, s1 = statio(r["statio_before"]), statio(r["statio_after"])
     io = {k: ((s1[k][0] - s0[k][0]) / tx, (s1[k][1] - s0[k][1]) / tx) for k in s1 if k in s0}
     f = (r.get("wal_by_rmgr") or "").split(":")
-    rm = {f[i]: (int(f[i + 1]) / tx, int(f[i + 2]) / tx, int(f[i + 3]) / tx) for i in range(0, len(f) - 3, 4)}
+    rm = {f[i]: (int(f[i + 1]) / tx, int(f[i + 2]) / tx, int(f[i + 3]) / tx)
+          for i in range(0, len(f) - 3, 4)}
     return dict(rm=rm, tps=float(r["tps"]), cpu=int(r["cpu_ticks"]) * 1e6 / hz / tx,
-                wal=int(r["wal_bytes"]) / tx, fpi=int(r["wal_fpi"]) / tx, load=float(r["load1"]), io=io)
+                wal=int(r["wal_bytes"]) / tx, fpi=int(r["wal_fpi"]) / tx,
+                load=float(r["load1"]), io=io)
 
 
 runs = {}
@@ -56,16 +58,19 @@ print("|---:|" + "---:|" * 13)
 for s in order:
     kt, bt = med(s, "extension", lambda x: x["tps"]), med(s, "base", lambda x: x["tps"])
     loads = [x["load"] for v in ("extension", "base", "lookup") for _, x in runs.get((s, v), [])]
-    print(f"| {s:,} | {fmt(kt)} | {fmt(bt)} | {paired(s):.3f} | {kt / k0:.3f} | {paired(s) / r0:.3f} | "
+    print(f"| {s:,} | {fmt(kt)} | {fmt(bt)} | {paired(s):.3f} | {kt / k0:.3f} | "
+          f"{paired(s) / r0:.3f} | "
           f"{fmt(med(s, 'extension', lambda x: x['cpu']), '{:.1f}')} | "
           f"{fmt(med(s, 'base', lambda x: x['cpu']), '{:.1f}')} | "
-          f"{fmt(med(s, 'extension', lambda x: x['wal']))} | {fmt(med(s, 'base', lambda x: x['wal']))} | "
+          f"{fmt(med(s, 'extension', lambda x: x['wal']))} | "
+          f"{fmt(med(s, 'base', lambda x: x['wal']))} | "
           f"{fmt(med(s, 'extension', lambda x: x['fpi']), '{:.2f}')} | "
           f"{fmt(med(s, 'lookup', lambda x: x['tps']))} | "
           f"{fmt(med(s, 'lookup', lambda x: x['cpu']), '{:.1f}')} | "
           f"{min(loads):.1f}-{max(loads):.1f} |")
 
-print("\nKey-table buffers per request (median of the rounds; hits / reads from outside shared_buffers):\n")
+print("\nKey-table buffers per request (median of the rounds; "
+      "hits / reads from outside shared_buffers):\n")
 rels = sorted({k for (_, v), xs in runs.items() for _, x in xs for k in x["io"]})
 print("| live keys | request | " + " | ".join(rels) + " |")
 print("|---:|---|" + "---:|" * len(rels))
@@ -103,9 +108,11 @@ for z in sizes:
 cl = os.path.join(res, "cleanup.tsv")
 if os.path.exists(cl):
     print("\nCleanup at the last size (expired keys among the live ones; per deleted key):\n")
-    print("| step | rows | seconds | rows/s | server CPU us/row | WAL B/row | FPI/row | load 1 min |")
+    print("| step | rows | seconds | rows/s | server CPU us/row | WAL B/row | FPI/row | "
+          "load 1 min |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for c in csv.DictReader(open(cl), delimiter="\t"):
         n, t = int(c["rows"]), float(c["seconds"])
-        print(f"| {c['step']} | {n:,} | {t:.1f} | {n / t:,.0f} | {int(c['cpu_ticks']) * 1e6 / hz / n:.1f} | "
+        cpu = int(c["cpu_ticks"]) * 1e6 / hz / n
+        print(f"| {c['step']} | {n:,} | {t:.1f} | {n / t:,.0f} | {cpu:.1f} | "
               f"{int(c['wal_bytes']) / n:.0f} | {int(c['wal_fpi']) / n:.3f} | {c['load1']} |")
