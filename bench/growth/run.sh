@@ -15,8 +15,9 @@
 # file run after CREATE EXTENSION, before the fill), PGBIN (default: the server
 # of PG_CONFIG or pg_config), EXTRA_CONF (more postgresql.conf lines, e.g.
 # 'wal_compression = lz4'), GROW_DIR (/tmp/grow-bench), GROW_PORT (27300),
-# HEAP_FILLFACTOR (the key table's fillfactor for the run), RESULTS (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired
-# keys deleted by cleanup() and VACUUM at the end, cost per row).
+# HEAP_FILLFACTOR (the key table's fillfactor for the run), RESULTS
+# (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired keys deleted
+# by cleanup() and VACUUM at the end, cost per row).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -64,9 +65,11 @@ sql -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
 {
   echo "source: $(git -C "$root" rev-parse --short HEAD) (PGBIN $PGBIN); cores: $(nproc)"
   echo "sizes: ${sizes[*]}; rounds: $rounds x $seconds s; body: $body bytes; tenants: $tenants"
-  echo "pgbench -n -M prepared -c $clients -j $jobs; schema: ${SCHEMA_SQL:-as installed}${HEAP_FILLFACTOR:+, fillfactor $HEAP_FILLFACTOR}"
-  sql -c "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings WHERE name IN
-    ('fsync','full_page_writes','synchronous_commit','shared_buffers','max_wal_size','server_version')"
+  printf 'pgbench -n -M prepared -c %s -j %s; schema: %s%s\n' "$clients" "$jobs" \
+    "${SCHEMA_SQL:-as installed}" "${HEAP_FILLFACTOR:+, fillfactor $HEAP_FILLFACTOR}"
+  sql -c "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings
+    WHERE name IN ('fsync', 'full_page_writes', 'synchronous_commit', 'shared_buffers',
+                   'max_wal_size', 'server_version')"
 } | tee "$results/setup.txt"
 
 # The protocol's scripts, reused: each request's principal is one of the
@@ -82,11 +85,14 @@ sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::byte
 # new keys land among the stored ones at random, as in production (UUID-like keys
 # would put the fresh numeric keys in the few leaves of the keys that start with a
 # digit).
-key_of() { echo "((hashtextextended($1::text, 0) & 9223372036854775807) % 4000000000000000000 + 1)::text"; }
+key_of() {
+  echo "((hashtextextended($1::text, 0) & 9223372036854775807) % 4000000000000000000 + 1)::text"
+}
 # The lookup: begin of a key the fill stored (key number i of tenant i % TENANTS).
 lookup_script() {
+  local rest="'create_order', $sha);"
   printf '%s\n' "\\set i random(1, $1)" "\\set p :i % $tenants" \
-    "SELECT outcome FROM idempotency.begin('tenant_' || :p::int, $(key_of ':i'), 'create_order', $sha);" \
+    "SELECT outcome FROM idempotency.begin('tenant_' || :p::int, $(key_of ':i'), $rest" \
     >"$results/scripts/lookup.sql"
 }
 
@@ -94,13 +100,15 @@ lookup_script() {
 # at EXPIRES: by default 3 to 24 h from now at random (none expires during the
 # run, so each lookup is a replay).
 fill() {
-  local lo=$1 hi=$(($1 + batch - 1)) e=${3:-"now() + interval '3 hours' + random() * interval '21 hours'"}
+  local lo=$1 hi=$(($1 + batch - 1))
+  local e=${3:-"now() + interval '3 hours' + random() * interval '21 hours'"}
   while ((lo <= $2)); do ((hi > $2)) && hi=$2
-    sql -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state, response_status,
-        response_headers, response_body, resource_id, created_at, expires_at)
+    sql -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, state,
+        response_status, response_headers, response_body, resource_id, created_at, expires_at)
       SELECT 'tenant_' || i % $tenants, $(key_of i), 'create_order', $sha, 'completed', 201,
-             '{\"content-type\": \"application/json\"}', convert_to(rpad('{\"id\":\"ord_' || i
-               || '\",\"status\":\"created\",\"pad\":\"', $body - 2, md5(i::text)) || '\"}', 'UTF8'),
+             '{\"content-type\": \"application/json\"}',
+             convert_to(rpad('{\"id\":\"ord_' || i || '\",\"status\":\"created\",\"pad\":\"',
+                             $body - 2, md5(i::text)) || '\"}', 'UTF8'),
              'ord_' || i, e - interval '24 hours', e
         FROM (SELECT i, $e AS e
                 FROM generate_series($lo, $hi) AS i) AS s"
@@ -113,7 +121,8 @@ fill() {
 # name:hits:reads:name:hits:reads:...
 statio() {
   sql -F : -c "SELECT 'heap', heap_blks_hit, heap_blks_read, 'toast', coalesce(toast_blks_hit, 0),
-      coalesce(toast_blks_read, 0) FROM pg_statio_user_tables WHERE relid = 'idempotency.keys'::regclass" \
+      coalesce(toast_blks_read, 0) FROM pg_statio_user_tables
+      WHERE relid = 'idempotency.keys'::regclass" \
     -c "SELECT indexrelname, idx_blks_hit, idx_blks_read FROM pg_statio_user_indexes
       WHERE relid = 'idempotency.keys'::regclass ORDER BY 1" | tr '\n' :
 }
@@ -133,8 +142,8 @@ run() {
   # pgbench's backends must be gone (reaped by the postmaster) before their CPU is
   # read: an exiting backend's ticks are in neither its /proc entry nor the
   # postmaster's cutime yet.
-  while [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") != 0 ]]
-  do sleep 0.2; done
+  local q="SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'"
+  while [[ $(sql -c "$q") != 0 ]]; do sleep 0.2; done
   sleep 0.5
   c1=$(cpu_ticks "$dir"); l1=$(sql -c "SELECT pg_current_wal_lsn()"); f1=$(fpi)
   sleep 0.5 # the exited backends' statistics
@@ -147,19 +156,25 @@ run() {
   out=$(<"$log")
   [[ $(pgbench_value "$out" failed) == "" || $(pgbench_value "$out" failed) == 0 ]] \
     || { echo "!! failed transactions: $log" >&2; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(pgbench_value "$out" tps)" \
-    "$(pgbench_value "$out" transactions)" "$((c1 - c0))" "$(sql -c "SELECT pg_wal_lsn_diff('$l1', '$l0')")" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" \
+    "$(pgbench_value "$out" tps)" "$(pgbench_value "$out" transactions)" "$((c1 - c0))" \
+    "$(sql -c "SELECT pg_wal_lsn_diff('$l1', '$l0')")" \
     "$((f1 - f0))" \
     "$(cut -d' ' -f1 /proc/loadavg)" "$s0" "$s1" "$w"
 }
 
-printf 'size\tround\tvariant\ttps\ttx\tcpu_ticks\twal_bytes\twal_fpi\tload1\tstatio_before\tstatio_after\twal_by_rmgr\n' \
-  >"$results/raw.tsv"
+printf '%s\t' size round variant tps tx cpu_ticks wal_bytes wal_fpi load1 statio_before \
+  statio_after >"$results/raw.tsv"
+echo wal_by_rmgr >>"$results/raw.tsv"
 printf 'size\trows\theap\ttoast\tindexes\n' >"$results/sizes.tsv"
 filled=0
 for size in "${sizes[@]}"; do
   echo "== $size keys ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
-  if ((size > filled)); then set_fillfactor 100; fill $((filled + 1)) "$size"; set_fillfactor "${HEAP_FILLFACTOR:-}"; fi
+  if ((size > filled)); then
+    set_fillfactor 100
+    fill $((filled + 1)) "$size"
+    set_fillfactor "${HEAP_FILLFACTOR:-}"
+  fi
   filled=$((size > filled ? size : filled))
   sql -c "TRUNCATE bench.effects" -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
   sql -F $'\t' -c "SELECT $size, (SELECT count(*) FROM idempotency.keys), pg_relation_size(c.oid),
@@ -170,7 +185,8 @@ for size in "${sizes[@]}"; do
   variants=(extension base)
   if ((filled > 0)); then
     lookup_script "$filled"
-    out=$(sql -c "SELECT outcome FROM idempotency.begin('tenant_1', $(key_of 1), 'create_order', $sha)")
+    out=$(sql -c "SELECT outcome
+      FROM idempotency.begin('tenant_1', $(key_of 1), 'create_order', $sha)")
     [[ $out == replay ]] || { echo "!! key 1 of the fill is not a replay: $out" >&2; exit 1; }
     variants+=(lookup)
   fi
@@ -187,8 +203,8 @@ done
 expired=${CLEANUP_KEYS:-$((filled / 10))}
 if ((expired > 0)); then
   echo "== cleanup of $expired expired keys among $filled live ($(date -u +%T))"
-  fill $((filled + 1)) $((filled + expired)) "now() - interval '1 minute' - random() * interval '23 hours'" \
-    | tail -1
+  fill $((filled + 1)) $((filled + expired)) \
+    "now() - interval '1 minute' - random() * interval '23 hours'" | tail -1
   sql -c "VACUUM ANALYZE idempotency.keys" -c "CHECKPOINT"
   printf 'step\trows\tseconds\tcpu_ticks\twal_bytes\twal_fpi\tload1\n' >"$results/cleanup.tsv"
   for step in "CALL idempotency.cleanup(batch_size => 500)" "VACUUM idempotency.keys"; do
