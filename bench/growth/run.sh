@@ -130,6 +130,15 @@ statio() {
 # Full-page images written to the WAL so far (pg_stat_wal).
 fpi() { sql -c "SELECT wal_fpi FROM pg_stat_wal"; }
 
+# Waits until no other client backend is left: an exiting backend's CPU ticks are in
+# neither its /proc entry nor the postmaster's cutime until the postmaster reaps it.
+backends_gone() {
+  local q="SELECT count(*) FROM pg_stat_activity
+    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+  while [[ $(sql -c "$q") != 0 ]]; do sleep 0.2; done
+  sleep 0.5
+}
+
 # run SIZE ROUND VARIANT SECONDS: one pgbench run; a line of raw.tsv.
 run() {
   local log="$results/logs/$1-$2-$3.log" c0 c1 l0 l1 f0 f1 s0 s1 w out
@@ -139,12 +148,7 @@ run() {
   s0=$(statio); l0=$(sql -c "SELECT pg_current_wal_lsn()"); f0=$(fpi); c0=$(cpu_ticks "$dir")
   "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$jobs" -T "$4" -f "$results/scripts/$3.sql" \
     >"$log" 2>&1 || { echo "!! pgbench failed: $log" >&2; tail -5 "$log" >&2; exit 1; }
-  # pgbench's backends must be gone (reaped by the postmaster) before their CPU is
-  # read: an exiting backend's ticks are in neither its /proc entry nor the
-  # postmaster's cutime yet.
-  local q="SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'"
-  while [[ $(sql -c "$q") != 0 ]]; do sleep 0.2; done
-  sleep 0.5
+  backends_gone
   c1=$(cpu_ticks "$dir"); l1=$(sql -c "SELECT pg_current_wal_lsn()"); f1=$(fpi)
   sleep 0.5 # the exited backends' statistics
   s1=$(statio)
@@ -210,7 +214,9 @@ if ((expired > 0)); then
   for step in "CALL idempotency.cleanup(batch_size => 500)" "VACUUM idempotency.keys"; do
     l0=$(sql -c "SELECT pg_current_wal_lsn()"); f0=$(fpi); c0=$(cpu_ticks "$dir"); t0=$(date +%s.%N)
     sql -c "$step" >/dev/null
-    t1=$(date +%s.%N); c1=$(cpu_ticks "$dir"); f1=$(fpi); l1=$(sql -c "SELECT pg_current_wal_lsn()")
+    t1=$(date +%s.%N)
+    backends_gone
+    c1=$(cpu_ticks "$dir"); f1=$(fpi); l1=$(sql -c "SELECT pg_current_wal_lsn()")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${step%% *}" "$expired" "$(echo "$t1 - $t0" | bc)" \
       "$((c1 - c0))" "$(sql -c "SELECT pg_wal_lsn_diff('$l1', '$l0')")" "$((f1 - f0))" \
       "$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$results/cleanup.tsv"
