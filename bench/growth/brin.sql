@@ -1,4 +1,4 @@
--- A candidate measured by bench/growth/run.sh (SCHEMA_SQL=bench/growth/brin.sql), not
+-- A candidate to measure with bench/growth/run.sh (SCHEMA_SQL=bench/growth/brin.sql), not
 -- shipped: the expires_at B-tree replaced by a BRIN index. Cleanup needs the
 -- B-tree (its batches are ORDER BY expires_at LIMIT n, resumed from the last
 -- expiry): see bench/growth/README.md.
