@@ -44,6 +44,14 @@ SELECT expires_at > now() AS kept_again, expires_at - now() <= interval '100 ms'
 SELECT outcome, convert_from(response_body, 'UTF8') AS body
   FROM idempotency.acquire('p', 'g-long', 'charge', g_fp('{}'));
 
+-- 1c. A lease completed within its key's ttl keeps the expiry acquire gave it
+-- (and told the caller); only a completion after the ttl ran out moves it (1b).
+SELECT fence AS in_ttl_fence FROM idempotency.acquire('p', 'g-in-ttl', 'charge', g_fp('{}'), ttl => '1 hour') \gset
+SELECT expires_at AS in_ttl_expiry FROM idempotency.keys WHERE key = 'g-in-ttl' \gset
+SELECT pg_sleep(0.01);
+SELECT idempotency.complete('p', 'g-in-ttl', 201, fence => :in_ttl_fence) AS completed_in_ttl;
+SELECT state, expires_at = :'in_ttl_expiry' AS kept_acquire_expiry FROM idempotency.keys WHERE key = 'g-in-ttl';
+
 -- 3. One mismatch rule for every entry point: a lapsed lease of a live key
 -- is not taken over by save_final with another fingerprint.
 SELECT fence AS lapsed_fence FROM idempotency.acquire('p', 'g-3', 'charge', g_fp('{"a":1}'), lease => '100 ms') \gset

@@ -108,8 +108,9 @@ const char* const kRenewSql =
 // The completion of a lease. A key completed after its ttl ran out (its lease
 // kept it live) is kept for one more ttl from now, so that its response can be
 // replayed: complete_lease() computes that expiry from the returned times and
-// writes it with kExtendExpirySql. Not in this statement: Citus refuses a
-// stable function (timestamptz + interval) over columns in an UPDATE.
+// writes it with kExtendExpirySql (until 0.8.0 every completion moved the
+// expiry to now + ttl, which the docs never said and the clients did not expect). Not in this
+// statement: Citus refuses a stable function (timestamptz + interval) over columns in an UPDATE.
 const char* const kCompleteLeaseSql =
     "UPDATE idempotency.keys SET state = 'completed', response_status = $4,"
     "       response_body = $5, response_headers = $6, resource_id = $7,"
@@ -369,13 +370,16 @@ bool complete_lease(const KeyTable& table, Datum principal, Datum key, Datum fen
                            ' '};
     KeyRow times;
     if (run(table, complete_lease_statement, values, nulls, &times, action) != 1) return false;
-    // now() + the key's ttl (expires_at - created_at), as SQL computes it.
-    const Datum ttl = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(times.expires_at),
-                                          TimestampTzGetDatum(times.created_at));
-    const Datum later = DirectFunctionCall2(
-        timestamptz_pl_interval, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), ttl);
-    if (DatumGetTimestampTz(later) > times.expires_at) {
-        Datum extend[3] = {principal, key, later};
+    // Completed after its ttl ran out (the lease kept it live): now() + the key's
+    // ttl (expires_at - created_at), as SQL computes it. Before that, the key
+    // keeps the expiry acquire gave it (and told the caller).
+    const TimestampTz now = GetCurrentTransactionStartTimestamp();
+    if (times.expires_at <= now) {
+        const Datum ttl = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(times.expires_at),
+                                              TimestampTzGetDatum(times.created_at));
+        Datum extend[3] = {
+            principal, key,
+            DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now), ttl)};
         run(table, extend_expiry_statement, extend, nullptr);
     }
     return true;
