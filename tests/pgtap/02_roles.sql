@@ -1,31 +1,16 @@
 -- The roles of docs/sql-reference.md ("Privileges") and docs/operations.md:
--- their GRANT blocks are run as written (tests/pgtap/doc_grants.sh extracts
+-- their GRANT blocks are run as written (tests/pgtap/doc_roles.sh extracts
 -- them, the role names prefixed idem_doc_), and each role can then do what the
 -- docs say and nothing else. Not one transaction: cleanup commits, so it must
 -- be CALLed at top level; the roles are dropped at the end (and at the start,
 -- should an earlier run have stopped half-way).
 SET client_min_messages = warning;
-DO $$
-DECLARE
-    r name;
-BEGIN
-    FOR r IN SELECT rolname FROM pg_roles
-              WHERE rolname IN ('idem_doc_app', 'idem_doc_ops', 'idem_doc_monitoring', 'idem_doc_support') LOOP
-        EXECUTE format('DROP OWNED BY %I', r);
-        EXECUTE format('DROP ROLE %I', r);
-    END LOOP;
-END
-$$;
-CREATE ROLE idem_doc_app NOLOGIN;
-CREATE ROLE idem_doc_ops NOLOGIN;
-CREATE ROLE idem_doc_monitoring NOLOGIN;
-CREATE ROLE idem_doc_support NOLOGIN;
-\set grants `tests/pgtap/doc_grants.sh`
-:grants
+\set roles `tests/pgtap/doc_roles.sh idem_doc_`
+:roles
 
 SELECT plan(70);
-SELECT ok(:'grants' LIKE '%GRANT%TO idem_doc_app;%' AND :'grants' LIKE '%TO idem_doc_ops;%'
-          AND :'grants' LIKE '%TO idem_doc_monitoring;%' AND :'grants' LIKE '%TO idem_doc_support;%',
+SELECT ok(:'roles' LIKE '%GRANT%TO idem_doc_app;%' AND :'roles' LIKE '%TO idem_doc_ops;%'
+          AND :'roles' LIKE '%TO idem_doc_monitoring;%' AND :'roles' LIKE '%TO idem_doc_support;%',
           'the docs hold a GRANT block for each of app, ops, monitoring and support');
 
 -- What each role may execute beyond PUBLIC, and which privileges it holds on
@@ -201,5 +186,5 @@ RESET ROLE;
 SELECT * FROM finish();
 DELETE FROM idempotency.keys WHERE principal IN ('tenant', 'roles', 'refusing');
 DELETE FROM idempotency.expiry_policies WHERE action = 'refund_once';
-DROP OWNED BY idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
-DROP ROLE idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
+\set drop `tests/pgtap/doc_roles.sh idem_doc_ drop`
+:drop

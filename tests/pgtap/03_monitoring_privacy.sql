@@ -1,5 +1,5 @@
 -- The monitoring role reads no principal, key, body, header or resource id.
--- The docs' GRANT blocks are run as written (tests/pgtap/doc_grants.sh), the
+-- The docs' GRANT blocks are run as written (tests/pgtap/doc_roles.sh), the
 -- application writes distinctive values through both protocols (a completed
 -- key with a body, headers and a resource id, a final error, a lease left to
 -- lapse, a claim), and then, as the documented monitoring role, every column
@@ -8,24 +8,9 @@
 -- added later is covered - is searched for those values. The same scan as
 -- superuser finds them, so the scan itself can fail.
 SET client_min_messages = warning;
-DO $$
-DECLARE
-    r name;
-BEGIN
-    FOR r IN SELECT rolname FROM pg_roles
-              WHERE rolname IN ('idem_doc_app', 'idem_doc_ops', 'idem_doc_monitoring', 'idem_doc_support') LOOP
-        EXECUTE format('DROP OWNED BY %I', r);
-        EXECUTE format('DROP ROLE %I', r);
-    END LOOP;
-END
-$$;
 DELETE FROM idempotency.keys WHERE principal = 'pv-principal-91c7@example.com';
-CREATE ROLE idem_doc_app NOLOGIN;
-CREATE ROLE idem_doc_ops NOLOGIN;
-CREATE ROLE idem_doc_monitoring NOLOGIN;
-CREATE ROLE idem_doc_support NOLOGIN;
-\set grants `tests/pgtap/doc_grants.sh`
-:grants
+\set roles `tests/pgtap/doc_roles.sh idem_doc_`
+:roles
 
 SELECT plan(7);
 
@@ -139,5 +124,5 @@ RESET ROLE;
 
 SELECT * FROM finish();
 DELETE FROM idempotency.keys WHERE principal = 'pv-principal-91c7@example.com';
-DROP OWNED BY idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
-DROP ROLE idem_doc_app, idem_doc_ops, idem_doc_monitoring, idem_doc_support;
+\set drop `tests/pgtap/doc_roles.sh idem_doc_ drop`
+:drop

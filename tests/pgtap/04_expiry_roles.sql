@@ -1,5 +1,5 @@
 -- Expiry policies and tombstones (0.8.0) under the roles of the GRANT blocks of
--- docs/sql-reference.md ("Privileges"), run as written (tests/pgtap/doc_grants.sh,
+-- docs/sql-reference.md ("Privileges"), run as written (tests/pgtap/doc_roles.sh,
 -- the role names prefixed idem_exp_): the owner sets a refuse policy (granted
 -- to nobody); app gets `expired` for a key of that action before cleanup
 -- reached it and from its tombstone; ops' cleanup keeps the tombstone;
@@ -8,28 +8,12 @@
 -- commits, so it is CALLed at top level; the roles and keys are dropped at the
 -- end (and at the start, should an earlier run have stopped half-way).
 SET client_min_messages = warning;
-DO $$
-DECLARE
-    r name;
-BEGIN
-    FOR r IN SELECT rolname FROM pg_roles
-              WHERE rolname IN ('idem_exp_app', 'idem_exp_ops', 'idem_exp_monitoring',
-                                'idem_exp_support') LOOP
-        EXECUTE format('DROP OWNED BY %I', r);
-        EXECUTE format('DROP ROLE %I', r);
-    END LOOP;
-END
-$$;
 DELETE FROM idempotency.keys WHERE principal = 'exp';
-CREATE ROLE idem_exp_app NOLOGIN;
-CREATE ROLE idem_exp_ops NOLOGIN;
-CREATE ROLE idem_exp_monitoring NOLOGIN;
-CREATE ROLE idem_exp_support NOLOGIN;
-\set grants `tests/pgtap/doc_grants.sh | sed 's/ TO idem_doc_/ TO idem_exp_/g'`
-:grants
+\set roles `tests/pgtap/doc_roles.sh idem_exp_`
+:roles
 
 SELECT plan(25);
-SELECT ok(:'grants' LIKE '%TO idem_exp_app;%' AND :'grants' LIKE '%TO idem_exp_support;%',
+SELECT ok(:'roles' LIKE '%TO idem_exp_app;%' AND :'roles' LIKE '%TO idem_exp_support;%',
           'the docs'' GRANT blocks ran for the idem_exp_ roles');
 SELECT lives_ok($$SELECT idempotency.set_expiry_policy('exp_pay', 'refuse', grace => '1 day')$$,
                 'the owner sets a refuse policy');
@@ -139,5 +123,5 @@ RESET ROLE;
 SELECT * FROM finish();
 SELECT idempotency.set_expiry_policy('exp_pay', 'run');
 DELETE FROM idempotency.keys WHERE principal = 'exp';
-DROP OWNED BY idem_exp_app, idem_exp_ops, idem_exp_monitoring, idem_exp_support;
-DROP ROLE idem_exp_app, idem_exp_ops, idem_exp_monitoring, idem_exp_support;
+\set drop `tests/pgtap/doc_roles.sh idem_exp_ drop`
+:drop

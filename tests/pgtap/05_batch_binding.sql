@@ -1,34 +1,17 @@
 -- Batches (0.8.0) under idempotency.principal_binding = current_user, with the
--- application grants of docs/sql-reference.md ("Privileges", run as written by
--- tests/pgtap/doc_grants.sh, the role name idem_bind_app): like every function
+-- grants of docs/sql-reference.md ("Privileges", run as written by
+-- tests/pgtap/doc_roles.sh, the role names prefixed idem_bind_; the
+-- application's is idem_bind_app): like every function
 -- that takes a principal, begin_batch and claim_batch refuse (42501) a
 -- principal other than the calling role and change nothing, and run for its
 -- own. complete and complete_batch check the role too: a key begun for another
 -- principal earlier in the transaction (by a role that may) is not completed
--- after SET ROLE to one that may not. The role is dropped at the end (and at the start, should an earlier run
--- have stopped half-way).
+-- after SET ROLE to one that may not. The roles are dropped at the end (and at
+-- the start, should an earlier run have stopped half-way).
 SET client_min_messages = warning;
-DO $$
-DECLARE
-    r name;
-BEGIN
-    FOR r IN SELECT rolname FROM pg_roles
-              WHERE rolname IN ('idem_bind_app', 'idem_bind_ops', 'idem_bind_monitoring',
-                                'idem_bind_support') LOOP
-        EXECUTE format('DROP OWNED BY %I', r);
-        EXECUTE format('DROP ROLE %I', r);
-    END LOOP;
-END
-$$;
 DELETE FROM idempotency.keys WHERE principal IN ('idem_bind_app', 'bind-other');
-CREATE ROLE idem_bind_app NOLOGIN;
-CREATE ROLE idem_bind_ops NOLOGIN;
-CREATE ROLE idem_bind_monitoring NOLOGIN;
-CREATE ROLE idem_bind_support NOLOGIN;
-\set grants `tests/pgtap/doc_grants.sh | sed 's/ TO idem_doc_/ TO idem_bind_/g'`
-:grants
-DROP OWNED BY idem_bind_ops, idem_bind_monitoring, idem_bind_support;
-DROP ROLE idem_bind_ops, idem_bind_monitoring, idem_bind_support;
+\set roles `tests/pgtap/doc_roles.sh idem_bind_`
+:roles
 
 SELECT plan(11);
 SELECT idempotency.is_final(200) AS loaded \gset
@@ -89,5 +72,5 @@ SELECT is((SELECT array_agg(key || ':' || state || ':' || response_status ORDER 
 
 SELECT * FROM finish();
 DELETE FROM idempotency.keys WHERE principal IN ('idem_bind_app', 'bind-other');
-DROP OWNED BY idem_bind_app;
-DROP ROLE idem_bind_app;
+\set drop `tests/pgtap/doc_roles.sh idem_bind_ drop`
+:drop
