@@ -138,6 +138,11 @@ class _Placements:
         self.down_until[node] = now + self.node_down
         self.cache.pop(principal, None)
 
+    def fall_back(self, principal: str, node: str) -> None:
+        """Connecting to ``node`` failed and the request goes to the default target."""
+        self.mark_down(principal, node)
+        self.counters.defaulted += 1
+
 
 def _node_of(row: Optional[Tuple[Any, ...]]) -> Optional[str]:
     if row is None or len(row) < 2 or row[0] is None or row[1] is None:
@@ -145,7 +150,39 @@ def _node_of(row: Optional[Tuple[Any, ...]]) -> Optional[str]:
     return f"{row[0]}:{row[1]}"
 
 
-class Router:
+class _RouterBase:
+    """What Router and AsyncRouter share: the options, the placements and the counters."""
+
+    def __init__(self, default: Target, nodes: Mapping[str, Target], *,
+                 placement_sql: str = PLACEMENT_SQL, refresh: float = DEFAULT_REFRESH_SECONDS,
+                 node_down: float = DEFAULT_NODE_DOWN_SECONDS,
+                 max_principals: int = DEFAULT_MAX_PRINCIPALS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._state = _Placements(default, nodes, placement_sql, refresh, node_down,
+                                  max_principals, clock)
+        self._lock = threading.Lock()  # uncontended under AsyncRouter's one event loop
+        self._lookup_lock = threading.Lock()  # Router's lookups on their connection
+        self._lookup_conn: Any = None  # the lookups' connection to the default target
+
+    @property
+    def counters(self) -> RouterCounters:
+        """A copy of the counts so far."""
+        with self._lock:
+            return replace(self._state.counters)
+
+    def report_connect_failure(self, principal: str, node: Optional[str]) -> None:
+        """Connecting to ``node`` for ``principal`` failed: the node gets nothing for
+        ``node_down`` seconds and the principal's placement is looked up again."""
+        with self._lock:
+            self._state.mark_down(principal, node)
+
+    def _fall_back(self, principal: str, node: str) -> Target:
+        with self._lock:
+            self._state.fall_back(principal, node)
+        return self._state.default
+
+
+class Router(_RouterBase):
     """Routes a principal's requests to the node that holds its shard (thread-safe).
 
     ``default``: the coordinator (or any node): where placements are looked up and
@@ -157,23 +194,6 @@ class Router:
     placements kept. A lookup that fails is not cached: the request goes to the
     default target and the failure is counted.
     """
-
-    def __init__(self, default: Target, nodes: Mapping[str, Target], *,
-                 placement_sql: str = PLACEMENT_SQL, refresh: float = DEFAULT_REFRESH_SECONDS,
-                 node_down: float = DEFAULT_NODE_DOWN_SECONDS,
-                 max_principals: int = DEFAULT_MAX_PRINCIPALS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._state = _Placements(default, nodes, placement_sql, refresh, node_down,
-                                  max_principals, clock)
-        self._lock = threading.Lock()
-        self._lookup_lock = threading.Lock()
-        self._lookup_conn: Optional[psycopg.Connection[Any]] = None
-
-    @property
-    def counters(self) -> RouterCounters:
-        """A copy of the counts so far."""
-        with self._lock:
-            return replace(self._state.counters)
 
     def route(self, principal: str) -> Route:
         """The route of ``principal``: its cached placement, else one looked up now."""
@@ -194,12 +214,6 @@ class Router:
         """The target of route(principal)."""
         return self.route(principal).target
 
-    def report_connect_failure(self, principal: str, node: Optional[str]) -> None:
-        """Connecting to ``node`` for ``principal`` failed: the node gets nothing for
-        ``node_down`` seconds and the principal's placement is looked up again."""
-        with self._lock:
-            self._state.mark_down(principal, node)
-
     @contextmanager
     def connection(self, principal: str) -> Iterator[psycopg.Connection[Any]]:
         """A connection on route(principal), as the target's context manager gives it
@@ -213,10 +227,7 @@ class Router:
             except psycopg.OperationalError:
                 if route.node is None:
                     raise
-                self.report_connect_failure(principal, route.node)
-                with self._lock:
-                    self._state.counters.defaulted += 1
-                conn = stack.enter_context(_open(self._state.default))
+                conn = stack.enter_context(_open(self._fall_back(principal, route.node)))
             yield conn
 
     def close(self) -> None:
@@ -247,25 +258,12 @@ def _open(target: Target) -> Any:
     return psycopg.connect(target) if isinstance(target, str) else target()
 
 
-class AsyncRouter:
+class AsyncRouter(_RouterBase):
     """Router for ``psycopg.AsyncConnection``: the same options and behaviour; a target is
     a connection string or a function returning an async context manager (an
     ``AsyncConnectionPool``'s ``connection``). Use it from one event loop."""
 
-    def __init__(self, default: Target, nodes: Mapping[str, Target], *,
-                 placement_sql: str = PLACEMENT_SQL, refresh: float = DEFAULT_REFRESH_SECONDS,
-                 node_down: float = DEFAULT_NODE_DOWN_SECONDS,
-                 max_principals: int = DEFAULT_MAX_PRINCIPALS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._state = _Placements(default, nodes, placement_sql, refresh, node_down,
-                                  max_principals, clock)
-        self._lookup_conn: Optional[psycopg.AsyncConnection[Any]] = None
-        self._lookup_lock: Optional[asyncio.Lock] = None  # made on the loop that uses it
-
-    @property
-    def counters(self) -> RouterCounters:
-        """A copy of the counts so far."""
-        return replace(self._state.counters)
+    _async_lookup_lock: Optional[asyncio.Lock] = None  # made on the loop that uses it
 
     async def route(self, principal: str) -> Route:
         """The route of ``principal``: its cached placement, else one looked up now."""
@@ -283,10 +281,6 @@ class AsyncRouter:
         """The target of route(principal)."""
         return (await self.route(principal)).target
 
-    def report_connect_failure(self, principal: str, node: Optional[str]) -> None:
-        """As Router.report_connect_failure."""
-        self._state.mark_down(principal, node)
-
     @asynccontextmanager
     async def connection(self, principal: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """An async connection on route(principal); as Router.connection."""
@@ -297,9 +291,8 @@ class AsyncRouter:
             except psycopg.OperationalError:
                 if route.node is None:
                     raise
-                self.report_connect_failure(principal, route.node)
-                self._state.counters.defaulted += 1
-                conn = await stack.enter_async_context(await _open_async(self._state.default))
+                default = self._fall_back(principal, route.node)
+                conn = await stack.enter_async_context(await _open_async(default))
             yield conn
 
     async def close(self) -> None:
@@ -314,9 +307,9 @@ class AsyncRouter:
             async with default() as conn:
                 cursor = await conn.execute(self._state.query, (principal,))
                 return _node_of(await cursor.fetchone())
-        if self._lookup_lock is None:
-            self._lookup_lock = asyncio.Lock()
-        async with self._lookup_lock:
+        if self._async_lookup_lock is None:
+            self._async_lookup_lock = asyncio.Lock()
+        async with self._async_lookup_lock:
             if self._lookup_conn is None or self._lookup_conn.closed:
                 self._lookup_conn = await psycopg.AsyncConnection.connect(default,
                                                                          autocommit=True)
