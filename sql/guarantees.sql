@@ -131,6 +131,14 @@ SELECT idempotency.bound_principal('g_bob') AS bob_is_bob;
 RESET ROLE;
 RESET idempotency.principal_binding;
 SELECT idempotency.bound_principal('anyone') AS unbound;
+-- A key begun by a role that may (here the owner, binding off) is not completed
+-- after SET ROLE to a bound role that may not act for its principal.
+BEGIN;
+SELECT outcome FROM idempotency.begin('g_bob', 'b-2', 'a', g_fp('{}'));
+SET LOCAL idempotency.principal_binding = 'current_user';
+SET LOCAL ROLE g_alice;
+SELECT idempotency.complete('g_bob', 'b-2', 201);
+ROLLBACK;
 
 DELETE FROM idempotency.keys;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempotency FROM g_alice;

@@ -16,7 +16,6 @@
 #   PGBIN=/path/to/bin tests/scale-out/citus.sh        CITUS_PORT (default 27200)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$(pwd)
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 libdir=$("$PGBIN/pg_config" --pkglibdir)
 sharedir=$("$PGBIN/pg_config" --sharedir)
@@ -42,22 +41,9 @@ cleanup() {
 trap cleanup EXIT
 
 tests/scale-out/citus_cluster.sh start "$work" "$base"
-port_of() { echo $((base + $1)); }
-sql() {  # NODE_INDEX SQL...: runs in database shop, stops on the first error
-  local node=$1
-  shift
-  "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h 127.0.0.1 -p "$(port_of "$node")" -U postgres -d shop "$@"
-}
+# shellcheck source=SCRIPTDIR/citus_lib.bash
+source tests/scale-out/citus_lib.bash
 sql 0 -c "SELECT idempotency.distribute('orders')" >/dev/null  # a second run changes nothing
-
-passes=0
-failures=0
-check() {  # DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  if "$@"; then echo "ok - $what"; passes=$((passes + 1)); else echo "not ok - $what"; failures=$((failures + 1)); fi
-}
-equals() { [[ $1 == "$2" ]] || { echo "   expected: $2" >&2; echo "   got:      $1" >&2; return 1; }; }
 
 check "the key table is hash-distributed by principal, co-located with orders" equals \
   "$(sql 0 -c "SELECT p.partmethod, column_to_column_name(p.logicalrelid, p.partkey),
@@ -71,7 +57,7 @@ check "every function that takes a principal (the batches too) is delegated by p
 
 # The example service against the coordinator, and the conformance suite.
 svc_port=$((base + 10))
-dsn="host=127.0.0.1 port=$(port_of 0) dbname=shop user=postgres"
+dsn="host=127.0.0.1 port=$base dbname=shop user=postgres"
 /usr/bin/python3 examples/python-orders/app.py --port "$svc_port" --dsn "$dsn" 2>"$work/service.log" &
 service_pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$svc_port/health" >/dev/null && break; sleep 0.1; done
@@ -89,16 +75,12 @@ for i in 0 1 2; do
 done
 # A transaction that spans two nodes: each delegated begin() goes to its own
 # node, the coordinator commits both with two-phase commit.
-node_of() {  # PRINCIPAL: the port of the worker that holds its key shard
-  sql 0 -c "SELECT n.nodeport FROM pg_dist_placement pl JOIN pg_dist_node n ON n.groupid = pl.groupid
-             WHERE pl.shardid = get_shard_id_for_distribution_column('idempotency.keys', '$1')"
-}
 pa=span-a
 pb=""
 for i in $(seq 1 50); do
-  if [[ $(node_of "span-$i") != $(node_of "$pa") ]]; then pb=span-$i; break; fi
+  if [[ $(worker_of "span-$i") != $(worker_of "$pa") ]]; then pb=span-$i; break; fi
 done
-check "two principals on different workers ($pa on $(node_of "$pa"), $pb on $(node_of "${pb:-none}"))" test -n "$pb"
+check "two principals on different workers ($pa on $(worker_of "$pa"), $pb on $(worker_of "${pb:-none}"))" test -n "$pb"
 span_out=$(sql 0 2>&1 <<SQL || true
 BEGIN;
 SELECT outcome FROM idempotency.begin('$pa', 'k', 'span', sha256('a'));
@@ -165,5 +147,4 @@ SQL
 check "begin_batch, complete_batch and claim_batch through the coordinator" equals \
   "$(echo "$batch_out" | tr '\n' ' ')" "{started,started} {t,t} {replay,mismatch} {t,t} "
 
-echo "$passes passed, $failures failed"
-((failures == 0))
+report

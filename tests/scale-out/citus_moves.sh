@@ -30,51 +30,39 @@ base=${CITUS_PORT:-27220}
 work=$(mktemp -d /tmp/idem-citus-moves.XXXXXX)
 trap 'tests/scale-out/citus_cluster.sh stop "$work"; rm -rf "$work"' EXIT
 tests/scale-out/citus_cluster.sh start "$work" "$base"
-sql() {  # NODE_INDEX SQL: one statement's rows, unaligned; stops on the first error
-  "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h 127.0.0.1 -p $((base + $1)) -U postgres -d shop -c "$2"
-}
-passes=0
-failures=0
-check() {  # DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  if "$@"; then echo "ok - $what"; passes=$((passes + 1)); else echo "not ok - $what"; failures=$((failures + 1)); fi
-}
-worker_of() {  # PRINCIPAL: the port of the worker that holds its key shard
-  sql 0 "SELECT n.nodeport FROM pg_dist_placement pl JOIN pg_dist_node n ON n.groupid = pl.groupid
-          WHERE pl.shardid = get_shard_id_for_distribution_column('idempotency.keys', '$1')"
-}
+# shellcheck source=SCRIPTDIR/citus_lib.bash
+source tests/scale-out/citus_lib.bash
 acquire() {  # PRINCIPAL KEY: takes the key (its row must be gone or expired), completes it; prints the fence
   local fence
-  fence=$(sql 0 "SELECT fence FROM idempotency.acquire('$1', '$2', 'move', sha256('$2'), lease => '1 min')")
+  fence=$(sql 0 -c "SELECT fence FROM idempotency.acquire('$1', '$2', 'move', sha256('$2'), lease => '1 min')")
   [[ -n $fence ]] || { echo "acquire($1, $2) handed out no fence" >&2; return 1; }
-  [[ $(sql 0 "SELECT idempotency.complete('$1', '$2', 201, fence => $fence)") == t ]] ||
+  [[ $(sql 0 -c "SELECT idempotency.complete('$1', '$2', 201, fence => $fence)") == t ]] ||
     { echo "complete($1, $2, fence $fence) failed" >&2; return 1; }
   echo "$fence"
 }
 expire() {  # PRINCIPAL...: every key row of these principals expires now
   local list
   list=$(printf "'%s'," "$@")
-  sql 0 "UPDATE idempotency.keys SET created_at = now() - interval '1 hour', expires_at = now() - interval '1 second'
+  sql 0 -c "UPDATE idempotency.keys SET created_at = now() - interval '1 hour', expires_at = now() - interval '1 second'
           WHERE principal IN (${list%,}) AND action = 'move'" >/dev/null
 }
 cleanup_gone() {  # PRINCIPAL...: CALL cleanup on the coordinator; their rows must be gone
   local list
   list=$(printf "'%s'," "$@")
-  sql 0 "CALL idempotency.cleanup()" >/dev/null
-  [[ $(sql 0 "SELECT count(*) FROM idempotency.keys WHERE principal IN (${list%,}) AND action = 'move'") == 0 ]]
+  sql 0 -c "CALL idempotency.cleanup()" >/dev/null
+  [[ $(sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE principal IN (${list%,}) AND action = 'move'") == 0 ]]
 }
 w1=$((base + 1))
 w2=$((base + 2))
 
 # 1. One principal's shard moved to the other worker, its row cleaned up between.
 p=moves-1
-shard=$(sql 0 "SELECT get_shard_id_for_distribution_column('idempotency.keys', '$p')")
+shard=$(sql 0 -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', '$p')")
 from=$(worker_of "$p")
 to=$((from == w1 ? w2 : w1))
 f1=$(acquire "$p" k)
 expire "$p"
-sql 0 "SELECT citus_move_shard_placement($shard, '127.0.0.1', $from, '127.0.0.1', $to,
+sql 0 -c "SELECT citus_move_shard_placement($shard, '127.0.0.1', $from, '127.0.0.1', $to,
                                          shard_transfer_mode => 'block_writes')" >/dev/null
 check "shard $shard of $p moved from worker $from to $to" test "$(worker_of "$p")" = "$to"
 check "cleanup on the coordinator removed the moved, expired row" cleanup_gone "$p"
@@ -99,14 +87,14 @@ higher() {  # PHASE: acquires every principal's key again; each fence must be ab
   return $bad
 }
 expire "${principals[@]}"
-sql 0 "SELECT citus_drain_node('127.0.0.1', $w2, shard_transfer_mode => 'block_writes')" >/dev/null
+sql 0 -c "SELECT citus_drain_node('127.0.0.1', $w2, shard_transfer_mode => 'block_writes')" >/dev/null
 spread=$(for q in "${principals[@]}"; do worker_of "$q"; done | sort -u)
 check "citus_drain_node moved every shard to worker $w1" test "$spread" = "$w1"
 check "cleanup removed the drained, expired rows" cleanup_gone "${principals[@]}"
 check "after the drain every key's next fence is above its last" higher drain
-sql 0 "SELECT citus_set_node_property('127.0.0.1', $w2, 'shouldhaveshards', true)" >/dev/null
+sql 0 -c "SELECT citus_set_node_property('127.0.0.1', $w2, 'shouldhaveshards', true)" >/dev/null
 expire "${principals[@]}"
-sql 0 "SELECT rebalance_table_shards(shard_transfer_mode => 'block_writes')" >/dev/null
+sql 0 -c "SELECT rebalance_table_shards(shard_transfer_mode => 'block_writes')" >/dev/null
 # (Citus's default strategy balances disk size: it moves the shards that hold
 # rows, which are this run's, so any number of the 24 may move; some must.)
 moved=$(for q in "${principals[@]}"; do worker_of "$q"; done | grep -c "^$w2\$" || true)
@@ -123,13 +111,13 @@ done
 expire "$p"
 from=$(worker_of "$p")
 to=$((from == w1 ? w2 : w1))
-shard=$(sql 0 "SELECT get_shard_id_for_distribution_column('idempotency.keys', '$p')")
-sql 0 "SELECT citus_move_shard_placement($shard, '127.0.0.1', $from, '127.0.0.1', $to,
+shard=$(sql 0 -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', '$p')")
+sql 0 -c "SELECT citus_move_shard_placement($shard, '127.0.0.1', $from, '127.0.0.1', $to,
                                          shard_transfer_mode => 'block_writes')" >/dev/null
 check "save_final took the expired row over after the move" test \
-  "$(sql 0 "SELECT idempotency.save_final('$p', 'sf', 'move', sha256('sf'), 422)")" = t
-check "claim took the expired row over after the move" test "$(sql 0 "SELECT idempotency.claim('$p', 'cl')")" = t
-fence_of() { sql 0 "SELECT fence FROM idempotency.keys WHERE principal = '$p' AND key = '$1'"; }
+  "$(sql 0 -c "SELECT idempotency.save_final('$p', 'sf', 'move', sha256('sf'), 422)")" = t
+check "claim took the expired row over after the move" test "$(sql 0 -c "SELECT idempotency.claim('$p', 'cl')")" = t
+fence_of() { sql 0 -c "SELECT fence FROM idempotency.keys WHERE principal = '$p' AND key = '$1'"; }
 check "save_final's row fence ($(fence_of sf)) is above the fence it replaced (${last[sf]})" \
   test "$(fence_of sf)" -gt "${last[sf]}"
 check "claim's row fence ($(fence_of cl)) is above the fence it replaced (${last[cl]})" \
@@ -137,8 +125,7 @@ check "claim's row fence ($(fence_of cl)) is above the fence it replaced (${last
 
 # What 0.7.0 would have drawn: each node's own sequence.
 for i in 0 1 2; do
-  echo "   node $((base + i)): idempotency.fences at $(sql "$i" "SELECT last_value FROM idempotency.fences")" \
+  echo "   node $((base + i)): idempotency.fences at $(sql "$i" -c "SELECT last_value FROM idempotency.fences")" \
        "(fences handed out here are around $f2)"
 done
-echo "$passes passed, $failures failed"
-((failures == 0))
+report
