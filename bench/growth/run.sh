@@ -14,7 +14,7 @@
 # full_page_writes), BATCH (1000000 rows per fill statement), SCHEMA_SQL (a
 # file run after CREATE EXTENSION, before the fill), PGBIN (default: the server
 # of PG_CONFIG or pg_config), EXTRA_CONF (more postgresql.conf lines, e.g.
-# 'wal_compression = lz4'), GROW_DIR (/tmp/grow-bench), GROW_PORT (27300),
+# 'wal_compression = lz4'), GROW_DIR (/tmp/grow-bench), GROW_PORT (27800),
 # HEAP_FILLFACTOR (the key table's fillfactor for the run), RESULTS
 # (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired keys deleted
 # by cleanup() and VACUUM at the end, cost per row).
@@ -28,7 +28,7 @@ read -r -a sizes <<<"${SIZES:-0 10000000 50000000}"
 rounds=${ROUNDS:-5} seconds=${DURATION:-20} warmup=${WARMUP:-3}
 body=${BODY_BYTES:-200} tenants=${TENANTS:-1000} batch=${BATCH:-1000000}
 clients=${CLIENTS:-4} jobs=${JOBS:-2}
-dir=${GROW_DIR:-/tmp/grow-bench} port=${GROW_PORT:-27300}
+dir=${GROW_DIR:-/tmp/grow-bench} port=${GROW_PORT:-27800}
 results=${RESULTS:-$here/results}
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 hz=$(getconf CLK_TCK)
