@@ -76,7 +76,8 @@ type RouterCounters struct {
 	// without a pool, a node down, a failed lookup, or a connect failure on the
 	// routed node (then counted in Routed too).
 	Defaulted int64
-	// NodesMarkedDown counts connect failures reported: each skips its node for NodeDown.
+	// NodesMarkedDown counts connect failures reported while their node was not already
+	// down: each such failure skips the node for NodeDown.
 	NodesMarkedDown int64
 }
 
@@ -211,8 +212,11 @@ func (r *Router) Acquire(ctx context.Context, principal string) (*pgxpool.Conn, 
 func (r *Router) ReportConnectFailure(node, principal string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.down[node] = time.Now().Add(r.options.NodeDown)
-	r.counters.NodesMarkedDown++
+	now := time.Now()
+	if until, down := r.down[node]; !down || !now.Before(until) {
+		r.counters.NodesMarkedDown++ // the node was not already down
+	}
+	r.down[node] = now.Add(r.options.NodeDown)
 	if element, ok := r.cache[principal]; ok && principal != "" {
 		r.lru.Remove(element)
 		delete(r.cache, principal)

@@ -69,7 +69,10 @@ export interface RouterCounters {
    * down, a failed lookup, or a connect failure on the routed node (counted in routed too).
    */
   defaulted: number;
-  /** Connect failures reported: each marks its node down for nodeDownMs. */
+  /**
+   * Connect failures reported while their node was not already down (each marks it down
+   * for nodeDownMs).
+   */
   nodesMarkedDown: number;
 }
 
@@ -184,8 +187,9 @@ export class Router {
    * is skipped for nodeDownMs, and `principal`'s cached placement (if given) is dropped.
    */
   reportConnectFailure(node: string, principal?: string): void {
-    this.downUntil.set(node, Date.now() + this.options.nodeDownMs);
-    this.counters.nodesMarkedDown++;
+    const now = Date.now();
+    if ((this.downUntil.get(node) ?? 0) <= now) this.counters.nodesMarkedDown++; // not already down
+    this.downUntil.set(node, now + this.options.nodeDownMs);
     if (principal !== undefined) this.cache.delete(principal);
   }
 

@@ -93,7 +93,8 @@ pub struct RouterCounters {
     /// Requests sent to the default target: no placement, a node without a target, a node
     /// down, a failed lookup, or a connect failure on the routed node (counted in `routed` too).
     pub defaulted: u64,
-    /// Connect failures reported: each skips its node for `node_down`.
+    /// Connect failures reported while their node was not already down (each skips it for
+    /// `node_down`).
     pub nodes_marked_down: u64,
 }
 
@@ -270,8 +271,11 @@ impl Router {
     /// is skipped for `node_down`, and `principal`'s cached placement (if given) is dropped.
     pub fn report_connect_failure(&self, node: &str, principal: Option<&str>) {
         let mut state = self.lock();
-        state.down.insert(node.to_string(), Instant::now() + self.options.node_down);
-        state.counters.nodes_marked_down += 1;
+        let now = Instant::now();
+        let until = state.down.insert(node.to_string(), now + self.options.node_down);
+        if until.map_or(true, |until| until <= now) {
+            state.counters.nodes_marked_down += 1; // the node was not already down
+        }
         if let Some(cached) = principal.and_then(|p| state.cache.remove(p)) {
             state.order.remove(&cached.tick);
         }
