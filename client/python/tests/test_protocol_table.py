@@ -89,10 +89,15 @@ def test_routing_defaults_are_the_tables():
     from pg_idempotency import router
 
     table = TABLE["routing"]
+    assert set(table) == {"placement_sql", "default_refresh_seconds", "default_node_down_seconds",
+                          "default_max_principals", "stale_placement"}  # each one checked here
     assert router.PLACEMENT_SQL == table["placement_sql"]
     assert router.DEFAULT_REFRESH_SECONDS == table["default_refresh_seconds"]
     assert router.DEFAULT_NODE_DOWN_SECONDS == table["default_node_down_seconds"]
     assert router.DEFAULT_MAX_PRINCIPALS == table["default_max_principals"]
+    assert set(table["stale_placement"]) == {"sqlstate", "message"}
+    assert router.STALE_PLACEMENT_SQLSTATE == table["stale_placement"]["sqlstate"]
+    assert router.STALE_PLACEMENT_MESSAGE == table["stale_placement"]["message"]
     for kind in (router.Router, router.AsyncRouter):
         params = inspect.signature(kind).parameters
         assert params["placement_sql"].default == table["placement_sql"]

@@ -11,76 +11,21 @@ import socket
 import threading
 import uuid
 from contextlib import contextmanager
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator
 
 import psycopg
 import pytest
 
 from pg_idempotency import AsyncClient, AsyncRouter, Client, Router
 from pg_idempotency import asgi, wsgi
-
-FAKE_PLACEMENT = "SELECT node_name, node_port FROM route_fake WHERE principal = $1"
-
-
-def dsn_on(cluster: dict, dbname: str) -> str:
-    return f"host=127.0.0.1 port={cluster['port']} user={cluster['user']} dbname={dbname}"
+from routing import FAKE_PLACEMENT, FakeClock, databases, new_principal, nodes, place, where
 
 
 @pytest.fixture(scope="module")
 def dbs(cluster: dict) -> Iterator[Dict[str, str]]:
     """{"default": dsn, "a": dsn, "b": dsn}: three databases of this module's own."""
-    base = "idem_route_py_" + uuid.uuid4().hex[:8]
-    names = {"default": base, "a": base + "_a", "b": base + "_b"}
-    with psycopg.connect(dsn_on(cluster, "postgres"), autocommit=True) as admin:
-        for name in names.values():
-            admin.execute(f'CREATE DATABASE "{name}"')
-    dsns = {role: dsn_on(cluster, name) for role, name in names.items()}
-    for role, dsn in dsns.items():
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION idempotency")
-            conn.execute("CREATE TABLE route_effects (principal text NOT NULL)")
-            if role == "default":
-                conn.execute("CREATE TABLE route_fake (principal text PRIMARY KEY,"
-                             " node_name text NOT NULL, node_port integer NOT NULL)")
-    yield dsns
-    with psycopg.connect(dsn_on(cluster, "postgres"), autocommit=True) as admin:
-        for name in names.values():
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-def nodes(dbs: Dict[str, str]) -> Dict[str, str]:
-    return {"a.test:5432": dbs["a"], "b.test:5432": dbs["b"]}
-
-
-def place(dbs: Dict[str, str], principal: str, node: str) -> None:
-    with psycopg.connect(dbs["default"], autocommit=True) as conn:
-        conn.execute("INSERT INTO route_fake VALUES (%s, %s, 5432) ON CONFLICT (principal)"
-                     " DO UPDATE SET node_name = EXCLUDED.node_name", (principal, node))
-
-
-def where(dbs: Dict[str, str], principal: str) -> Tuple[int, int, int]:
-    """keys * 1000 + handler rows of ``principal`` in (default, a, b)."""
-    found = []
-    for role in ("default", "a", "b"):
-        with psycopg.connect(dbs[role], autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT (SELECT count(*) FROM idempotency.keys WHERE principal = %s) * 1000"
-                " + (SELECT count(*) FROM route_effects WHERE principal = %s)",
-                (principal, principal)).fetchone()
-            found.append(row[0])
-    return (found[0], found[1], found[2])
-
-
-def new_principal() -> str:
-    return "route-" + uuid.uuid4().hex[:10]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+    with databases(cluster, "idem_route_py_" + uuid.uuid4().hex[:8]) as dsns:
+        yield dsns
 
 
 @pytest.fixture

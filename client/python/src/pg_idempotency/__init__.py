@@ -17,7 +17,7 @@ from .http import Headers, Problem, Response, problem_body, problem_response
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
 from .async_lease import AsyncBody, AsyncLeaseRunner
 from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
-from .router import AsyncRouter, Route, Router, RouterCounters
+from .router import AsyncRouter, Route, Router, RouterCounters, is_stale_placement
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
 __version__ = "0.8.0"
@@ -50,6 +50,7 @@ __all__ = [
     "RouterCounters",
     "fingerprint",
     "fingerprint_async",
+    "is_stale_placement",
     "problem_body",
     "problem_response",
 ]

@@ -29,7 +29,7 @@ from ._common import Request
 from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .async_transactional import AsyncClient
 from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response
-from .router import AsyncRouter
+from .router import AsyncRouter, is_stale_placement
 
 __all__ = ["IdempotencyMiddleware", "RequestContext", "context", "SCOPE_KEY"]
 
@@ -89,6 +89,9 @@ class _Answer:
         """True once the start and a first piece went to the client."""
         self.finished = False
         """True once the application sent its last body message (more_body false)."""
+        self.begun = False
+        """True once the key's begin answered on the request's connection: an error after
+        it is not the key call's, and the request is not run again on another route."""
         self.reset()
 
     def reset(self) -> None:
@@ -153,7 +156,13 @@ class IdempotencyMiddleware:
     ``connection``: each request's connection comes from
     ``router.connection(principal)``, on the node that holds the principal's shard,
     so the key and the application's writes run there together. Give one of
-    ``connection`` and ``router``.
+    ``connection`` and ``router``. When the key's begin is refused because the
+    shard is not on that node (a stale placement, see ``router.is_stale_placement``),
+    the placement is dropped, the connection rolled back and released, and the
+    request runs once more on the principal's new route (the application has not
+    run yet). A stale placement later (the application's statements, the
+    completion) or on the second route is reported too and propagates as any
+    database error does.
     """
 
     def __init__(
@@ -202,12 +211,11 @@ class IdempotencyMiddleware:
         answer = _Answer(send, self.max_stream_bytes)
         try:
             if self.router is not None:
-                connection = self.router.connection(principal)
+                response = await self._routed(principal, request, scope, body, answer, receive)
             else:
                 assert self.connection is not None
-                connection = self.connection()
-            async with connection as conn:
-                response = await self._handle(conn, request, scope, body, answer, receive)
+                async with self.connection() as conn:
+                    response = await self._handle(conn, request, scope, body, answer, receive)
         except _StreamCut:
             return  # rolled back, nothing stored: the client went away mid-stream
         last = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -223,6 +231,21 @@ class IdempotencyMiddleware:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send(last)
 
+    async def _routed(
+        self, principal: str, request: Request, scope: Scope, body: bytes, answer: _Answer, receive: Receive
+    ) -> Response:
+        """_handle on router.connection(principal); once more on a new route when the
+        key's begin said the placement was stale (the router's connection reported it)."""
+        assert self.router is not None
+        for route_number in (1, 2):
+            try:
+                async with self.router.connection(principal) as conn:
+                    return await self._handle(conn, request, scope, body, answer, receive)
+            except psycopg.Error as error:
+                if route_number == 2 or answer.begun or not is_stale_placement(error):
+                    raise
+        raise AssertionError("unreachable")
+
     async def _handle(
         self, conn: Any, request: Request, scope: Scope, body: bytes, answer: _Answer, receive: Receive
     ) -> Response:
@@ -232,6 +255,7 @@ class IdempotencyMiddleware:
         while True:
             try:
                 async with self.client.transaction(conn, request) as attempt:
+                    answer.begun = True
                     if attempt.started:
                         answer.reset()
                         answer.expires_epoch = attempt.expires_epoch

@@ -15,6 +15,13 @@ placement after a shard move, a node marked down or a failed lookup only costs
 the hop that routing saves. docs/scale-out.md ("Routing by principal") has the
 design; the WSGI and ASGI middlewares take a router as their ``router`` option.
 
+A call that Citus did not delegate to a moved shard's node is refused by the
+extension (``is_stale_placement``: SQLSTATE 0A000 "the key's shard is not on this
+node"). ``report_stale_placement`` drops the principal's placement so that its next
+request looks it up again; ``connection`` reports such an error escaping its block,
+and the middlewares run a request refused so at its ``begin`` once more on the new
+route.
+
 A target is a libpq connection string (a connection is opened per request) or a
 function returning a context manager that yields a connection (a pool's
 ``connection`` method; for AsyncRouter an async context manager).
@@ -46,6 +53,10 @@ PLACEMENT_SQL = (
 DEFAULT_REFRESH_SECONDS = 60
 DEFAULT_NODE_DOWN_SECONDS = 5
 DEFAULT_MAX_PRINCIPALS = 10000
+STALE_PLACEMENT_SQLSTATE = "0A000"
+"""SQLSTATE of the extension's refusal of a call whose principal's shard is elsewhere."""
+STALE_PLACEMENT_MESSAGE = "the key's shard is not on this node"
+"""Primary message of that refusal (0A000 alone also means other unsupported features)."""
 
 Target = Union[str, Callable[[], Any]]
 
@@ -65,6 +76,9 @@ class RouterCounters:
     down, a failed lookup, or the fallback after a failed connect."""
     nodes_marked_down: int = 0
     """Connect failures reported while the node was not already marked down."""
+    stale_placements: int = 0
+    """Calls that answered the principal's shard is not on their node; its placement
+    was dropped."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,18 @@ class Route:
     """What to connect with."""
     node: Optional[str]
     """The Citus node name ("host:port") it stands for; None for the default target."""
+
+
+def is_stale_placement(error: BaseException) -> bool:
+    """Whether ``error`` is the extension's "the key's shard is not on this node"
+    refusal: a database error with SQLSTATE ``STALE_PLACEMENT_SQLSTATE`` whose primary
+    message is ``STALE_PLACEMENT_MESSAGE`` (a locking call run on a node that does not
+    hold the principal's shard, e.g. after a shard move, that Citus did not delegate).
+    The principal's placement is stale: report it (``report_stale_placement``)."""
+    if getattr(error, "sqlstate", None) != STALE_PLACEMENT_SQLSTATE:
+        return False
+    diag = getattr(error, "diag", None)
+    return getattr(diag, "message_primary", None) == STALE_PLACEMENT_MESSAGE
 
 
 def _positional(sql: str) -> str:
@@ -138,6 +164,11 @@ class _Placements:
         self.down_until[node] = now + self.node_down
         self.cache.pop(principal, None)
 
+    def drop(self, principal: str) -> None:
+        """A call said the principal's shard is not on its node: looked up again next."""
+        self.counters.stale_placements += 1
+        self.cache.pop(principal, None)
+
     def fall_back(self, principal: str, node: str) -> None:
         """Connecting to ``node`` failed and the request goes to the default target."""
         self.mark_down(principal, node)
@@ -176,6 +207,13 @@ class _RouterBase:
         with self._lock:
             self._state.mark_down(principal, node)
 
+    def report_stale_placement(self, principal: str) -> None:
+        """A call for ``principal`` failed with ``is_stale_placement``: its cached placement
+        is dropped, so its next route looks it up again, and ``stale_placements`` counts
+        it. No node is marked down (the node is up; the shard moved)."""
+        with self._lock:
+            self._state.drop(principal)
+
     def _fall_back(self, principal: str, node: str) -> Target:
         with self._lock:
             self._state.fall_back(principal, node)
@@ -192,7 +230,10 @@ class Router(_RouterBase):
     ``refresh``: seconds a placement (or "none") is kept. ``node_down``: seconds a
     node that could not be connected to gets nothing. ``max_principals``: most
     placements kept. A lookup that fails is not cached: the request goes to the
-    default target and the failure is counted.
+    default target and the failure is counted. A call refused because the
+    principal's shard is not on its node (``is_stale_placement``) drops the
+    placement (``report_stale_placement``; ``connection`` does it for errors leaving
+    its block).
     """
 
     def route(self, principal: str) -> Route:
@@ -219,7 +260,10 @@ class Router(_RouterBase):
         """A connection on route(principal), as the target's context manager gives it
         (a connection string's is closed at the end, committed unless an exception
         left). When the node cannot be connected to (psycopg.OperationalError while
-        connecting), reports it and connects to the default target instead."""
+        connecting), reports it and connects to the default target instead. An error
+        leaving the block that ``is_stale_placement`` is reported
+        (``report_stale_placement``) and propagates: run the request again on a new
+        ``connection(principal)`` if nothing of it ran yet."""
         route = self.route(principal)
         with ExitStack() as stack:
             try:
@@ -228,7 +272,12 @@ class Router(_RouterBase):
                 if route.node is None:
                     raise
                 conn = stack.enter_context(_open(self._fall_back(principal, route.node)))
-            yield conn
+            try:
+                yield conn
+            except psycopg.Error as error:
+                if is_stale_placement(error):
+                    self.report_stale_placement(principal)
+                raise
 
     def close(self) -> None:
         """Closes the connection the lookups use (a new one opens when needed)."""
@@ -283,7 +332,8 @@ class AsyncRouter(_RouterBase):
 
     @asynccontextmanager
     async def connection(self, principal: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """An async connection on route(principal); as Router.connection."""
+        """An async connection on route(principal); as Router.connection (a stale
+        placement escaping the block is reported)."""
         route = await self.route(principal)
         async with AsyncExitStack() as stack:
             try:
@@ -293,7 +343,12 @@ class AsyncRouter(_RouterBase):
                     raise
                 default = self._fall_back(principal, route.node)
                 conn = await stack.enter_async_context(await _open_async(default))
-            yield conn
+            try:
+                yield conn
+            except psycopg.Error as error:
+                if is_stale_placement(error):
+                    self.report_stale_placement(principal)
+                raise
 
     async def close(self) -> None:
         """Closes the connection the lookups use."""
@@ -337,4 +392,7 @@ __all__ = [
     "Route",
     "Router",
     "RouterCounters",
+    "STALE_PLACEMENT_MESSAGE",
+    "STALE_PLACEMENT_SQLSTATE",
+    "is_stale_placement",
 ]

@@ -25,7 +25,7 @@ from psycopg import errors
 from ._common import Request
 from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .http import DEFAULT_MAX_STREAM_BYTES, Response
-from .router import Router
+from .router import Router, is_stale_placement
 from .transactional import Client
 
 ENVIRON_KEY = "pg_idempotency"
@@ -74,6 +74,9 @@ class _Answer:
         """The key's expiry as begin() told it, for the start of a stream."""
         self.write: Optional[Callable[[bytes], Any]] = None
         """The server's write(), once the answer streams."""
+        self.begun = False
+        """True once the key's begin answered on the request's connection: an error after
+        it is not the key call's, and the request is not run again on another route."""
         self.reset()
 
     def reset(self) -> None:
@@ -137,7 +140,13 @@ class IdempotencyMiddleware:
     Under Citus, ``router`` (a ``pg_idempotency.Router``) replaces ``connection``:
     each request's connection comes from ``router.connection(principal)``, on the
     node that holds the principal's shard, so the key and the application's writes
-    run there together. Give one of ``connection`` and ``router``.
+    run there together. Give one of ``connection`` and ``router``. When the key's
+    begin is refused because the shard is not on that node (a stale placement, see
+    ``router.is_stale_placement``), the placement is dropped, the connection rolled
+    back and released, and the request runs once more on the principal's new route
+    (the application has not run yet). A stale placement later (the application's
+    statements, the completion) or on the second route is reported too and
+    propagates as any database error does.
     """
 
     def __init__(
@@ -184,18 +193,31 @@ class IdempotencyMiddleware:
         )
         answer = _Answer(start_response, self.max_stream_bytes)
         if self.router is not None:
-            connection = self.router.connection(principal)
+            response = self._routed(principal, request, environ, body, answer)
         else:
             assert self.connection is not None
-            connection = self.connection()
-        with connection as conn:
-            response = self._handle(conn, request, environ, body, answer)
+            with self.connection() as conn:
+                response = self._handle(conn, request, environ, body, answer)
         if answer.write is not None:
             return []  # streamed and committed: the server ends the response now
         start_response(status_line(response.status), list(response.headers))
         if response.chunks is not None:
             return iter(response.pieces())  # not a list: no Content-Length, one chunk each
         return [response.body]
+
+    def _routed(self, principal: str, request: Request, environ: dict, body: bytes,
+                answer: _Answer) -> Response:
+        """_handle on router.connection(principal); once more on a new route when the
+        key's begin said the placement was stale (the router's connection reported it)."""
+        assert self.router is not None
+        for route_number in (1, 2):
+            try:
+                with self.router.connection(principal) as conn:
+                    return self._handle(conn, request, environ, body, answer)
+            except psycopg.Error as error:
+                if route_number == 2 or answer.begun or not is_stale_placement(error):
+                    raise
+        raise AssertionError("unreachable")
 
     def _handle(self, conn: Any, request: Request, environ: dict, body: bytes, answer: _Answer) -> Response:
         """Client.handle's loop, with the key's expiry at hand for a stream's headers, and
@@ -204,6 +226,7 @@ class IdempotencyMiddleware:
         while True:
             try:
                 with self.client.transaction(conn, request) as attempt:
+                    answer.begun = True
                     if attempt.started:
                         answer.reset()
                         answer.expires_epoch = attempt.expires_epoch
