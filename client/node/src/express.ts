@@ -18,7 +18,10 @@
  * response's end goes out after the commit); up to maxStreamBytes the pieces are
  * kept and replayed as the same chunks, past it a retry gets 409 response-not-kept.
  * With `router` (a Router, under Citus) instead of `pool`, the connection comes from
- * the node that holds the principal's shard: the whole request runs there.
+ * the node that holds the principal's shard: the whole request runs there. When a
+ * statement there answers that the shard is not on that node (isStalePlacement), the
+ * principal's placement is reported (dropped); when that statement is the key's begin,
+ * the request runs once more on the node looked up again (the route had not run).
  * Written against node's http.ServerResponse, so it needs no import of express;
  * works with Express 4 and 5 and with plain `(req, res, next)` chains.
  */
@@ -35,7 +38,7 @@ import {
   type DuplicateMode,
   type Headers,
 } from "./http";
-import type { Router } from "./router";
+import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
 
 /** What the middleware hands the route in `req.idempotency`. */
@@ -82,8 +85,10 @@ export interface MiddlewareOptions {
   /**
    * Instead of `pool`: a Router (Citus), whose connection for the request's principal
    * (the node that holds its shard) carries the whole request, the route's writes included.
+   * A stale placement is reported to it (reportStalePlacement); a begin refused for one
+   * is run once more on a new connection.
    */
-  router?: Pick<Router, "connect">;
+  router?: Pick<Router, "connect" | "reportStalePlacement">;
   /** The protocol client (its options: kept headers, ttl, wait, problem URIs). */
   client: Client;
   /**
@@ -292,6 +297,42 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   return { done, restore, streaming: () => streaming };
 }
 
+/**
+ * Calls `onStale` when a query on `conn` fails with a stale placement (isStalePlacement),
+ * until the returned function puts conn.query back. It sees the promise and callback forms
+ * of query(), so the key's calls and the route's own statements; not a submittable's
+ * (cursor, stream) errors.
+ */
+function watchStalePlacement(conn: PoolClient, onStale: () => void): () => void {
+  const own = Object.getOwnPropertyDescriptor(conn, "query");
+  const query = conn.query as (...args: unknown[]) => unknown;
+  const see = (error: unknown) => {
+    if (isStalePlacement(error)) onStale();
+  };
+  (conn as unknown as { query: unknown }).query = function (this: unknown, ...args: unknown[]) {
+    const last = args[args.length - 1];
+    if (typeof last === "function") {
+      args[args.length - 1] = function (this: unknown, error: unknown, ...rest: unknown[]) {
+        see(error);
+        return (last as (...a: unknown[]) => unknown).call(this, error, ...rest);
+      };
+    }
+    const result = query.apply(this, args) as { then?: unknown; submit?: unknown } | undefined;
+    if (result && typeof result.then === "function" && typeof result.submit !== "function") {
+      // The caller's promise rejects as the original does (same error, unhandled if ignored).
+      return (result as Promise<unknown>).then(undefined, (error: unknown) => {
+        see(error);
+        throw error;
+      });
+    }
+    return result;
+  };
+  return () => {
+    if (own !== undefined) Object.defineProperty(conn, "query", own);
+    else delete (conn as unknown as { query?: unknown }).query;
+  };
+}
+
 function rawHeaderNames(res: ServerResponse): string[] {
   const raw = (res as unknown as { getRawHeaderNames?: () => string[] }).getRawHeaderNames;
   return raw ? raw.call(res) : res.getHeaderNames();
@@ -329,7 +370,8 @@ function send(res: ServerResponse, response: Response): void {
  *
  * The rest of the chain runs once per request: Express cannot run it again, so
  * a serialization failure or deadlock is not retried here (it goes to next(err));
- * use Client.handle in the route for retries.
+ * use Client.handle in the route for retries. The one exception: with `router`, a
+ * begin refused for a stale placement (the route has not run) is run once more.
  */
 export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest, res: ServerResponse, next: Next) => void {
   const limit = options.limit ?? 1024 * 1024;
@@ -373,9 +415,8 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           body: body.length > 0 ? body : null,
           duplicates: typeof options.duplicates === "function" ? options.duplicates(req) : options.duplicates,
         };
-        conn = await connect(principal);
         const client = options.client;
-        const response = await client.handle(conn, request, async (db, expiresEpoch) => {
+        const handler = async (db: Db, expiresEpoch?: string | null): Promise<Response> => {
           if (restore !== null) throw new Error("the middleware cannot run the route twice");
           const context: RequestContext = { db, request, oneTimeSecret: false, resourceId: null };
           req.idempotency = context;
@@ -395,7 +436,25 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           answer.oneTimeSecret = context.oneTimeSecret;
           answer.resourceId = context.resourceId;
           return answer;
-        });
+        };
+        let response: Response;
+        for (let attempt = 1; ; attempt++) {
+          conn = await connect(principal);
+          let stale = false;
+          const unwatch = router !== undefined ? watchStalePlacement(conn, () => (stale = true)) : () => undefined;
+          try {
+            response = await client.handle(conn, request, handler);
+            break;
+          } catch (error) {
+            // Refused before the route ran (the key's begin): rolled back, nothing written.
+            if (!stale || restore !== null || attempt > 1 || !isStalePlacement(error)) throw error;
+          } finally {
+            unwatch();
+            if (stale) (router as Pick<Router, "reportStalePlacement">).reportStalePlacement(principal);
+          }
+          conn.release(); // and once more, on the connection for the placement looked up again
+          conn = null;
+        }
         if (restore !== null) (restore as () => void)();
         restore = null;
         if (streamed()) res.end(); // streamed and committed: the response ends now

@@ -7,7 +7,8 @@
  * - Response, Problem, problemResponse: the HTTP mapping (RFC 9457 bodies
  *   byte-identical to the C++ and Python clients');
  * - idempotency(): an Express-style middleware;
- * - Router: each principal's transaction sent to the Citus node that holds its shard;
+ * - Router: each principal's transaction sent to the Citus node that holds its shard
+ *   (isStalePlacement: a call's answer that the shard moved);
  * - beginBatch, completeBatch, claimBatch, pushUnique: many keys in one call,
  *   a job enqueued at most once.
  */
@@ -72,6 +73,7 @@ export {
   DEFAULT_LOOKUP_TIMEOUT_MS,
   ROUTING,
   Router,
+  isStalePlacement,
   type Route,
   type RouterCounters,
   type RouterOptions,

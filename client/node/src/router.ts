@@ -15,11 +15,17 @@
  * Correctness never depends on the router: under Citus every node runs any principal's
  * calls (Citus delegates them to the shard's node). Routing only saves that hop. A
  * stale cache after a shard move sends requests to the old node, which still answers
- * correctly, until `refreshMs` has passed; a node that cannot be reached is skipped
- * for `nodeDownMs`. Node is single-threaded: the cache needs no lock.
+ * correctly, until `refreshMs` has passed, or until a call there answers that the
+ * principal's shard is not on this node (isStalePlacement: a move Citus did not
+ * delegate the call for): reportStalePlacement drops the principal's placement, and
+ * the middleware runs the request once more on the node looked up again. A node that
+ * cannot be reached is skipped for `nodeDownMs`. Node is single-threaded: the cache
+ * needs no lock.
  */
 
 import type { Pool, PoolClient, QueryArrayConfig } from "pg";
+
+import { sqlstate } from "./common";
 
 /** client/protocol.json's routing table as this client keeps it (test/protocol.test.js). */
 export const ROUTING = {
@@ -34,7 +40,29 @@ export const ROUTING = {
   defaultRefreshSeconds: 60,
   defaultNodeDownSeconds: 5,
   defaultMaxPrincipals: 10000,
+  /**
+   * The extension's refusal of a locking call whose principal's shard is not on the
+   * node it runs on: the router's placement of that principal is stale.
+   */
+  stalePlacement: {
+    /** Its SQLSTATE (feature_not_supported). */
+    sqlstate: "0A000",
+    /** Its primary message, exactly. */
+    message: "the key's shard is not on this node",
+  },
 } as const;
+
+/**
+ * Whether `error` is the extension's answer that the principal's shard is not on the
+ * node the call ran on (ROUTING.stalePlacement: SQLSTATE 0A000 and that primary
+ * message, as node-pg's DatabaseError has them): the caller's placement is stale, see
+ * Router.reportStalePlacement. Any other error, 0A000 with another message included,
+ * is not.
+ */
+export function isStalePlacement(error: unknown): boolean {
+  if (sqlstate(error) !== ROUTING.stalePlacement.sqlstate) return false;
+  return (error as { message?: unknown }).message === ROUTING.stalePlacement.message;
+}
 
 /** How long a placement lookup may take before it counts as failed (ms), by default. */
 export const DEFAULT_LOOKUP_TIMEOUT_MS = 1000;
@@ -74,6 +102,11 @@ export interface RouterCounters {
    * for nodeDownMs).
    */
   nodesMarkedDown: number;
+  /**
+   * Calls that answered the principal's shard is not on their node; its placement was
+   * dropped (reportStalePlacement).
+   */
+  stalePlacements: number;
 }
 
 /** Where a principal goes: the node's name ("host:port") and pool, or null and the default pool. */
@@ -104,6 +137,7 @@ export class Router {
     routed: 0,
     defaulted: 0,
     nodesMarkedDown: 0,
+    stalePlacements: 0,
   };
   private readonly nodes: Map<string, RouterPool>;
   private readonly cache = new Map<string, Cached>(); // in use order: the first is the oldest
@@ -191,6 +225,20 @@ export class Router {
     if ((this.downUntil.get(node) ?? 0) <= now) this.counters.nodesMarkedDown++; // not already down
     this.downUntil.set(node, now + this.options.nodeDownMs);
     if (principal !== undefined) this.cache.delete(principal);
+  }
+
+  /**
+   * Tells the router that a call for `principal` answered that its shard is not on the
+   * node it ran on (isStalePlacement: the shard moved): the principal's cached placement
+   * is dropped, so its next route() looks it up again, and the report is counted in
+   * stalePlacements. No node is marked down: the node answered, and holds other shards.
+   * The middleware reports by itself; with your own connection code, call it when a
+   * statement on a routed connection fails with isStalePlacement(error), roll back,
+   * release, and connect() again (once: the handler had not run) or fail the request.
+   */
+  reportStalePlacement(principal: string): void {
+    this.counters.stalePlacements++;
+    this.cache.delete(principal);
   }
 
   /** Forgets every cached placement and every node marked down. */

@@ -99,12 +99,26 @@ test("the stream entries, the limit and the not-kept answer are the table's", ()
   });
 });
 
-test("the routing defaults (placement query, refresh, node down, cache size) are the table's", () => {
+test("the routing defaults (placement query, refresh, node down, cache size, stale placement) are the table's", () => {
   const { ROUTING, Router } = pkg();
   assert.equal(ROUTING.placementSql, table.routing.placement_sql);
   assert.equal(ROUTING.defaultRefreshSeconds, table.routing.default_refresh_seconds);
   assert.equal(ROUTING.defaultNodeDownSeconds, table.routing.default_node_down_seconds);
   assert.equal(ROUTING.defaultMaxPrincipals, table.routing.default_max_principals);
+  assert.deepEqual(ROUTING.stalePlacement, {
+    sqlstate: table.routing.stale_placement.sqlstate,
+    message: table.routing.stale_placement.message,
+  });
+  // Every member of the table's routing is one of ROUTING's (a new one fails here).
+  const mine = {
+    placement_sql: "placementSql",
+    default_refresh_seconds: "defaultRefreshSeconds",
+    default_node_down_seconds: "defaultNodeDownSeconds",
+    default_max_principals: "defaultMaxPrincipals",
+    stale_placement: "stalePlacement",
+  };
+  assert.deepEqual(Object.keys(table.routing).sort(), Object.keys(mine).sort());
+  assert.deepEqual(Object.keys(ROUTING).sort(), Object.values(mine).sort());
   const router = new Router({ connect: async () => null, query: async () => null }, {});
   assert.equal(router.options.placementSql, table.routing.placement_sql);
   assert.equal(router.options.refreshMs, table.routing.default_refresh_seconds * 1000);

@@ -3,15 +3,19 @@
 // placement: three databases of one cluster stand for the nodes (the default one,
 // "<db>_a" as a.test:5432 and "<db>_b" as b.test:5432), and the placement query reads
 // route_fake in the default database. Each keyed request's route writes an order: the
-// key row and the order must land in the routed database and nowhere else.
+// key row and the order must land in the routed database and nowhere else. Node a's
+// database has tests/scale-out/fake_citus.sql (Citus's catalogs, faked): there the
+// extension refuses a principal whose shard moved with the real stale-placement error.
 const assert = require("node:assert/strict");
+const fs = require("node:fs");
 const net = require("node:net");
+const path = require("node:path");
 const { test, before, after } = require("node:test");
 const express = require("express");
 const pg = require("pg");
-const { pkg, database, principal, key } = require("./helpers");
+const { pkg, database, principal, key, root } = require("./helpers");
 
-const { Client, Router, idempotency } = pkg();
+const { Client, ROUTING, Router, idempotency, isStalePlacement } = pkg();
 const db = database();
 const FAKE = "SELECT node_name, node_port FROM route_fake WHERE principal = $1";
 const ORDERS =
@@ -35,11 +39,18 @@ before(async () => {
   names.a = db.config.database + "_a";
   names.b = db.config.database + "_b";
   pools.default = poolFor(names.default);
+  const fake = fs.readFileSync(path.join(root, "tests", "scale-out", "fake_citus.sql"), "utf8");
   for (const node of ["a", "b"]) {
     await pools.default.query(`CREATE DATABASE "${names[node]}"`);
+    // One session of its own: the extension reads the placement once per session, so
+    // the pool's sessions must all start after the fake catalogs exist.
+    const setup = new pg.Client({ ...tcp, database: names[node] });
+    await setup.connect();
+    await setup.query("CREATE EXTENSION idempotency");
+    if (node === "a") await setup.query(fake);
+    await setup.query(ORDERS);
+    await setup.end();
     pools[node] = poolFor(names[node]);
-    await pools[node].query("CREATE EXTENSION idempotency");
-    await pools[node].query(ORDERS);
   }
   await pools.default.query(
     "CREATE TABLE route_fake (principal text PRIMARY KEY, node_name text, node_port int)",
@@ -71,17 +82,34 @@ async function place(who, host) {
   await pools.default.query("INSERT INTO route_fake VALUES ($1, $2, 5432)", [who, host]);
 }
 
-/** An Express app behind the middleware with `router`; returns post(who, key) and close(). */
+/** Raises the extension's stale-placement error (as the route's own statement). */
+const RAISE_STALE =
+  "DO $$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000'," +
+  " MESSAGE = 'the key''s shard is not on this node'; END$$";
+
+/** Moves `who`'s shard away from node a: node a's extension refuses it from now on. */
+async function moveAwayFromA(who) {
+  await pools.a.query("INSERT INTO pg_catalog.fake_citus_shard VALUES ($1, 2)", [who]);
+}
+
+/**
+ * An Express app behind the middleware with `router`; returns post(who, key, headers),
+ * runs() (how many times the route ran) and close(). A request with X-Stale: the route
+ * writes its order, then a statement fails with the stale-placement error.
+ */
 async function service(router) {
   const app = express();
   const principalOf = (req) => req.get("X-User") ?? null;
+  let runs = 0;
   app.use(idempotency({ router, client: new Client(), principal: principalOf }));
   app.post("/orders", async (req, res) => {
+    runs++;
     const ctx = req.idempotency;
     const { rows } = await ctx.db.query(
       "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'book', 1) RETURNING id",
       [ctx.request.principal],
     );
+    if (req.get("X-Stale")) await ctx.db.query(RAISE_STALE);
     const here = await ctx.db.query("SELECT current_database() AS d");
     res.status(201).json({ id: Number(rows[0].id), db: here.rows[0].d });
   });
@@ -94,15 +122,16 @@ async function service(router) {
   });
   const base = `http://127.0.0.1:${server.address().port}`;
   return {
-    post: async (who, k) => {
+    post: async (who, k, extra = {}) => {
       const r = await fetch(base + "/orders", {
         method: "POST",
-        headers: { "X-User": who, "Idempotency-Key": k, "Content-Type": "application/json" },
+        headers: { "X-User": who, "Idempotency-Key": k, "Content-Type": "application/json", ...extra },
         body: "{}",
       });
       const replayed = r.headers.get("idempotent-replay");
       return { status: r.status, replayed, body: await r.text() };
     },
+    runs: () => runs,
     close: () => new Promise((resolve) => server.close(resolve)),
   };
 }
@@ -126,8 +155,8 @@ function nodes(extra = {}) {
 }
 
 /** The router's counters as an object, in their order. */
-function counters(lookups, lookupFailures, routed, defaulted, nodesMarkedDown) {
-  return { lookups, lookupFailures, routed, defaulted, nodesMarkedDown };
+function counters(lookups, lookupFailures, routed, defaulted, nodesMarkedDown, stalePlacements = 0) {
+  return { lookups, lookupFailures, routed, defaulted, nodesMarkedDown, stalePlacements };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -279,4 +308,104 @@ test("router: bad settings are refused", () => {
   assert.throws(() => idempotency({ client: new Client(), principal: () => null }), TypeError);
   const both = { pool: pools.default, router, client: new Client(), principal: () => null };
   assert.throws(() => idempotency(both), TypeError);
+});
+
+test("router: a begin refused for a stale placement runs once more on the node looked up again", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE }); // refreshMs 60 s
+  const svc = await service(router);
+  try {
+    const who = principal();
+    await place(who, "a.test");
+    assert.equal((await svc.post(who, key())).status, 201); // served on a: placement cached
+    assert.deepEqual(await where(who), { default: "0/0", a: "1/1", b: "0/0" });
+    await moveAwayFromA(who); // the shard moves to b; the cache still says a
+    await place(who, "b.test");
+    const moved = await svc.post(who, key());
+    assert.equal(moved.status, 201, moved.body);
+    assert.equal(JSON.parse(moved.body).db, names.b);
+    assert.equal(svc.runs(), 2, "the route ran once per request");
+    assert.deepEqual(await where(who), { default: "0/0", a: "1/1", b: "1/1" });
+    // routed 3: a (served), a (refused), b; the second lookup only because of the refusal.
+    assert.deepEqual(router.counters, counters(2, 0, 3, 0, 0, 1));
+  } finally {
+    await svc.close();
+  }
+});
+
+test("router: refused again after the lookup: the request fails, the placement is dropped", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE });
+  const svc = await service(router);
+  try {
+    const who = principal();
+    await place(who, "a.test");
+    assert.equal((await svc.post(who, key())).status, 201);
+    await moveAwayFromA(who); // the placement query still says a: the second try is refused too
+    const failed = await svc.post(who, key());
+    assert.equal(failed.status, 500);
+    assert.match(failed.body, /the key's shard is not on this node/);
+    assert.equal(svc.runs(), 1, "the route never ran for the refused request");
+    assert.deepEqual(router.counters, counters(2, 0, 3, 0, 0, 2));
+    await place(who, "b.test");
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(router.counters.lookups, 3, "the failed request dropped the placement");
+    assert.deepEqual(await where(who), { default: "0/0", a: "1/1", b: "1/1" });
+  } finally {
+    await svc.close();
+  }
+});
+
+test("router: a stale placement from the route's own statement: reported, not run again", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE });
+  const svc = await service(router);
+  try {
+    const who = principal();
+    await place(who, "a.test");
+    const failed = await svc.post(who, key(), { "X-Stale": "1" });
+    assert.equal(failed.status, 500); // as any database error of the route: rolled back, not stored
+    assert.equal(svc.runs(), 1);
+    assert.deepEqual(await where(who), { default: "0/0", a: "0/0", b: "0/0" });
+    assert.deepEqual(router.counters, counters(1, 0, 1, 0, 0, 1));
+    assert.equal((await svc.post(who, key())).status, 201);
+    assert.equal(router.counters.lookups, 2, "the placement had been dropped");
+    assert.deepEqual(await where(who), { default: "0/0", a: "1/1", b: "0/0" });
+  } finally {
+    await svc.close();
+  }
+});
+
+test("router: isStalePlacement is SQLSTATE 0A000 with the protocol's message, nothing else", async () => {
+  const error = (code, message) => Object.assign(new Error(message), { code });
+  const { message, sqlstate } = ROUTING.stalePlacement;
+  assert.equal(isStalePlacement(error(sqlstate, message)), true);
+  assert.equal(isStalePlacement(error("0A000", "cannot do that on a distributed table")), false);
+  assert.equal(isStalePlacement(error("0A000", message + ".")), false);
+  assert.equal(isStalePlacement(error("XX000", message)), false);
+  assert.equal(isStalePlacement(new Error(message)), false);
+  for (const nothing of [null, undefined, message, 0]) assert.equal(isStalePlacement(nothing), false);
+  const real = await pools.default.query(RAISE_STALE).then(() => null, (e) => e);
+  assert.equal(isStalePlacement(real), true, "node-pg's DatabaseError of the server");
+  const who = principal();
+  await moveAwayFromA(who);
+  const begin = "SELECT * FROM idempotency.begin($1, 'k', 'act', idempotency.fingerprint('POST', '/1'))";
+  const refused = await pools.a.query(begin, [who]).then(
+    () => null,
+    (e) => e,
+  );
+  assert.equal(isStalePlacement(refused), true, "the extension's own refusal");
+});
+
+test("router: reportStalePlacement drops the principal's placement, counts, marks no node down", async () => {
+  const router = new Router(pools.default, nodes(), { placementSql: FAKE });
+  const [who, other] = [principal(), principal()];
+  await place(who, "a.test");
+  await place(other, "a.test");
+  await router.route(who);
+  await router.route(other);
+  assert.equal(router.size, 2);
+  router.reportStalePlacement(who);
+  assert.equal(router.size, 1, "only that principal's entry went");
+  assert.deepEqual(router.counters, counters(2, 0, 2, 0, 0, 1));
+  assert.equal((await router.route(who)).node, "a.test:5432", "looked up again, node a not down");
+  assert.equal((await router.route(other)).node, "a.test:5432");
+  assert.deepEqual(router.counters, counters(3, 0, 4, 0, 0, 1));
 });
