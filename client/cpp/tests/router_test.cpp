@@ -372,6 +372,46 @@ TEST_F(RouterTest, AStalePlacementIsLookedUpAgainAndTheRequestRunsOnTheNewNode) 
     EXPECT_EQ(router.counters().lookups, 2u);
 }
 
+// The same through libpqxx's own statements (a pqxx::work& handler: begin is not
+// pipelined, so the refusal is libpqxx's exception) and with a streamed response, whose
+// stream runs after handle_routed returned, on the connection it keeps.
+TEST_F(RouterTest, AStalePlacementIsRetriedWithAWorkHandlerAndAStream) {
+    idem::Router router(dsn(databases[0]), nodes(), options());
+    const std::string p = unique_principal("stale-work");
+    place(p, "a.test");
+    router.route(p);
+    move_off_a(p);
+    place(p, "b.test");
+    int runs = 0;
+    idem::Response response = idem::handle_routed(router, keyed(p), [&](pqxx::work& tx) {
+        ++runs;
+        idem::pq::exec(tx, "INSERT INTO route_effects VALUES ($1)", p);
+        idem::Response streamed;
+        streamed.status = 201;
+        streamed.stream = [](idem::ChunkSink& sink) {
+            sink.write("part one, ");
+            sink.write("part two");
+        };
+        return streamed;
+    });
+    ASSERT_EQ(response.status, 201);
+    ASSERT_TRUE(response.stream);
+    struct Collect final : idem::ChunkSink {
+        std::string body;
+        bool write(std::string_view chunk) override {
+            body += chunk;
+            return true;
+        }
+    } sink;
+    response.stream(sink);
+    response = idem::Response();  // drops the stream, then its connection
+    EXPECT_EQ(sink.body, "part one, part two");
+    EXPECT_EQ(runs, 1);
+    EXPECT_EQ(where(p), (std::array<long, 3>{0, 0, 1001}));
+    EXPECT_EQ(router.counters().stale_placements, 1u);
+    EXPECT_EQ(router.counters().lookups, 2u);
+}
+
 TEST_F(RouterTest, AStalePlacementTwiceFailsTheRequest) {
     idem::Router router(dsn(databases[0]), nodes(), options());
     const std::string p = unique_principal("stale-twice");
