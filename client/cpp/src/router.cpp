@@ -10,6 +10,35 @@
 
 namespace idem {
 
+namespace {
+
+// The primary message in libpq's text of an error ("ERROR:  message\nDETAIL:  ..."): its
+// first line without the severity and its two spaces, and without the "0A000: " that
+// verbose errors put before the message.
+std::string_view primary_message(std::string_view text, std::string_view sqlstate) {
+    text = text.substr(0, text.find('\n'));
+    const std::size_t severity = text.find(":  ");
+    if (severity != std::string_view::npos) text.remove_prefix(severity + 3);
+    if (!sqlstate.empty() && text.size() > sqlstate.size() + 2 &&
+        text.substr(0, sqlstate.size()) == sqlstate && text.substr(sqlstate.size(), 2) == ": ")
+        text.remove_prefix(sqlstate.size() + 2);
+    return text;
+}
+
+}  // namespace
+
+bool is_stale_placement(std::string_view sqlstate, std::string_view primary) noexcept {
+    return sqlstate == routing::stale_placement_sqlstate &&
+           primary == routing::stale_placement_message;
+}
+
+bool is_stale_placement(const std::exception& error) noexcept {
+    const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error);
+    if (sql == nullptr) return false;
+    const std::string_view sqlstate = sql->sqlstate();  // std::string in libpqxx 6 and 7
+    return is_stale_placement(sqlstate, primary_message(sql->what(), sqlstate));
+}
+
 Router::Router(std::string default_target, std::map<std::string, std::string> nodes,
                RouterOptions options)
     : default_(std::move(default_target)), nodes_(std::move(nodes)), options_(std::move(options)) {
@@ -48,16 +77,21 @@ std::optional<std::string> Router::lookup(const std::string& principal) {
 void Router::remember(const std::string& principal, std::optional<std::string> node) {
     // Called with mutex_ held.
     const auto now = std::chrono::steady_clock::now();
-    auto found = cache_.find(principal);
-    if (found != cache_.end()) {
-        recent_.erase(found->second.order);
-        cache_.erase(found);
-    }
+    forget(principal);
     recent_.push_front(principal);
     cache_.emplace(principal, Entry{std::move(node), now, recent_.begin()});
     while (cache_.size() > options_.max_principals) {
         cache_.erase(recent_.back());
         recent_.pop_back();
+    }
+}
+
+void Router::forget(const std::string& principal) {
+    // Called with mutex_ held.
+    auto found = cache_.find(principal);
+    if (found != cache_.end()) {
+        recent_.erase(found->second.order);
+        cache_.erase(found);
     }
 }
 
@@ -113,11 +147,13 @@ void Router::report_connect_failure(const std::string& principal, const std::str
     auto& until = down_until_[node];
     if (until <= now) ++counters_.nodes_marked_down;
     until = now + options_.node_down;
-    auto found = cache_.find(principal);
-    if (found != cache_.end()) {
-        recent_.erase(found->second.order);
-        cache_.erase(found);
-    }
+    forget(principal);
+}
+
+void Router::report_stale_placement(const std::string& principal) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    ++counters_.stale_placements;
+    forget(principal);
 }
 
 std::unique_ptr<Connection> Router::connect(const std::string& principal) {

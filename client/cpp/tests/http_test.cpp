@@ -3,6 +3,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <stdexcept>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "../src/detail.hpp"
@@ -223,6 +226,57 @@ TEST(ProtocolTable, RoutingDefaultsAreTheTables) {
     EXPECT_EQ(options.node_down,
               std::chrono::seconds(table["default_node_down_seconds"].get<int>()));
     EXPECT_EQ(options.max_principals, table["default_max_principals"].get<std::size_t>());
+    EXPECT_EQ(std::string(idem::routing::stale_placement_sqlstate),
+              table["stale_placement"]["sqlstate"].get<std::string>());
+    EXPECT_EQ(std::string(idem::routing::stale_placement_message),
+              table["stale_placement"]["message"].get<std::string>());
+    // Every key of `routing` is one of the above: a new one needs its constant here.
+    std::set<std::string> keys;
+    for (const auto& item : table.items()) keys.insert(item.key());
+    EXPECT_EQ(keys, (std::set<std::string>{"placement_sql", "default_refresh_seconds",
+                                           "default_node_down_seconds", "default_max_principals",
+                                           "stale_placement"}));
+    EXPECT_EQ(table["stale_placement"].size(), 2u);
+}
+
+// The stale placement predicate: SQLSTATE 0A000 and exactly the protocol's primary message,
+// read from libpq's error text as libpqxx keeps it (severity first, detail lines after).
+TEST(Routing, StalePlacementIsThatSqlstateAndThatMessage) {
+    const std::string message = idem::routing::stale_placement_message;
+    EXPECT_TRUE(idem::is_stale_placement("0A000", message));
+    EXPECT_FALSE(idem::is_stale_placement("0A000", message + "."));
+    EXPECT_FALSE(idem::is_stale_placement("XX000", message));
+    EXPECT_TRUE(
+        idem::is_stale_placement(pqxx::sql_error("ERROR:  " + message + "\n", "", "0A000")));
+    EXPECT_TRUE(idem::is_stale_placement(pqxx::feature_not_supported(
+        "ERROR:  " + message + "\nDETAIL:  principal alice\nHINT:  route it\n", "", "0A000")));
+    EXPECT_TRUE(idem::is_stale_placement(pqxx::sql_error("ERROR:  0A000: " + message + "\n", "",
+                                                         "0A000")));  // verbose errors
+    EXPECT_TRUE(idem::is_stale_placement(pqxx::sql_error("FEHLER:  " + message, "", "0A000")));
+    // Another feature not supported, the message under another SQLSTATE, no SQLSTATE at all,
+    // and errors that are not the database's: not stale.
+    EXPECT_FALSE(idem::is_stale_placement(pqxx::sql_error(
+        "ERROR:  idempotency.keys is distributed by Citus, but not by principal\n", "", "0A000")));
+    EXPECT_FALSE(idem::is_stale_placement(
+        pqxx::sql_error("ERROR:  " + message + " (moved)\n", "", "0A000")));
+    EXPECT_FALSE(
+        idem::is_stale_placement(pqxx::sql_error("ERROR:  " + message + "\n", "", "XX000")));
+    EXPECT_FALSE(idem::is_stale_placement(pqxx::sql_error("ERROR:  " + message + "\n")));
+    EXPECT_FALSE(idem::is_stale_placement(pqxx::broken_connection(message)));
+    EXPECT_FALSE(idem::is_stale_placement(std::runtime_error(message)));
+}
+
+// report_stale_placement counts, and marks no node down (it needs no database: the router
+// connects only to look a placement up). That it drops the cached placement is in
+// router_test.cpp, which has placements to look up.
+TEST(Routing, ReportStalePlacementCountsAndMarksNoNodeDown) {
+    idem::Router router("host=127.0.0.1 port=1 dbname=none", {{"a.test:5432", "dbname=a"}});
+    router.report_stale_placement("alice");
+    router.report_stale_placement("alice");
+    const idem::RouterCounters counters = router.counters();
+    EXPECT_EQ(counters.stale_placements, 2u);
+    EXPECT_EQ(counters.nodes_marked_down, 0u);
+    EXPECT_EQ(counters.lookups, 0u);
 }
 
 // A sink that records what the transport would send; `fail_after` chunks, then "peer gone".

@@ -1,8 +1,11 @@
 // Integration tests of idem::Router with a fake placement on one cluster: three
 // databases with the extension (the default target and two "nodes"), a placement
 // query that reads a table of the default database, and requests through the real
-// path (Router::connect, Client::handle, a handler that writes a row). Connects to
-// 127.0.0.1 on PGPORT (tests/integration/client.sh); skipped through pgbouncer.
+// path (Router::connect, Client::handle, a handler that writes a row; or
+// idem::handle_routed). Node "a" also has the stand-in Citus catalogs of
+// tests/scale-out/fake_citus.sql, so it refuses a principal moved away (shard 2) with the
+// extension's own stale placement error. Connects to 127.0.0.1 on PGPORT
+// (tests/integration/client.sh); skipped through pgbouncer.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,13 +15,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "idem/client.hpp"
+#include "idem/routed.hpp"
 #include "idem/router.hpp"
 #include "pqxx_compat.hpp"
 
@@ -49,6 +56,17 @@ void execute(const std::string& database, const std::string& sql) {
     pqxx::connection connection(dsn(database));
     pqxx::nontransaction tx(connection);
     tx.exec(sql);
+}
+
+// The text of tests/scale-out/fake_citus.sql, found from this file's path in the repository.
+std::string fake_citus_sql() {
+    const std::filesystem::path root =
+        std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+    std::ifstream file(root / "tests" / "scale-out" / "fake_citus.sql");
+    if (!file) throw std::runtime_error("cannot read tests/scale-out/fake_citus.sql");
+    std::ostringstream text;
+    text << file.rdbuf();
+    return text.str();
 }
 
 // Where the principal's key rows and handler rows are: {default, a, b}, each as
@@ -111,6 +129,9 @@ protected:
                     std::string("DROP DATABASE IF EXISTS ") + database + " WITH (FORCE)");
             execute("postgres", std::string("CREATE DATABASE ") + database);
             execute(database, "CREATE EXTENSION idempotency");
+            // Before any other session of node a: the extension reads the placement once
+            // per session.
+            if (std::string(database) == databases[1]) execute(database, fake_citus_sql());
             execute(database, "CREATE TABLE route_effects (principal text NOT NULL)");
         }
         execute(databases[0],
@@ -144,15 +165,20 @@ protected:
 
     // One keyed request of `principal` through the router: the handler writes a row in
     // the transaction that holds the key.
-    static void serve(idem::Router& router, const std::string& principal) {
-        std::unique_ptr<idem::Connection> connection = router.connect(principal);
-        idem::Client client(*connection);
+    static idem::Request keyed(const std::string& principal) {
         idem::Request request;
         request.principal = principal;
         request.key = unique_principal("key");
         request.method = "POST";
         request.path = "/orders";
         request.body = R"({"item":"book"})";
+        return request;
+    }
+
+    static void serve(idem::Router& router, const std::string& principal) {
+        std::unique_ptr<idem::Connection> connection = router.connect(principal);
+        idem::Client client(*connection);
+        const idem::Request request = keyed(principal);
         idem::Response response = client.handle(request, [&](pqxx::transaction_base& tx) {
             idem::pq::exec(tx, "INSERT INTO route_effects VALUES ($1)", principal);
             idem::Response created;
@@ -160,6 +186,32 @@ protected:
             return created;
         });
         ASSERT_EQ(response.status, 201);
+    }
+
+    // One keyed request of `principal` through idem::handle_routed, the handler as in
+    // serve(); counts the handler's runs in `runs`. `refuse`: the handler's own statement
+    // fails with the stale placement error.
+    static idem::Response serve_routed(idem::Router& router, const std::string& principal,
+                                       int& runs, bool refuse = false) {
+        return idem::handle_routed(router, keyed(principal), [&](pqxx::transaction_base& tx) {
+            ++runs;
+            idem::pq::exec(tx, "INSERT INTO route_effects VALUES ($1)", principal);
+            if (refuse)
+                tx.exec(std::string("DO $$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', "
+                                    "MESSAGE = ") +
+                        tx.quote(idem::routing::stale_placement_message) + "; END$$");
+            idem::Response created;
+            created.status = 201;
+            return created;
+        });
+    }
+
+    // Moves `principal`'s shard off node a (the extension there refuses it from now on).
+    static void move_off_a(const std::string& principal) {
+        pqxx::connection connection(dsn(databases[1]));
+        pqxx::work tx(connection);
+        idem::pq::exec(tx, "INSERT INTO pg_catalog.fake_citus_shard VALUES ($1, 2)", principal);
+        tx.commit();
     }
 };
 
@@ -297,6 +349,117 @@ TEST_F(RouterTest, ManyThreadsShareOneRouter) {
     }
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(router.counters().routed, 800u);
+}
+
+TEST_F(RouterTest, AStalePlacementIsLookedUpAgainAndTheRequestRunsOnTheNewNode) {
+    idem::Router router(dsn(databases[0]), nodes(), options());  // refresh 60 s
+    const std::string p = unique_principal("stale");
+    place(p, "a.test");
+    int runs = 0;
+    EXPECT_EQ(serve_routed(router, p, runs).status, 201);  // served on a: the cache is primed
+    EXPECT_EQ(where(p), (std::array<long, 3>{0, 1001, 0}));
+    move_off_a(p);  // the shard moves to b; the cached placement still says a
+    place(p, "b.test");
+    EXPECT_EQ(serve_routed(router, p, runs).status, 201);
+    EXPECT_EQ(runs, 2) << "the handler ran once for each request";
+    EXPECT_EQ(where(p), (std::array<long, 3>{0, 1001, 1001}));
+    const idem::RouterCounters counters = router.counters();
+    EXPECT_EQ(counters.stale_placements, 1u);
+    EXPECT_EQ(counters.lookups, 2u);
+    EXPECT_EQ(counters.routed, 3u);  // a, a (cached, refused), b
+    EXPECT_EQ(counters.nodes_marked_down, 0u);
+    EXPECT_EQ(router.route(p).node, "b.test:5432");
+    EXPECT_EQ(router.counters().lookups, 2u);
+}
+
+// The same through libpqxx's own statements (a pqxx::work& handler: begin is not
+// pipelined, so the refusal is libpqxx's exception) and with a streamed response, whose
+// stream runs after handle_routed returned, on the connection it keeps.
+TEST_F(RouterTest, AStalePlacementIsRetriedWithAWorkHandlerAndAStream) {
+    idem::Router router(dsn(databases[0]), nodes(), options());
+    const std::string p = unique_principal("stale-work");
+    place(p, "a.test");
+    router.route(p);
+    move_off_a(p);
+    place(p, "b.test");
+    int runs = 0;
+    idem::Response response = idem::handle_routed(router, keyed(p), [&](pqxx::work& tx) {
+        ++runs;
+        idem::pq::exec(tx, "INSERT INTO route_effects VALUES ($1)", p);
+        idem::Response streamed;
+        streamed.status = 201;
+        streamed.stream = [](idem::ChunkSink& sink) {
+            sink.write("part one, ");
+            sink.write("part two");
+        };
+        return streamed;
+    });
+    ASSERT_EQ(response.status, 201);
+    ASSERT_TRUE(response.stream);
+    struct Collect final : idem::ChunkSink {
+        std::string body;
+        bool write(std::string_view chunk) override {
+            body += chunk;
+            return true;
+        }
+    } sink;
+    response.stream(sink);
+    response = idem::Response();  // drops the stream, then its connection
+    EXPECT_EQ(sink.body, "part one, part two");
+    EXPECT_EQ(runs, 1);
+    EXPECT_EQ(where(p), (std::array<long, 3>{0, 0, 1001}));
+    EXPECT_EQ(router.counters().stale_placements, 1u);
+    EXPECT_EQ(router.counters().lookups, 2u);
+}
+
+TEST_F(RouterTest, AStalePlacementTwiceFailsTheRequest) {
+    idem::Router router(dsn(databases[0]), nodes(), options());
+    const std::string p = unique_principal("stale-twice");
+    place(p, "a.test");  // the placement still says a after the move: a refuses twice
+    move_off_a(p);
+    int runs = 0;
+    try {
+        serve_routed(router, p, runs);
+        ADD_FAILURE() << "the second refusal propagates";
+    } catch (const pqxx::sql_error& e) {
+        EXPECT_TRUE(idem::is_stale_placement(e)) << e.what();
+    }
+    EXPECT_EQ(runs, 0);
+    EXPECT_EQ(where(p), (std::array<long, 3>{0, 0, 0}));
+    const idem::RouterCounters counters = router.counters();
+    EXPECT_EQ(counters.stale_placements, 2u);
+    EXPECT_EQ(counters.lookups, 2u);
+    EXPECT_EQ(counters.nodes_marked_down, 0u);
+}
+
+TEST_F(RouterTest, AStalePlacementFromTheHandlerIsReportedAndNotRetried) {
+    idem::Router router(dsn(databases[0]), nodes(), options());
+    const std::string p = unique_principal("stale-handler");
+    place(p, "b.test");
+    int runs = 0;
+    EXPECT_THROW(serve_routed(router, p, runs, true), pqxx::sql_error);
+    EXPECT_EQ(runs, 1);
+    EXPECT_EQ(where(p), (std::array<long, 3>{0, 0, 0}));  // rolled back, nothing stored
+    EXPECT_EQ(router.counters().stale_placements, 1u);
+    EXPECT_EQ(router.counters().lookups, 1u);
+    router.route(p);  // the placement was dropped: looked up again
+    EXPECT_EQ(router.counters().lookups, 2u);
+}
+
+TEST_F(RouterTest, ReportStalePlacementDropsThePlacementAndMarksNoNodeDown) {
+    idem::Router router(dsn(databases[0]), nodes(), options());
+    const std::string p = unique_principal("report");
+    place(p, "a.test");
+    EXPECT_EQ(router.route(p).node, "a.test:5432");
+    EXPECT_EQ(router.route(p).node, "a.test:5432");
+    EXPECT_EQ(router.counters().lookups, 1u);
+    router.report_stale_placement(p);
+    EXPECT_EQ(router.route(p).node, "a.test:5432");  // looked up again, a not marked down
+    const idem::RouterCounters counters = router.counters();
+    EXPECT_EQ(counters.lookups, 2u);
+    EXPECT_EQ(counters.stale_placements, 1u);
+    EXPECT_EQ(counters.nodes_marked_down, 0u);
+    EXPECT_EQ(counters.routed, 3u);
 }
 
 }  // namespace

@@ -12,19 +12,25 @@
 // Correctness never depends on the router: under Citus any node runs any principal's
 // calls (it delegates them to the shard's node). Routing only saves that hop. A stale
 // placement (after a shard move, until `refresh` passes) sends requests to the old node,
-// which still answers correctly, only slower. docs/scale-out.md has the design.
+// which answers correctly, only slower; or, when Citus did not delegate the call, refuses
+// it with 0A000 "the key's shard is not on this node" (is_stale_placement). Then
+// report_stale_placement() drops the placement so the next request looks it up again;
+// idem::handle_routed (idem/routed.hpp) does that and runs the request once more on the
+// new route. docs/scale-out.md has the design.
 //
 // Thread-safe: one Router for the whole process.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "idem/connection.hpp"
@@ -46,7 +52,23 @@ inline constexpr int default_refresh_seconds = 60;
 inline constexpr int default_node_down_seconds = 5;
 /// Most principals whose placement is kept (the least recently used goes first).
 inline constexpr std::size_t default_max_principals = 10000;
+/// The SQLSTATE of the extension's refusal of a locking call whose principal's shard is
+/// not on the node it ran on (`stale_placement.sqlstate`: feature_not_supported).
+inline constexpr const char* stale_placement_sqlstate = "0A000";
+/// The primary message of that refusal (`stale_placement.message`).
+inline constexpr const char* stale_placement_message = "the key's shard is not on this node";
 }  // namespace routing
+
+/// True when `sqlstate` and `primary_message` (the error's message without severity,
+/// detail or hint: libpq's PG_DIAG_MESSAGE_PRIMARY) are the extension's "the key's shard
+/// is not on this node": routing::stale_placement_sqlstate and stale_placement_message.
+bool is_stale_placement(std::string_view sqlstate, std::string_view primary_message) noexcept;
+
+/// True when `error` is a pqxx::sql_error (or one of its subclasses, such as
+/// pqxx::feature_not_supported) that is a stale placement: SQLSTATE 0A000 and, as the
+/// first line of its text after the severity ("ERROR:  "), exactly the protocol's message.
+/// Any other 0A000 (another feature not supported) and any other error are not.
+bool is_stale_placement(const std::exception& error) noexcept;
 
 /// How a Router looks placements up and how long it keeps what it learnt.
 struct RouterOptions {
@@ -70,6 +92,9 @@ struct RouterCounters {
     unsigned long long routed = 0, defaulted = 0;
     /// Connect failures reported while the node was not already marked down.
     unsigned long long nodes_marked_down = 0;
+    /// Calls that answered the principal's shard is not on their node; its placement was
+    /// dropped (report_stale_placement).
+    unsigned long long stale_placements = 0;
 };
 
 /// Where one principal's request goes.
@@ -108,6 +133,14 @@ public:
     /// the principal's placement is looked up again. An empty node is ignored.
     void report_connect_failure(const std::string& principal, const std::string& node);
 
+    /// Tells the router that a call for `principal` answered that the principal's shard is
+    /// not on the node it ran on (is_stale_placement: the shard moved): drops the
+    /// principal's cached placement, so its next route() looks it up again, and counts it
+    /// in RouterCounters::stale_placements. Marks no node down (the node is up, it only
+    /// no longer holds this shard). idem::handle_routed calls it; with connections of your
+    /// own, call it when is_stale_placement(error) holds, roll back, and take a new route.
+    void report_stale_placement(const std::string& principal);
+
     /// A new connection on route(principal); when that node cannot be connected to,
     /// reports it and connects to the default target instead. Throws
     /// pqxx::broken_connection when the default target cannot be connected to either.
@@ -129,6 +162,7 @@ private:
     // The node of `principal` by placement_sql; nullopt for none; throws when it fails.
     std::optional<std::string> lookup(const std::string& principal);
     void remember(const std::string& principal, std::optional<std::string> node);
+    void forget(const std::string& principal);  // drops its cached placement, if any
 
     const std::string default_;
     const std::map<std::string, std::string> nodes_;
