@@ -37,7 +37,10 @@ type MiddlewareOptions struct {
 	Connections ConnSource
 	// Router (Citus), instead of Connections: each request's connection comes from
 	// the node that holds its principal's shard, so the whole request (the
-	// handler's writes included) runs there. See router.go.
+	// handler's writes included) runs there. A call that answers the shard is not
+	// on that node (IsStalePlacement) is reported (Router.ReportStalePlacement);
+	// when it is the key's begin (the handler has not run), the request runs once
+	// more on the principal's new route. See router.go.
 	Router *Router
 	// Principal returns the authenticated principal; false passes the request
 	// to the handler untouched (it must refuse unauthenticated writes itself).
@@ -129,18 +132,10 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 	if len(body) > 0 {
 		request.Body = body
 	}
-	connections := options.Connections
-	if options.Router != nil {
-		connections = options.Router.Connections(principal)
-	}
-	conn, release, err := connections(r.Context())
-	if err != nil {
-		fail(options, w, r, http.StatusServiceUnavailable, err)
-		return
-	}
-	defer release()
 	streamed := false // a stream started: the answer is on its way already
+	run := &keyedRun{}
 	handler := func(ctx context.Context, tx pgx.Tx) (Response, error) {
+		run.ran = true
 		if streamed { // a retry of a failed commit: the first attempt's stream went out
 			return Response{}, errStreamBroken
 		}
@@ -153,6 +148,9 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		}
 		capture := &captureWriter{header: http.Header{}, stream: stream}
 		next.ServeHTTP(capture, inner)
+		if attempt, ok := tx.(*attemptTx); ok && attempt.stale {
+			run.stale = true
+		}
 		response := capture.response()
 		response.OneTimeSecret = state.OneTimeSecret
 		response.ResourceID = state.ResourceID
@@ -165,7 +163,11 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		}
 		return response, nil
 	}
-	response, err := options.Client.Handle(r.Context(), conn, request, handler)
+	response, connected, err := handleRouted(r.Context(), options, principal, request, handler, run)
+	if !connected {
+		fail(options, w, r, http.StatusServiceUnavailable, err)
+		return
+	}
 	if streamed {
 		if err != nil {
 			if options.OnError != nil {
@@ -185,6 +187,54 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		return
 	}
 	WriteResponse(w, response)
+}
+
+// keyedRun is what the middleware's handler saw of one request's runs.
+type keyedRun struct {
+	ran   bool // the handler ran: a stale placement is not run again
+	stale bool // a statement of the handler met IsStalePlacement
+}
+
+// handleRouted runs the request through Handle on a connection of its own (from
+// Connections, or the Router's route for principal); connected is false when none
+// could be had. With a Router, a stale placement (IsStalePlacement: from the key's
+// begin, the handler's statements or the completion) is reported, which drops the
+// principal's placement. When the begin met it, the handler has not run and nothing
+// was written (begin rolled back, the connection is given back): the request runs
+// once more, on the principal's route looked up again. Otherwise, or when that
+// fails too, the error is the request's, as any other.
+func handleRouted(ctx context.Context, options MiddlewareOptions, principal string,
+	request Request, handler Handler, run *keyedRun) (Response, bool, error) {
+	if options.Router == nil {
+		return handleOn(ctx, options.Client, options.Connections, request, handler)
+	}
+	connections := options.Router.Connections(principal)
+	response, connected, err := handleOn(ctx, options.Client, connections, request, handler)
+	if !IsStalePlacement(err) && !run.stale {
+		return response, connected, err
+	}
+	options.Router.ReportStalePlacement(principal)
+	if run.ran {
+		return response, connected, err
+	}
+	response, connected, err = handleOn(ctx, options.Client, connections, request, handler)
+	if IsStalePlacement(err) || run.stale {
+		options.Router.ReportStalePlacement(principal)
+	}
+	return response, connected, err
+}
+
+// handleOn runs Handle on a connection from connections, given back when it returns
+// (a panicking handler included); false when no connection could be had.
+func handleOn(ctx context.Context, client *Client, connections ConnSource, request Request,
+	handler Handler) (Response, bool, error) {
+	conn, release, err := connections(ctx)
+	if err != nil {
+		return Response{}, false, err
+	}
+	defer release()
+	response, err := client.Handle(ctx, conn, request, handler)
+	return response, true, err
 }
 
 // fail answers an error the middleware cannot map to the protocol.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ type protocolFile struct {
 		DefaultRefreshSeconds  int    `json:"default_refresh_seconds"`
 		DefaultNodeDownSeconds int    `json:"default_node_down_seconds"`
 		DefaultMaxPrincipals   int    `json:"default_max_principals"`
+		StalePlacement         struct {
+			SQLState string `json:"sqlstate"`
+			Message  string `json:"message"`
+		} `json:"stale_placement"`
 	} `json:"routing"`
 	Problems map[string]struct {
 		Type   string `json:"type"`
@@ -77,6 +82,23 @@ func TestTableMatchesProtocolJSONFieldByField(t *testing.T) {
 	same("routing.default_node_down_seconds", DefaultNodeDownSeconds,
 		file.Routing.DefaultNodeDownSeconds)
 	same("routing.default_max_principals", DefaultMaxPrincipals, file.Routing.DefaultMaxPrincipals)
+	same("routing.stale_placement.sqlstate", StalePlacementSQLState,
+		file.Routing.StalePlacement.SQLState)
+	same("routing.stale_placement.message", StalePlacementMessage,
+		file.Routing.StalePlacement.Message)
+	var keys struct {
+		Routing map[string]json.RawMessage `json:"routing"`
+	}
+	if err := json.Unmarshal(text, &keys); err != nil {
+		t.Fatal(err)
+	}
+	routing := []string{}
+	for key := range keys.Routing {
+		routing = append(routing, key)
+	}
+	sort.Strings(routing)
+	same("the keys of routing (each compared above)", routing, []string{"default_max_principals",
+		"default_node_down_seconds", "default_refresh_seconds", "placement_sql", "stale_placement"})
 	same("number of problems", len(Problems), len(file.Problems))
 	for name, want := range file.Problems {
 		got, ok := Problems[name]

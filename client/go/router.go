@@ -4,10 +4,13 @@ package idempotency
 // writes and the key's begin/complete) goes to the node that holds the principal's
 // shard, where Citus runs it locally.
 //
-// Correctness never depends on the Router: under Citus every node runs any
-// principal's calls (Citus delegates them to the shard's node); routing only saves
-// that hop. A stale cache after a shard move sends requests to the old node, which
-// still answers correctly, until Refresh has passed.
+// Correctness never depends on the Router: under Citus a node runs any principal's
+// calls that Citus delegates to the shard's node; routing only saves that hop. A
+// stale cache after a shard move sends requests to the old node until Refresh has
+// passed, or until a call there answers that the shard is not on that node
+// (IsStalePlacement: a call Citus did not delegate): ReportStalePlacement drops the
+// principal's placement, and the Middleware runs the request once more on the
+// principal's new route.
 
 import (
 	"container/list"
@@ -18,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
@@ -41,7 +45,25 @@ const (
 	DefaultMaxPrincipals = 10000
 	// DefaultLookupTimeout bounds one placement lookup (not in protocol.json).
 	DefaultLookupTimeout = time.Second
+	// StalePlacementSQLState is the SQLSTATE of the extension's refusal of a locking
+	// call (begin, acquire, save_final, claim, the batches) whose principal's shard is
+	// not on the node it runs on ("routing.stale_placement.sqlstate").
+	StalePlacementSQLState = "0A000"
+	// StalePlacementMessage is that refusal's primary message
+	// ("routing.stale_placement.message").
+	StalePlacementMessage = "the key's shard is not on this node"
 )
+
+// IsStalePlacement reports whether err (or an error it wraps) is the server's
+// refusal of a call whose principal's shard is not on the node it ran on: SQLSTATE
+// StalePlacementSQLState and the primary message StalePlacementMessage (another
+// 0A000 is not). The principal's placement is stale: report it to the Router
+// (ReportStalePlacement).
+func IsStalePlacement(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == StalePlacementSQLState &&
+		pgErr.Message == StalePlacementMessage
+}
 
 // RouterPool is a Router's target: a *pgxpool.Pool (or anything with its Acquire and Query).
 type RouterPool interface {
@@ -79,6 +101,9 @@ type RouterCounters struct {
 	// NodesMarkedDown counts connect failures reported while their node was not already
 	// down: each such failure skips the node for NodeDown.
 	NodesMarkedDown int64
+	// StalePlacements counts calls that answered the principal's shard is not on
+	// their node (ReportStalePlacement); its placement was dropped.
+	StalePlacements int64
 }
 
 // Router sends each principal's transaction to the Citus node that holds its
@@ -217,7 +242,26 @@ func (r *Router) ReportConnectFailure(node, principal string) {
 		r.counters.NodesMarkedDown++ // the node was not already down
 	}
 	r.down[node] = now.Add(r.options.NodeDown)
-	if element, ok := r.cache[principal]; ok && principal != "" {
+	if principal != "" {
+		r.forget(principal)
+	}
+}
+
+// ReportStalePlacement tells the router that a call of principal's request answered
+// that the principal's shard is not on its node (IsStalePlacement): the shard moved.
+// The principal's cached placement is dropped, so its next Route looks it up again;
+// no node is marked down (the node is up, it just no longer holds the shard).
+// Counted in StalePlacements. The Middleware calls it itself.
+func (r *Router) ReportStalePlacement(principal string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counters.StalePlacements++
+	r.forget(principal)
+}
+
+// forget drops principal's cached placement (under r.mu).
+func (r *Router) forget(principal string) {
+	if element, ok := r.cache[principal]; ok {
 		r.lru.Remove(element)
 		delete(r.cache, principal)
 	}

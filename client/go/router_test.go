@@ -32,7 +32,12 @@ type routeEnv struct {
 }
 
 // newRouteEnv makes the two node databases (dropped with the test) and the fake table.
-func newRouteEnv(t *testing.T) *routeEnv {
+func newRouteEnv(t *testing.T) *routeEnv { return newRouteEnvNamed(t, "route", false) }
+
+// newRouteEnvNamed is newRouteEnv with node databases "<db>_<prefix>_a" and "_b";
+// fakeCitus runs tests/scale-out/fake_citus.sql in node a's right after its
+// CREATE EXTENSION (before any session reads the key table's placement).
+func newRouteEnvNamed(t *testing.T, prefix string, fakeCitus bool) *routeEnv {
 	t.Helper()
 	ctx := context.Background()
 	base, err := pgx.ParseConfig(testDSN)
@@ -43,7 +48,7 @@ func newRouteEnv(t *testing.T) *routeEnv {
 	env.names["default"] = base.Database
 	admin := connectTo(t, env.dsn("postgres", base.Port))
 	for _, node := range []string{"a", "b"} {
-		name := base.Database + "_route_" + node
+		name := base.Database + "_" + prefix + "_" + node
 		env.names[node] = name
 		_, _ = admin.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS "%s" WITH (FORCE)`, name))
 		if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE "%s"`, name)); err != nil {
@@ -76,6 +81,9 @@ func newRouteEnv(t *testing.T) *routeEnv {
 		}
 		if _, err := pool.Exec(ctx, "CREATE EXTENSION idempotency"); err != nil {
 			t.Fatal(err)
+		}
+		if fakeCitus && node == "a" {
+			installFakeCitus(t, pool)
 		}
 	}
 	ordersTable(t)

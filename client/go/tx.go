@@ -26,12 +26,18 @@ type attemptTx struct {
 	// the handler met: the attempt is then rerun whatever the handler answered
 	// (an HTTP handler cannot return the error itself).
 	retryable error
+	// stale is set when a statement of the handler met IsStalePlacement: the
+	// middleware reports the principal's placement (ReportStalePlacement).
+	stale bool
 }
 
-// note remembers a serialization failure or deadlock and returns err.
+// note remembers a serialization failure, a deadlock or a stale placement and returns err.
 func (t *attemptTx) note(err error) error {
 	if err != nil && t.retryable == nil && Retryable(err) {
 		t.retryable = err
+	}
+	if err != nil && IsStalePlacement(err) {
+		t.stale = true
 	}
 	return err
 }

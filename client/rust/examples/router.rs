@@ -21,18 +21,35 @@ async fn main() -> Result<(), BoxError> {
     let client = Client::default();
 
     let request = Request::new("user-42", Some("order-1".into()), "POST", "/orders", None);
-    // A connection to the principal's node (an idle one, or a new one); the default
-    // target when it has no placement, its node is down, or the lookup failed.
-    let mut routed = router.connect(&request.principal).await?;
-    let response = client
-        .handle(&mut routed.conn, &request, |tx| {
-            Box::pin(async move {
-                tx.execute("INSERT INTO orders (item) VALUES ('book')", &[]).await?;
-                Ok(Response::new(201, vec![], "{}"))
+    let mut rerun = true;
+    let response = loop {
+        // A connection to the principal's node (an idle one, or a new one); the default
+        // target when it has no placement, its node is down, or the lookup failed.
+        let mut routed = router.connect(&request.principal).await?;
+        let mut ran = false; // set by the handler: after it ran, a stale error is not rerun
+        let result = client
+            .handle(&mut routed.conn, &request, |tx| {
+                ran = true;
+                Box::pin(async move {
+                    tx.execute("INSERT INTO orders (item) VALUES ('book')", &[]).await?;
+                    Ok(Response::new(201, vec![], "{}"))
+                })
             })
-        })
-        .await?;
-    println!("{:?} {} {:?}", routed.node, response.status, router.counters());
-    router.release(routed); // kept idle for the next request to that node
+            .await;
+        println!("{:?} {:?}", routed.node, router.counters());
+        router.release(routed); // kept idle for the next request to that node
+        match result {
+            // The shard moved and the old node refused a call: the placement is dropped
+            // (looked up again); a refused begin (the handler has not run) runs once more.
+            Err(error) if error.is_stale_placement() => {
+                router.report_stale_placement(&request.principal);
+                if ran || !std::mem::take(&mut rerun) {
+                    break Err(error);
+                }
+            }
+            other => break other,
+        }
+    }?;
+    println!("{}", response.status);
     Ok(())
 }

@@ -98,6 +98,22 @@ impl Error {
         matches!(self.sqlstate(), Some(s) if *s == SqlState::T_R_SERIALIZATION_FAILURE
             || *s == SqlState::T_R_DEADLOCK_DETECTED)
     }
+
+    /// True when the server refused a call because the principal's shard is not on the node
+    /// it ran on (under Citus, after a shard move): SQLSTATE `STALE_PLACEMENT_SQLSTATE` and
+    /// the primary message `STALE_PLACEMENT_MESSAGE` (another 0A000 is not). Also for a
+    /// handler's error (`Body`) that is such a database error. The principal's placement is
+    /// stale: report it with `Router::report_stale_placement`.
+    pub fn is_stale_placement(&self) -> bool {
+        match self {
+            Error::Db(error) => stale_placement(error),
+            Error::Body(error) => {
+                error.downcast_ref::<tokio_postgres::Error>().map_or(false, stale_placement)
+                    || error.downcast_ref::<Error>().map_or(false, Error::is_stale_placement)
+            }
+            Error::Protocol(_) => false,
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -124,6 +140,14 @@ impl From<tokio_postgres::Error> for Error {
     fn from(error: tokio_postgres::Error) -> Self {
         Error::Db(error)
     }
+}
+
+/// The server's refusal of a call whose principal's shard is not on its node.
+fn stale_placement(error: &tokio_postgres::Error) -> bool {
+    use crate::router::{STALE_PLACEMENT_MESSAGE, STALE_PLACEMENT_SQLSTATE};
+    error.as_db_error().map_or(false, |db| {
+        db.code().code() == STALE_PLACEMENT_SQLSTATE && db.message() == STALE_PLACEMENT_MESSAGE
+    })
 }
 
 /// The key was refused by the server (empty, too long, bad characters, key_format): 400.

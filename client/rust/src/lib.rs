@@ -11,7 +11,8 @@
 //! - Batches (extension 0.8.0): [`Client::begin_batch`], [`Client::complete_batch`],
 //!   [`claim_batch`]: many keys in one round trip, one answer per key.
 //! - [`Router`]: routing by principal under Citus, each request's transaction sent to the
-//!   node that holds the principal's shard.
+//!   node that holds the principal's shard; [`Error::is_stale_placement`] and
+//!   [`Router::report_stale_placement`] for a call that finds the shard moved.
 //! - [`http`]: the problem table and HTTP mapping every client shares
 //!   (`client/protocol.json`), and the optional hyper 0.14 glue (feature `hyper`).
 //!
@@ -38,6 +39,7 @@ pub use queue::{claim_batch, push_unique, push_unique_in, BatchClaim};
 pub use router::{
     Route, Routed, Router, RouterCounters, RouterOptions, DEFAULT_LOOKUP_TIMEOUT,
     DEFAULT_MAX_PRINCIPALS, DEFAULT_NODE_DOWN_SECONDS, DEFAULT_REFRESH_SECONDS, PLACEMENT_SQL,
+    STALE_PLACEMENT_MESSAGE, STALE_PLACEMENT_SQLSTATE,
 };
 pub use stream::{StreamEvent, StreamWriter};
 pub use transactional::{

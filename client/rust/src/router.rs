@@ -18,10 +18,42 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Correctness never depends on the router: under Citus every node runs any principal's
-//! calls (Citus delegates them to the shard's node); routing only saves that hop. A stale
-//! cache after a shard move sends requests to the old node, which still answers
-//! correctly, until `refresh` has passed.
+//! Correctness never depends on the router: under Citus a node runs any principal's calls
+//! that Citus delegates to the shard's node; routing only saves that hop. A stale cache
+//! after a shard move sends requests to the old node until `refresh` has passed, or until
+//! a locking call there answers that the shard is not on that node (a call Citus did not
+//! delegate; [`Error::is_stale_placement`]): then [`Router::report_stale_placement`] drops
+//! the principal's placement, and a request whose `begin` was refused (its handler has
+//! not run) can run once more on a new connection from `connect`:
+//!
+//! ```no_run
+//! # async fn doc(router: &pg_idempotency::Router, client: &pg_idempotency::Client,
+//! #     request: &pg_idempotency::Request) -> Result<(), pg_idempotency::Error> {
+//! use pg_idempotency::Response;
+//!
+//! let mut again = true;
+//! let response = loop {
+//!     let mut ran = false; // set by the handler: after it ran, a stale error is not rerun
+//!     let mut routed = router.connect(&request.principal).await?;
+//!     let result = client
+//!         .handle(&mut routed.conn, request, |_tx| {
+//!             ran = true;
+//!             Box::pin(async move { Ok(Response::new(201, vec![], "{}")) })
+//!         })
+//!         .await;
+//!     router.release(routed); // begin's transaction was rolled back
+//!     match result {
+//!         Err(error) if error.is_stale_placement() => {
+//!             router.report_stale_placement(&request.principal); // looked up again
+//!             if ran || !std::mem::take(&mut again) {
+//!                 break Err(error); // the handler ran, or the rerun was refused too
+//!             }
+//!         }
+//!         other => break other,
+//!     }
+//! }?;
+//! # let _ = response; Ok(()) }
+//! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,6 +81,12 @@ pub const DEFAULT_NODE_DOWN_SECONDS: u64 = 5;
 pub const DEFAULT_MAX_PRINCIPALS: usize = 10_000;
 /// How long one lookup may take before it counts as failed (not in protocol.json).
 pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+/// `routing.stale_placement.sqlstate`: the SQLSTATE of the extension's refusal of a
+/// locking call (begin, acquire, save_final, claim, the batches) whose principal's shard
+/// is not on the node it runs on ([`Error::is_stale_placement`]).
+pub const STALE_PLACEMENT_SQLSTATE: &str = "0A000";
+/// `routing.stale_placement.message`: that refusal's primary message.
+pub const STALE_PLACEMENT_MESSAGE: &str = "the key's shard is not on this node";
 
 /// Settings of a `Router`.
 #[derive(Clone, Debug)]
@@ -96,6 +134,9 @@ pub struct RouterCounters {
     /// Connect failures reported while their node was not already down (each skips it for
     /// `node_down`).
     pub nodes_marked_down: u64,
+    /// Calls that answered the principal's shard is not on their node
+    /// (`report_stale_placement`); its placement was dropped.
+    pub stale_placements: u64,
 }
 
 /// Where a principal goes: the node's name ("host:port") and its config, or `None` and the
@@ -276,9 +317,22 @@ impl Router {
         if until.map_or(true, |until| until <= now) {
             state.counters.nodes_marked_down += 1; // the node was not already down
         }
-        if let Some(cached) = principal.and_then(|p| state.cache.remove(p)) {
-            state.order.remove(&cached.tick);
+        if let Some(principal) = principal {
+            forget(&mut state, principal);
         }
+    }
+
+    /// Tells the router that a call of `principal`'s request answered that the principal's
+    /// shard is not on its node ([`Error::is_stale_placement`]): the shard moved. The
+    /// principal's cached placement is dropped, so its next `route` or `connect` looks it up
+    /// again; no node is marked down (the node is up, it just no longer holds the shard).
+    /// Counted in `stale_placements`. When the refused call was the key's `begin` (the
+    /// handler has not run, nothing was written), the request may run once more on a new
+    /// `connect` (the module's example).
+    pub fn report_stale_placement(&self, principal: &str) {
+        let mut state = self.lock();
+        state.counters.stale_placements += 1;
+        forget(&mut state, principal);
     }
 
     /// The cached node (None: no placement) or a fresh lookup's; None also when the lookup
@@ -368,6 +422,13 @@ impl Router {
         let pair = (Arc::new(client), statement);
         *self.lookup_conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(pair.clone());
         Ok(pair)
+    }
+}
+
+/// Drops `principal`'s cached placement, if any.
+fn forget(state: &mut State, principal: &str) {
+    if let Some(cached) = state.cache.remove(principal) {
+        state.order.remove(&cached.tick);
     }
 }
 

@@ -114,7 +114,7 @@ fn stream_entries_match() {
 fn routing_defaults_match() {
     use pg_idempotency::{
         RouterOptions, DEFAULT_MAX_PRINCIPALS, DEFAULT_NODE_DOWN_SECONDS, DEFAULT_REFRESH_SECONDS,
-        PLACEMENT_SQL,
+        PLACEMENT_SQL, STALE_PLACEMENT_MESSAGE, STALE_PLACEMENT_SQLSTATE,
     };
     let p = protocol();
     let routing = &p["routing"];
@@ -125,6 +125,7 @@ fn routing_defaults_match() {
         "default_refresh_seconds",
         "default_node_down_seconds",
         "default_max_principals",
+        "stale_placement",
     ]
     .into_iter()
     .collect();
@@ -133,6 +134,12 @@ fn routing_defaults_match() {
     assert_eq!(routing["default_refresh_seconds"], DEFAULT_REFRESH_SECONDS);
     assert_eq!(routing["default_node_down_seconds"], DEFAULT_NODE_DOWN_SECONDS);
     assert_eq!(routing["default_max_principals"], DEFAULT_MAX_PRINCIPALS);
+    let stale = &routing["stale_placement"];
+    let stale_fields: BTreeSet<&str> =
+        stale.as_object().expect("stale_placement").keys().map(String::as_str).collect();
+    assert_eq!(stale_fields, ["message", "sqlstate"].into_iter().collect());
+    assert_eq!(stale["sqlstate"], STALE_PLACEMENT_SQLSTATE);
+    assert_eq!(stale["message"], STALE_PLACEMENT_MESSAGE);
     let options = RouterOptions::default();
     assert_eq!(options.placement_sql, PLACEMENT_SQL);
     assert_eq!(options.refresh.as_secs(), DEFAULT_REFRESH_SECONDS);

@@ -11,13 +11,16 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pg_idempotency::{
-    Client, Request, Response, Router, RouterCounters, RouterOptions, PLACEMENT_SQL,
+    Client, Error, Request, Response, Router, RouterCounters, RouterOptions, PLACEMENT_SQL,
+    STALE_PLACEMENT_MESSAGE,
 };
 use tokio_postgres::{Client as PgClient, Config, Transaction};
 
 const FAKE: &str = "SELECT node_name, node_port FROM route_fake WHERE principal = $1";
 const SCHEMA: &str = "CREATE TABLE orders (principal text NOT NULL, item text NOT NULL)";
 const NODES: [&str; 3] = ["default", "a", "b"];
+/// A stand-in for Citus's catalogs (the file's comment says what it does).
+const FAKE_CITUS: &str = include_str!("../../../tests/scale-out/fake_citus.sql");
 
 struct Env {
     admin: PgClient,
@@ -40,12 +43,21 @@ fn test_port() -> u16 {
 
 impl Env {
     async fn new(test: &str) -> Env {
+        Env::with(test, false).await
+    }
+
+    /// `fake_citus`: node a's database runs tests/scale-out/fake_citus.sql right after its
+    /// CREATE EXTENSION (before any session reads the key table's placement).
+    async fn with(test: &str, fake_citus: bool) -> Env {
         let admin = common::connect_to(&common::config_for("postgres")).await;
         let (mut names, mut configs, mut clients) = (vec![], vec![], vec![]);
         for node in NODES {
             let (name, _) = common::own_database(&admin, &format!("route_{}_{}", test, node)).await;
             let config = tcp(&name, test_port());
             let client = common::connect_to(&config).await;
+            if fake_citus && node == "a" {
+                client.batch_execute(FAKE_CITUS).await.unwrap();
+            }
             client.batch_execute(SCHEMA).await.unwrap();
             names.push(name);
             configs.push(config);
@@ -145,6 +157,7 @@ fn counters(lookups: u64, failures: u64, routed: u64, defaulted: u64, down: u64)
         routed,
         defaulted,
         nodes_marked_down: down,
+        stale_placements: 0,
     }
 }
 
@@ -295,4 +308,127 @@ fn bad_settings_are_refused() {
     assert!(Router::new(config.clone(), HashMap::new(), none).is_err());
     let empty = RouterOptions { placement_sql: " ".into(), ..RouterOptions::default() };
     assert!(Router::new(config, HashMap::new(), empty).is_err());
+}
+
+/// Moves `who`'s shard away from node a (a shard-2 row in fake_citus_shard): a's locking
+/// calls for `who` are refused from now on.
+async fn move_away(env: &Env, who: &str) {
+    let a = &env.clients[1];
+    a.execute("INSERT INTO pg_catalog.fake_citus_shard VALUES ($1, 2)", &[&who]).await.unwrap();
+}
+
+/// `send` as the router's docs tell a caller to: a stale placement is reported, and a
+/// request whose begin was refused (its handler has not run) runs once more on a new
+/// connection. The result, the node of its last run and the handler's runs.
+async fn send_following(
+    router: &Router,
+    who: &str,
+) -> (Result<Response, Error>, Option<String>, u32) {
+    let request = Request::new(who, Some(key()), "POST", "/orders", Some(b"{}".to_vec()));
+    let (mut runs, mut again) = (0, true);
+    loop {
+        let before = runs;
+        let mut routed = router.connect(who).await.expect("a connection");
+        let principal = who.to_string();
+        let result = Client::default()
+            .handle(&mut routed.conn, &request, |tx: &Transaction<'_>| {
+                runs += 1;
+                let principal = principal.clone();
+                Box::pin(async move {
+                    let row = tx
+                        .query_one(
+                            "INSERT INTO orders VALUES ($1, 'book') \
+                             RETURNING current_database()::text",
+                            &[&principal],
+                        )
+                        .await?;
+                    Ok(Response::new(201, vec![], row.get::<_, String>(0)))
+                })
+            })
+            .await;
+        let node = routed.node.clone();
+        router.release(routed);
+        match result {
+            Err(error) if error.is_stale_placement() => {
+                router.report_stale_placement(who);
+                if runs > before || !std::mem::take(&mut again) {
+                    return (Err(error), node, runs);
+                }
+            }
+            other => return (other, node, runs),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stale_placement_is_dropped_and_a_refused_begin_runs_on_the_new_node() {
+    let env = Env::with("stale", true).await;
+    // refresh 60 s: only the refusal can refresh the placement.
+    let router = env.router(vec![], RouterOptions::default());
+    let who = common::unique("stale");
+    env.place(&who, Some("a.test")).await;
+    assert_eq!(send(&router, &who, &key()).await.1.as_deref(), Some("a.test:5432"));
+    move_away(&env, &who).await; // the shard moves to b: a refuses, the placement says b
+    env.place(&who, Some("b.test")).await;
+    let (result, node, runs) = send_following(&router, &who).await;
+    let response = result.expect("served on the new node");
+    assert_eq!((response.status, node.as_deref(), runs), (201, Some("b.test:5432"), 1));
+    assert_eq!(response.body, env.names[2].clone().into_bytes());
+    assert_eq!(env.rows(&who).await, "default 0/0, a 1/1, b 1/1");
+    let stale = |lookups, routed, stale_placements| RouterCounters {
+        lookups,
+        routed,
+        stale_placements,
+        ..RouterCounters::default()
+    };
+    assert_eq!(router.counters(), stale(2, 3, 1)); // routed: a, a (refused), b
+
+    // The placement query still says a: the rerun is refused too, and the handler never ran.
+    let other = common::unique("stale-twice");
+    env.place(&other, Some("a.test")).await;
+    move_away(&env, &other).await;
+    let (result, _, runs) = send_following(&router, &other).await;
+    assert!(matches!(&result, Err(e) if e.is_stale_placement()), "{:?}", result.err());
+    assert_eq!(runs, 0);
+    assert_eq!(env.rows(&other).await, "default 0/0, a 0/0, b 0/0");
+    assert_eq!(router.counters(), stale(4, 5, 3));
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn the_stale_placement_predicate_and_report_on_their_own() {
+    let env = Env::with("report", true).await;
+    // The predicate: node a's real refusal, in a database error or a handler's error.
+    let who = common::unique("moved");
+    move_away(&env, &who).await;
+    let a = &env.clients[1];
+    let claim = "SELECT * FROM idempotency.claim($1, 'k', '1 minute')";
+    let refused = a.query(claim, &[&who]).await.unwrap_err();
+    assert!(Error::Db(refused).is_stale_placement());
+    let refused = a.query(claim, &[&who]).await.unwrap_err();
+    assert!(Error::Body(Box::new(refused)).is_stale_placement());
+    for (code, message) in [("0A000", "another feature"), ("40001", STALE_PLACEMENT_MESSAGE)] {
+        let raise = format!(
+            "DO $$ BEGIN RAISE EXCEPTION '{}' USING ERRCODE = '{}'; END $$",
+            message.replace('\'', "''"),
+            code
+        );
+        let error = Error::Db(a.batch_execute(&raise).await.unwrap_err());
+        assert!(!error.is_stale_placement(), "{} {}", code, message);
+    }
+    assert!(!Error::Protocol(STALE_PLACEMENT_MESSAGE.into()).is_stale_placement());
+    // The report drops the principal's entry and counts; no node is marked down.
+    let router = env.router(vec![], RouterOptions::default());
+    let placed = common::unique("report");
+    env.place(&placed, Some("a.test")).await;
+    router.route(&placed).await;
+    assert_eq!(router.cached(), 1);
+    router.report_stale_placement(&placed);
+    router.report_stale_placement("never-routed"); // counted, nothing to drop
+    assert_eq!(router.cached(), 0);
+    assert_eq!(router.route(&placed).await.node.as_deref(), Some("a.test:5432"), "not down");
+    let want =
+        RouterCounters { lookups: 2, routed: 2, stale_placements: 2, ..RouterCounters::default() };
+    assert_eq!(router.counters(), want);
+    env.drop().await;
 }
