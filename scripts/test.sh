@@ -119,8 +119,8 @@ cluster=$(mktemp -d /tmp/idem-test.XXXXXX)
 # Below the kernel's ephemeral range (32768-60999), where an outgoing
 # connection's local port could take the port of a cluster or a service that
 # a test starts at port + N (seen: "Address already in use" for port + 30),
-# and below the fixed ports of other suites (model checker's proxy form 26600,
-# chroots 28000+).
+# and below the fixed ports of other suites (chroots 28000+). The model
+# checker's clusters take port + 40 to + 46.
 port=${IDEM_TEST_PORT:-$((20000 + RANDOM % 6000))}
 cluster_up=0
 trap 'scripts/pgcluster.sh stop "$cluster/pg"; rm -rf "$cluster"' EXIT

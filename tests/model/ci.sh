@@ -17,7 +17,7 @@
 #     cluster (library preloaded) and on a second one started here without
 #     idempotency in shared_preload_libraries (port MODEL_PORT + 1);
 #   - the function-call form through PL/Proxy (4 shards and a proxy, started by
-#     the checker on ports MODEL_PROXY_PORT..+4, default 26600), seed
+#     the checker on ports MODEL_PROXY_PORT..+4, default MODEL_PORT + 2), seed
 #     MODEL_PROXY_SEED (default 53) for MODEL_PROXY_SECONDS (default 30, about
 #     40 s with the start; 0 leaves it out; without PL/Proxy for that
 #     PostgreSQL - Debian's postgresql-15-plproxy - it fails rather than skip).
@@ -44,7 +44,9 @@ roles_seconds=${MODEL_ROLES_SECONDS:-20}
 roles_seed=${MODEL_ROLES_SEED:-$random_seed}
 proxy_seconds=${MODEL_PROXY_SECONDS:-30}
 proxy_seed=${MODEL_PROXY_SEED:-53}
-proxy_port=${MODEL_PROXY_PORT:-26600}
+# Beside this script's clusters, not a fixed port: a fixed one met a cluster left
+# running there by something else on the machine (both runs of 2026-12-02 failed so).
+proxy_port=${MODEL_PROXY_PORT:-$((port + 2))}
 
 work=$(mktemp -d /tmp/idem-model-ci.XXXXXX)
 trap 'scripts/pgcluster.sh stop "$work/pg"; scripts/pgcluster.sh stop "$work/nopreload"; rm -rf "$work"' EXIT
