@@ -214,6 +214,11 @@ class _RouterBase:
         with self._lock:
             self._state.drop(principal)
 
+    def _report_if_stale(self, principal: str, error: BaseException) -> None:
+        """report_stale_placement(principal) when ``error`` is a stale placement."""
+        if is_stale_placement(error):
+            self.report_stale_placement(principal)
+
     def _fall_back(self, principal: str, node: str) -> Target:
         with self._lock:
             self._state.fall_back(principal, node)
@@ -275,8 +280,7 @@ class Router(_RouterBase):
             try:
                 yield conn
             except psycopg.Error as error:
-                if is_stale_placement(error):
-                    self.report_stale_placement(principal)
+                self._report_if_stale(principal, error)
                 raise
 
     def close(self) -> None:
@@ -346,8 +350,7 @@ class AsyncRouter(_RouterBase):
             try:
                 yield conn
             except psycopg.Error as error:
-                if is_stale_placement(error):
-                    self.report_stale_placement(principal)
+                self._report_if_stale(principal, error)
                 raise
 
     async def close(self) -> None:
