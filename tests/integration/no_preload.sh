@@ -3,7 +3,8 @@
 # = 'pg_cron' only): a second, small throwaway cluster, where
 # `make installcheck-nopreload` runs tests/no_preload (settings set before the
 # library loads; idempotency.stats saying the counters are off, with a HINT,
-# and every function working without them). Port: PGPORT + 30 of the cluster
+# and every function working without them), then tests/pgtap/06_citus_placement.sql
+# (the refusals under Citus's placement). Port: PGPORT + 30 of the cluster
 # of scripts/test.sh (IDEM_NOPRELOAD_PORT overrides).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,3 +15,9 @@ PGCLUSTER_PRELOAD=pg_cron scripts/pgcluster.sh start "$dir/pg" "${IDEM_NOPRELOAD
 source "$dir/pg/env"
 [[ $(psql -X -At -c "SHOW shared_preload_libraries") == pg_cron ]] || { echo "FAIL: library preloaded"; exit 1; }
 make -s installcheck-nopreload || { cat output_nopreload/regression.diffs 2>/dev/null | head -200; exit 1; }
+# The refusals under Citus's placement (stand-in catalogs) without the library preloaded:
+# the pgTAP file of the preloaded suite, in a database of this cluster.
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE idem_nopreload_tap"
+psql -X -q -v ON_ERROR_STOP=1 -d idem_nopreload_tap -c "CREATE EXTENSION pgtap" \
+  -c "CREATE EXTENSION idempotency"
+pg_prove -d idem_nopreload_tap tests/pgtap/06_citus_placement.sql
