@@ -13,6 +13,7 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "commands/sequence.h"
 #include "utils/timestamp.h"
 }
@@ -128,6 +129,17 @@ bool expiry_refuses(const KeyRow& row) {
     if (row.live()) return row.tombstone;
     // Dead: a tombstone past its end goes; any other row asks its action's policy.
     return !row.tombstone && statements::expiry_refused(key_table(), row.action, row.expires_at);
+}
+
+// A lease that holds an expired row now may run out, or be released, before
+// the caller's upsert runs (renew, complete and release take no key lock), and
+// the upsert's WHERE checks liveness only: so the refusal is decided on what
+// cannot change meanwhile, the row's action and ttl.
+bool expiry_refuses_takeover(const KeyRow& row) {
+    if (!row.found) return false;
+    if (row.tombstone) return row.live();
+    if (row.expires_at > GetCurrentTransactionStartTimestamp()) return false;
+    return statements::expiry_refused(key_table(), row.action, row.expires_at);
 }
 
 void key_store_init() { key_table_init(); }

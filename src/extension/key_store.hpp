@@ -74,6 +74,13 @@ bool forget_key(text* principal, text* key);
 /// Nothing may start or be written under such a key.
 bool expiry_refuses(const KeyRow& row);
 
+/// For a writer that decides on a lookup and writes later (save_final): the
+/// row's key expired by its ttl and its action refuses it, whether or not a
+/// lease still holds the row (that lease may run out or be released before the
+/// write), or the row is a live tombstone. No new request may replace it in
+/// this transaction.
+bool expiry_refuses_takeover(const KeyRow& row);
+
 /// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
 /// a no-op for a local table): the key lock is a lock of this node, so two
 /// calls for one key must run on the same node to exclude each other.

@@ -100,9 +100,11 @@ Datum idempotency_save_final(FunctionCallInfo call) {
         count_wait(request.action, lock);
         if (lock.holder == LockHolder::none)
             PG_RETURN_BOOL(count_save_final(request.action, false));
-        // A key that expired and is refused (a tombstone, or a dead row cleanup
-        // has not reached yet) stores nothing: the retry was told `expired`.
-        if (expiry_refuses(lookup_key(request.principal, request.key, InvalidSnapshot)))
+        // A key that expired and is refused (a tombstone, or a row cleanup has
+        // not reached yet, even while a lease still holds it: that lease may end
+        // before the upsert below, whose WHERE checks liveness only) stores
+        // nothing: the retry was told `expired`.
+        if (expiry_refuses_takeover(lookup_key(request.principal, request.key, InvalidSnapshot)))
             PG_RETURN_BOOL(count_save_final(request.action, false));
         PG_RETURN_BOOL(count_save_final(
             request.action, store_completed(request, response, &ttl, next_fence(KeyRow{}), false)));
