@@ -17,7 +17,11 @@
 # 'wal_compression = lz4'), GROW_DIR (/tmp/grow-bench), GROW_PORT (27800),
 # HEAP_FILLFACTOR (the key table's fillfactor for the run), RESULTS
 # (bench/growth/results), CLEANUP_KEYS (a tenth of the last size: expired keys deleted
-# by cleanup() and VACUUM at the end, cost per row).
+# by cleanup() and VACUUM at the end, cost per row), FILL_INDEXES (during: the
+# fill inserts through both indexes; after: they are dropped for the fill and
+# built again after it, with INDEX_FILLFACTOR (74), for sizes whose fill would
+# take hours - see README.md), KEYS (random; ordered: each new key above every
+# stored one, as time-ordered keys are - see README.md).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +35,18 @@ clients=${CLIENTS:-4} jobs=${JOBS:-2}
 dir=${GROW_DIR:-/tmp/grow-bench} port=${GROW_PORT:-27800}
 results=${RESULTS:-$here/results}
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
+# FILL_INDEXES=after: the fill goes into the heap alone, then both indexes are
+# built as the schema defines them, their leaves filled to INDEX_FILLFACTOR
+# percent: 74 is how full the leaves of an index grown by random inserts were
+# (64 bytes per key in the primary key at 10M keys filled through it), so the
+# measured inserts meet leaves as full as in a table grown one key at a time.
+ordered=false
+[[ ${KEYS:-random} == ordered ]] && ordered=true
+[[ ${KEYS:-random} =~ ^(random|ordered)$ ]] || { echo "KEYS must be random or ordered" >&2; exit 2; }
+indexes_after=false
+[[ ${FILL_INDEXES:-during} == after ]] && indexes_after=true
+[[ ${FILL_INDEXES:-during} =~ ^(during|after)$ ]] \
+  || { echo "FILL_INDEXES must be during or after" >&2; exit 2; }
 hz=$(getconf CLK_TCK)
 
 rm -rf "$results" && mkdir -p "$results/logs" "$results/scripts"
@@ -65,8 +81,11 @@ sql -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
 {
   echo "source: $(git -C "$root" rev-parse --short HEAD) (PGBIN $PGBIN); cores: $(nproc)"
   echo "sizes: ${sizes[*]}; rounds: $rounds x $seconds s; body: $body bytes; tenants: $tenants"
-  printf 'pgbench -n -M prepared -c %s -j %s; schema: %s%s\n' "$clients" "$jobs" \
-    "${SCHEMA_SQL:-as installed}" "${HEAP_FILLFACTOR:+, fillfactor $HEAP_FILLFACTOR}"
+  printf 'pgbench -n -M prepared -c %s -j %s; keys: %s; schema: %s%s; indexes: %s\n' \
+    "$clients" "$jobs" "${KEYS:-random}" \
+    "${SCHEMA_SQL:-as installed}" "${HEAP_FILLFACTOR:+, fillfactor $HEAP_FILLFACTOR}" \
+    "$($indexes_after && echo "built after the fill, fillfactor ${INDEX_FILLFACTOR:-74}" \
+      || echo "filled through")"
   sql -c "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings
     WHERE name IN ('fsync', 'full_page_writes', 'synchronous_commit', 'shared_buffers',
                    'max_wal_size', 'server_version')"
@@ -74,10 +93,18 @@ sql -c "ALTER TABLE idempotency.keys SET (autovacuum_enabled = off)" \
 
 # The protocol's scripts, reused: each request's principal is one of the
 # tenants at random (not always 'acme'), so that new keys land anywhere in
-# the primary key as they do in production.
+# the primary key as they do in production. KEYS=ordered: each fresh key is
+# above every key stored before it (a per-client counter over a per-run base,
+# see run()), as time-ordered keys (UUIDv7, ULID) are; the same arithmetic in
+# both scripts.
+ordered_key='\\set n :n + 1\n\\set k 1000000000000000000 + :fresh + :n * '"$clients"' + :client_id'
 for v in extension base; do
   { echo "\\set t random(0, $((tenants - 1)))"; sed "s/'acme'/('tenant_' || :t::int)/" \
     "$root/bench/protocol/$v.sql"; } >"$results/scripts/$v.sql"
+  if $ordered; then
+    sed -i "s/^\\\\set k random(1, 4000000000000000000)\$/$ordered_key/" "$results/scripts/$v.sql"
+    grep -q ':fresh' "$results/scripts/$v.sql" || { echo "!! no key line in $v.sql" >&2; exit 1; }
+  fi
 done
 sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea"
 # Key number I of the fill (SQL of I): a number in 1..4*10^18 as text from a hash of I,
@@ -85,7 +112,10 @@ sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::byte
 # new keys land among the stored ones at random, as in production (UUID-like keys
 # would put the fresh numeric keys in the few leaves of the keys that start with a
 # digit).
+# KEYS=ordered: key number I is 10^18 + I, 19 digits, so that text order is the
+# order of I (the order the fill stored them in).
 key_of() {
+  if $ordered; then echo "(1000000000000000000 + $1::bigint)::text"; return; fi
   echo "((hashtextextended($1::text, 0) & 9223372036854775807) % 4000000000000000000 + 1)::text"
 }
 # The lookup: begin of a key the fill stored (key number i of tenant i % TENANTS).
@@ -94,6 +124,19 @@ lookup_script() {
   printf '%s\n' "\\set i random(1, $1)" "\\set p :i % $tenants" \
     "SELECT outcome FROM idempotency.begin('tenant_' || :p::int, $(key_of ':i'), $rest" \
     >"$results/scripts/lookup.sql"
+}
+
+drop_indexes() {
+  sql -c "ALTER TABLE idempotency.keys DROP CONSTRAINT keys_pkey" \
+    -c "DROP INDEX idempotency.keys_expires_at_idx"
+}
+build_indexes() {
+  local ff=${INDEX_FILLFACTOR:-74}
+  sql -c "SET maintenance_work_mem = '1GB'" \
+    -c "ALTER TABLE idempotency.keys ADD CONSTRAINT keys_pkey PRIMARY KEY (principal, key)
+          WITH (fillfactor = $ff)" \
+    -c "CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at) WITH (fillfactor = $ff)"
+  printf '  built both indexes (%s)\n' "$(date -u +%T)"
 }
 
 # fill FROM TO [EXPIRES]: key numbers FROM..TO, BODY_BYTES of JSON each, expiring
@@ -146,7 +189,10 @@ run() {
   if (($1 == 0)); then sql -c "TRUNCATE idempotency.keys"; fi
   sql -c "CHECKPOINT"
   s0=$(statio); l0=$(sql -c "SELECT pg_current_wal_lsn()"); f0=$(fpi); c0=$(cpu_ticks "$dir")
+  # KEYS=ordered: this run's fresh keys start at the time in seconds x 10^8, above the
+  # fill's keys (at most 10^8 of them) and every earlier run's (fewer than 10^8 a run).
   "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$jobs" -T "$4" -f "$results/scripts/$3.sql" \
+    -D n=0 -D fresh=$(($(date +%s) * 100000000)) \
     >"$log" 2>&1 || { echo "!! pgbench failed: $log" >&2; tail -5 "$log" >&2; exit 1; }
   backends_gone
   c1=$(cpu_ticks "$dir"); l1=$(sql -c "SELECT pg_current_wal_lsn()"); f1=$(fpi)
@@ -176,7 +222,9 @@ for size in "${sizes[@]}"; do
   echo "== $size keys ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
   if ((size > filled)); then
     set_fillfactor 100
+    $indexes_after && drop_indexes
     fill $((filled + 1)) "$size"
+    $indexes_after && build_indexes
     set_fillfactor "${HEAP_FILLFACTOR:-}"
   fi
   filled=$((size > filled ? size : filled))
