@@ -122,19 +122,19 @@ bool forget_key(text* principal, text* key) {
     return statements::forget_key(key_table(), principal, key);
 }
 
-// The policies are read by a statement whatever the placement: under Citus
-// they are a reference table, read on the node of the principal's shard.
+// A live row refuses only as a tombstone; a dead one as expiry_refuses_takeover says.
 bool expiry_refuses(const KeyRow& row) {
     if (!row.found) return false;
-    if (row.live()) return row.tombstone;
-    // Dead: a tombstone past its end goes; any other row asks its action's policy.
-    return !row.tombstone && statements::expiry_refused(key_table(), row.action, row.expires_at);
+    return row.live() ? row.tombstone : expiry_refuses_takeover(row);
 }
 
-// A lease that holds an expired row now may run out, or be released, before
-// the caller's upsert runs (renew, complete and release take no key lock), and
-// the upsert's WHERE checks liveness only: so the refusal is decided on what
-// cannot change meanwhile, the row's action and ttl.
+// What cannot change while the caller waits to write decides: a lease that
+// holds an expired row now may run out, or be released, before the caller's
+// upsert runs (renew, complete and release take no key lock), and the upsert's
+// WHERE checks liveness only. A tombstone refuses until its end; any other row
+// whose ttl ran out asks its action's policy. The policies are read by a
+// statement whatever the placement: under Citus they are a reference table,
+// read on the node of the principal's shard.
 bool expiry_refuses_takeover(const KeyRow& row) {
     if (!row.found) return false;
     if (row.tombstone) return row.live();
