@@ -55,7 +55,7 @@ citus_dsn="postgresql://postgres@127.0.0.1:$port/shop"
 citus_clusters=("$work/citus/coordinator" "$work/citus/worker1" "$work/citus/worker2")
 
 cat >"$work/write.sql" <<'SQL'
-\set k random(1, 1000000000000)
+\set k random(1, 1000000000000000000)
 \set u :k % 997
 BEGIN;
 SELECT outcome FROM idempotency.begin('user-' || :u, 'c' || :client_id || '-' || :k, 'create_order', '\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea);
@@ -64,7 +64,7 @@ SELECT idempotency.complete('user-' || :u, 'c' || :client_id || '-' || :k, 201, 
 COMMIT;
 SQL
 cat >"$work/plain.sql" <<'SQL'
-\set k random(1, 1000000000000)
+\set k random(1, 1000000000000000000)
 \set u :k % 997
 BEGIN;
 INSERT INTO orders (principal, item, quantity) VALUES ('user-' || :u, 'book', 2);

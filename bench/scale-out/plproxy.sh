@@ -74,7 +74,7 @@ distributed() {  # distributed on|off: the setting in every shard's database sho
 }
 
 cat >"$work/write.sql" <<'SQL'
-\set k random(1, 1000000000000)
+\set k random(1, 1000000000000000000)
 \set u :k % 997
 SELECT status FROM shop.create_order('user-' || :u, 'r' || :round || '-c' || :client_id || '-' || :k, '/orders', convert_to('{"item":"book","quantity":2}', 'UTF8'));
 SQL

@@ -13,6 +13,8 @@ extern "C" {
 #include "funcapi.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #if PG_VERSION_NUM >= 160000
@@ -119,6 +121,17 @@ inline config_generic* find_guc_record(const char* name) {
     for (int i = 0; i < count; ++i)
         if (pg_strcasecmp(records[i]->name, name) == 0) return records[i];
     return nullptr;
+#endif
+}
+
+/// A one-dimensional bigint[] of `count` values. Since 16 construct_array_builtin()
+/// knows the element type's length, by-value flag and alignment; up to 15
+/// they are given (a bigint is by value where a float8 is).
+inline ArrayType* construct_int8_array(Datum* values, int count) {
+#if PG_VERSION_NUM >= 160000
+    return construct_array_builtin(values, count, INT8OID);
+#else
+    return construct_array(values, count, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
 #endif
 }
 

@@ -1,7 +1,9 @@
 // The key store's facade: each call picks its back-end once, here, and hands
 // the key table's OIDs to it. The direct back-end serves the lookup and the
-// insert of a new completed key on a plain local table; the statement
-// back-end serves every other write, and everything in the distributed mode.
+// insert of a new completed key on a plain local table, and under Citus on the
+// principal's local shard once a locking call of the transaction has locked
+// it there; the statement back-end serves every other write, and everything
+// else in the distributed mode.
 // A back-end never calls the other, nor this file.
 #include "key_store.hpp"
 #include "key_direct.hpp"
@@ -29,11 +31,14 @@ enum class Backend { direct, statements };
 constexpr int64 kUnixEpochInPostgresUs =
     int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY * USECS_PER_SEC;
 
-// The back-end of a lookup or of the insert of a new key: statements in the
-// distributed mode (idempotency.distributed = on, or Citus distributes the
-// table by principal), the direct one otherwise. Raises 0A000 when Citus
+// The back-end of a lookup or of the insert of a new key for `principal`, and
+// the relation it uses in *use: statements with idempotency.distributed = on;
+// the direct one on a plain local table; under Citus (the table distributed by
+// principal) the direct one on the principal's local shard relation when a
+// locking call of this transaction checked and locked it there
+// (locked_local_shard), statements otherwise. Raises 0A000 when Citus
 // distributes the table in a way the protocol cannot use.
-Backend backend_for(const KeyTable& table) {
+Backend backend_for(const KeyTable& table, text* principal, KeyTable* use) {
     if (unlikely(table.placement == Placement::unsupported))
         ereport(ERROR,
                 (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -42,18 +47,20 @@ Backend backend_for(const KeyTable& table) {
                            "run on the node that holds its rows."),
                  errhint("Undistribute the table (undistribute_table) and run "
                          "idempotency.distribute(), which distributes it by principal.")));
-    const bool distributed_mode =
-        distributed == kDistributedOn || table.placement == Placement::by_principal;
-    return distributed_mode ? Backend::statements : Backend::direct;
+    *use = table;
+    if (distributed == kDistributedOn) return Backend::statements;
+    if (table.placement == Placement::local) return Backend::direct;
+    return locked_local_shard(principal, use) ? Backend::direct : Backend::statements;
 }
 
 }  // namespace
 
 KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
     const KeyTable table = key_table();
-    if (backend_for(table) == Backend::statements)
+    KeyTable use;
+    if (backend_for(table, principal, &use) == Backend::statements)
         return statements::lookup_key(table, principal, key, snapshot);
-    return direct::lookup_key(table, principal, key, snapshot);
+    return direct::lookup_key(use, principal, key, snapshot);
 }
 
 // From 0.8.0 a fence is this node's clock in microseconds since 1970, or the
@@ -79,13 +86,15 @@ int64 next_fence(const KeyRow& current) {
 }
 
 // A new key (known_absent) is inserted directly when the direct back-end can
-// (a plain local table, no trigger, row security or added column); anything
+// (a plain local table or a locked local shard, no trigger, row security or
+// added column); anything
 // else, and a row that replaces another, is a statement.
 bool store_completed(const Request& request, const StoredResponse& response, const Interval* ttl,
                      int64 fence, bool known_absent) {
     const KeyTable table = key_table();
-    if (known_absent && backend_for(table) == Backend::direct &&
-        direct::insert_completed(table, request, response, ttl, fence))
+    KeyTable use;
+    if (known_absent && backend_for(table, request.principal, &use) == Backend::direct &&
+        direct::insert_completed(use, request, response, ttl, fence))
         return true;
     return statements::store_completed(table, request, response, ttl, fence, known_absent);
 }

@@ -5,7 +5,9 @@
 // statement one (key_statements.cpp: SQL statements run with the owner's
 // rights, for every other write, and for everything in the distributed mode:
 // idempotency.distributed = on, or Citus distributes the table by principal,
-// when the engine routes each statement to the shard of its principal).
+// when the engine routes each statement to the shard of its principal; under
+// Citus the lookup and the insert go direct again, on the principal's shard
+// relation, once a locking call has locked that shard on this node).
 // Callers never know which one ran; the back-ends never call each other.
 #pragma once
 
@@ -83,7 +85,10 @@ bool expiry_refuses_takeover(const KeyRow& row);
 
 /// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
 /// a no-op for a local table): the key lock is a lock of this node, so two
-/// calls for one key must run on the same node to exclude each other.
+/// calls for one key must run on the same node to exclude each other. Takes
+/// Citus's shard metadata lock on the shard in share mode first, to the end of
+/// the transaction, so that the shard cannot move away while the transaction
+/// uses it; once per principal and transaction.
 void require_local_shard(text* principal);
 
 /// Registers the relation cache callback that forgets the table's OIDs (from _PG_init).

@@ -58,7 +58,10 @@ KeyTable key_table() {
     return cached;
 }
 
-void key_table_init() { CacheRegisterRelcacheCallback(forget_key_relations, (Datum)0); }
+void key_table_init() {
+    CacheRegisterRelcacheCallback(forget_key_relations, (Datum)0);
+    placement_init();
+}
 
 // The key row from a copied tuple with the table's own columns, by attribute number.
 KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc) {

@@ -68,6 +68,22 @@ KeyRow row_from_tuple(HeapTuple tuple, TupleDesc desc);
 /// Where Citus keeps the rows of `table` (its metadata read as `owner`), in placement.cpp.
 Placement citus_placement(Oid table, Oid owner);
 
+/// Under Citus, the local shard relation that holds the rows of `principal`,
+/// when a locking call of this transaction found its shard placed on this node
+/// after taking Citus's shard metadata lock on it (require_local_shard; the
+/// lock, held to the end of the transaction, keeps a move or split from
+/// switching the shard away meanwhile). `shard` comes in as a copy of
+/// key_table(); on true its table and index are the shard's relation and
+/// primary key, which the direct back-end may read and write as Citus's own
+/// local executor would. False, `shard` unchanged: no such check in this
+/// transaction (or it was in a savepoint rolled back since), a Citus without
+/// lock_shard_metadata, citus.enable_local_execution off, or a shard relation
+/// without the key table's columns in its order and its primary key.
+bool locked_local_shard(text* principal, KeyTable* shard);
+
+/// Registers placement.cpp's cache and transaction callbacks (from key_table_init()).
+void placement_init();
+
 /// The caller's user id and security context, saved while SQL runs as the
 /// key table's owner.
 struct SavedUser {

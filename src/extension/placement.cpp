@@ -1,20 +1,53 @@
 // Where Citus keeps the key table's rows: the placement of idempotency.keys
-// read from Citus's metadata (once per session, see key_table()), and the
-// check that this node holds the shard of a principal before its key lock is
-// taken. Both are SQL on Citus's catalogs, run as the table's owner; without
-// Citus neither runs a statement.
+// read from Citus's metadata (once per session, see key_table()); the check,
+// before a key lock is taken, that this node holds the shard of a principal;
+// and the local shard relation that the direct back-end may then use. Without
+// Citus none of it runs a statement.
+//
+// A locking call for a principal under Citus (require_local_shard) asks Citus
+// for the principal's shard (get_shard_id_for_distribution_column), takes
+// Citus's shard metadata lock on it in share mode (lock_shard_metadata, the
+// lock Citus's own executor takes for a write to the shard, and which a shard
+// move or split takes in exclusive mode before it switches the shard to
+// another node), and then reads pg_dist_placement again: only a shard placed
+// on this node after the lock was granted passes. The lock is held to the end
+// of the transaction, so the shard cannot move away while the transaction
+// reads and writes it: the direct back-end then reads and writes the shard's
+// own relation (idempotency.keys_<shard id>) through its heap and primary key,
+// as it does the plain table on one node (locked_local_shard).
 #include "key_store.hpp"
 #include "key_table.hpp"
 
 extern "C" {
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
 }
+
+#include "compat.hpp"  // PostgreSQL 15 / 16-17 / 18 differences
 
 namespace idem::pg {
 
@@ -29,16 +62,271 @@ const char* const kPlacementSql =
     "  FROM pg_catalog.pg_dist_partition p"
     " WHERE p.logicalrelid::pg_catalog.oid OPERATOR(pg_catalog.=) $1";
 
-// Whether this node holds a placement of the shard of principal $2 of table $1.
-const char* const kLocalShardSql =
-    "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement pl, "
-    "pg_catalog.pg_dist_local_group g"
-    " WHERE pl.groupid OPERATOR(pg_catalog.=) g.groupid"
-    "   AND pl.shardid OPERATOR(pg_catalog.=)"
-    "       pg_catalog.get_shard_id_for_distribution_column($1::pg_catalog.regclass, $2)";
+// Citus's placement state of an active placement (pg_dist_placement.shardstate).
+constexpr int32 kShardStateActive = 1;
 
-// The plan of kLocalShardSql, kept for the session.
-SPIPlanPtr local_shard_plan = nullptr;
+// Citus's functions, called through fmgr (no SQL): looked up once per session,
+// forgotten when pg_proc changes (Citus installed, updated or dropped).
+struct CitusFunctions {
+    bool looked_up = false;
+    bool has_shard_id = false;
+    FmgrInfo shard_id;  // get_shard_id_for_distribution_column(regclass, "any")
+    bool has_lock = false;
+    FmgrInfo lock_metadata;  // lock_shard_metadata(integer, bigint[])
+};
+CitusFunctions citus;
+
+void forget_functions(Datum, int, uint32) { citus.looked_up = false; }
+
+Oid function_oid(const char* name, int nargs, const Oid* types) {
+    List* qualified = list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name)));
+    return LookupFuncName(qualified, nargs, types, true);
+}
+
+void look_up_functions() {
+    if (citus.looked_up) return;
+    citus = CitusFunctions{};
+    // Citus declares the value "any"; the stand-in of the tests (fake_citus.sql) text.
+    Oid shard_id_types[2] = {REGCLASSOID, ANYOID};
+    Oid shard_id = function_oid("get_shard_id_for_distribution_column", 2, shard_id_types);
+    if (!OidIsValid(shard_id)) {
+        shard_id_types[1] = TEXTOID;
+        shard_id = function_oid("get_shard_id_for_distribution_column", 2, shard_id_types);
+    }
+    if (OidIsValid(shard_id)) {
+        fmgr_info_cxt(shard_id, &citus.shard_id, TopMemoryContext);
+        // "any" takes its type from the call's expression, as Citus reads it
+        // (get_fn_expr_argtype): a call with a regclass and a text.
+        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+        List* args = list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
+                                makeNullConst(TEXTOID, -1, DEFAULT_COLLATION_OID));
+        FuncExpr* call =
+            makeFuncExpr(shard_id, INT8OID, args, InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+        MemoryContextSwitchTo(old);
+        fmgr_info_set_expr(reinterpret_cast<Node*>(call), &citus.shard_id);
+        citus.has_shard_id = true;
+    }
+    const Oid lock_types[2] = {INT4OID, INT8ARRAYOID};
+    const Oid lock = function_oid("lock_shard_metadata", 2, lock_types);
+    if (OidIsValid(lock)) {
+        fmgr_info_cxt(lock, &citus.lock_metadata, TopMemoryContext);
+        citus.has_lock = true;
+    }
+    citus.looked_up = true;
+}
+
+// The shard of `principal` in `table`, asked of Citus as the table's owner
+// (Citus checks that the caller may read the table).
+int64 shard_of(const KeyTable& table, text* principal) {
+    if (!citus.has_shard_id)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("idempotency.keys is distributed by Citus, but "
+                               "get_shard_id_for_distribution_column is missing")));
+    return DatumGetInt64(FunctionCall2Coll(&citus.shard_id, DEFAULT_COLLATION_OID,
+                                           ObjectIdGetDatum(table.table),
+                                           PointerGetDatum(principal)));
+}
+
+// Citus's shard metadata lock of `shard` in share mode, as Citus's executor
+// takes it for a write, to the end of the transaction (Citus checks that the
+// caller owns the table). Its result (void) is not read.
+void lock_shard_metadata(int64 shard) {
+    Datum ids[1] = {Int64GetDatum(shard)};
+    ArrayType* array = compat::construct_int8_array(ids, 1);
+    LOCAL_FCINFO(call, 2);
+    InitFunctionCallInfoData(*call, &citus.lock_metadata, 2, InvalidOid, nullptr, nullptr);
+    call->args[0].value = Int32GetDatum(ShareLock);
+    call->args[0].isnull = false;
+    call->args[1].value = PointerGetDatum(array);
+    call->args[1].isnull = false;
+    (void)FunctionCallInvoke(call);
+}
+
+// The one value of column `column` of catalog `name`'s first row, read with a
+// new catalog snapshot (Citus's catalogs have no system cache: every scan takes one).
+bool first_int4(const char* name, const char* column, int32* value) {
+    const Oid relid = get_relname_relid(name, PG_CATALOG_NAMESPACE);
+    if (!OidIsValid(relid)) return false;
+    const AttrNumber attnum = get_attnum(relid, column);
+    if (attnum == InvalidAttrNumber) return false;
+    Relation rel = table_open(relid, AccessShareLock);
+    SysScanDesc scan = systable_beginscan(rel, InvalidOid, false, nullptr, 0, nullptr);
+    HeapTuple tuple = systable_getnext(scan);
+    bool found = false;
+    if (HeapTupleIsValid(tuple)) {
+        bool isnull;
+        const Datum datum = heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
+        found = !isnull;
+        if (found) *value = DatumGetInt32(datum);
+    }
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return found;
+}
+
+// Whether pg_dist_placement, read now, places `shard` on this node's group
+// (pg_dist_local_group), active.
+bool placed_here(int64 shard) {
+    int32 local_group;
+    if (!first_int4("pg_dist_local_group", "groupid", &local_group)) return false;
+    const Oid relid = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
+    if (!OidIsValid(relid)) return false;
+    const AttrNumber shard_column = get_attnum(relid, "shardid");
+    const AttrNumber group_column = get_attnum(relid, "groupid");
+    const AttrNumber state_column = get_attnum(relid, "shardstate");  // none in the stand-in
+    if (shard_column == InvalidAttrNumber || group_column == InvalidAttrNumber) return false;
+    const Oid index = get_relname_relid("pg_dist_placement_shardid_index", PG_CATALOG_NAMESPACE);
+    Relation rel = table_open(relid, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, shard_column, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
+    SysScanDesc scan = systable_beginscan(rel, index, OidIsValid(index), nullptr, 1, &key);
+    bool here = false;
+    HeapTuple tuple;
+    while (!here && HeapTupleIsValid(tuple = systable_getnext(scan))) {
+        bool isnull;
+        const Datum group = heap_getattr(tuple, group_column, RelationGetDescr(rel), &isnull);
+        if (isnull || DatumGetInt32(group) != local_group) continue;
+        if (state_column != InvalidAttrNumber) {
+            const Datum state = heap_getattr(tuple, state_column, RelationGetDescr(rel), &isnull);
+            if (isnull || DatumGetInt32(state) != kShardStateActive) continue;
+        }
+        here = true;
+    }
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return here;
+}
+
+// The principals whose shard this transaction found on this node, with the
+// shard and whether Citus's metadata lock on it is held. In
+// TopTransactionContext; forgotten at the end of the transaction, and an entry
+// made in a savepoint that rolls back (its lock went with it) is forgotten then.
+struct CheckedShard {
+    text* principal;
+    int64 shard;
+    bool locked;
+    SubTransactionId subtransaction;
+};
+constexpr int kMaxChecked = 16;  // more principals in one transaction: checked again each call
+CheckedShard checked[kMaxChecked];
+int checked_count = 0;
+
+bool same_text(text* a, text* b) {
+    return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+           memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+const CheckedShard* find_checked(text* principal) {
+    for (int i = 0; i < checked_count; ++i)
+        if (same_text(checked[i].principal, principal)) return &checked[i];
+    return nullptr;
+}
+
+void remember_checked(text* principal, int64 shard, bool locked) {
+    if (checked_count == kMaxChecked) return;
+    const Size size = VARSIZE_ANY(principal);
+    auto* copy = static_cast<text*>(MemoryContextAlloc(TopTransactionContext, size));
+    memcpy(copy, principal, size);
+    checked[checked_count++] = CheckedShard{copy, shard, locked, GetCurrentSubTransactionId()};
+}
+
+void on_transaction_event(XactEvent event, void*) {
+    if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
+        event != XACT_EVENT_PRE_PREPARE)
+        checked_count = 0;
+}
+
+void on_subtransaction_event(SubXactEvent event, SubTransactionId mine, SubTransactionId parent,
+                             void*) {
+    if (event == SUBXACT_EVENT_COMMIT_SUB) {
+        for (int i = 0; i < checked_count; ++i)
+            if (checked[i].subtransaction == mine) checked[i].subtransaction = parent;
+    } else if (event == SUBXACT_EVENT_ABORT_SUB) {
+        int kept = 0;
+        for (int i = 0; i < checked_count; ++i)
+            if (checked[i].subtransaction != mine) checked[kept++] = checked[i];
+        checked_count = kept;
+    }
+}
+
+// The shard relations the direct back-end may use, by shard id: the relation
+// and its primary key, checked once to have the key table's own columns in its
+// order. Forgotten when any of them, or everything, is invalidated.
+struct ShardRelation {
+    int64 shard;
+    Oid table;
+    Oid index;
+    bool usable;
+};
+constexpr int kMaxShardRelations = 64;
+ShardRelation shard_relations[kMaxShardRelations];
+int shard_relation_count = 0;
+
+void forget_shard_relations(Datum, Oid relid) {
+    if (relid == InvalidOid) {
+        shard_relation_count = 0;
+        return;
+    }
+    for (int i = 0; i < shard_relation_count; ++i)
+        if (shard_relations[i].table == relid || shard_relations[i].index == relid) {
+            shard_relation_count = 0;
+            return;
+        }
+}
+
+// Whether `shard` has the key table's columns, by name and type, first and in
+// order, and a primary key on (principal, key); its primary key in *index.
+bool usable_shard(Relation shard, Relation table, Oid* index) {
+    if (shard->rd_rel->relkind != RELKIND_RELATION) return false;
+    TupleDesc mine = RelationGetDescr(shard);
+    TupleDesc theirs = RelationGetDescr(table);
+    if (mine->natts < aColumns || theirs->natts < aColumns) return false;
+    for (int i = 0; i < aColumns; ++i) {
+        Form_pg_attribute a = TupleDescAttr(mine, i);
+        Form_pg_attribute b = TupleDescAttr(theirs, i);
+        if (a->attisdropped || b->attisdropped || a->atttypid != b->atttypid ||
+            strcmp(NameStr(a->attname), NameStr(b->attname)) != 0)
+            return false;
+    }
+    list_free(RelationGetIndexList(shard));  // sets rd_pkindex
+    *index = shard->rd_pkindex;
+    if (!OidIsValid(*index)) return false;
+    Relation pkey = index_open(*index, AccessShareLock);
+    const bool two_columns = pkey->rd_index->indnkeyatts == 2 &&
+                             pkey->rd_index->indkey.values[0] == aPrincipal &&
+                             pkey->rd_index->indkey.values[1] == aKey;
+    index_close(pkey, AccessShareLock);
+    return two_columns;
+}
+
+// The relation of `shard` of the key table on this node, looked up once.
+const ShardRelation* shard_relation(const KeyTable& table, int64 shard) {
+    for (int i = 0; i < shard_relation_count; ++i)
+        if (shard_relations[i].shard == shard) return &shard_relations[i];
+    // Citus names a shard by its table and shard id, in the table's schema.
+    char name[NAMEDATALEN];
+    snprintf(name, sizeof(name), "keys_" INT64_FORMAT, shard);
+    ShardRelation found{shard, get_relname_relid(name, get_rel_namespace(table.table)), InvalidOid,
+                        false};
+    if (OidIsValid(found.table)) {
+        Relation shell = table_open(table.table, AccessShareLock);
+        Relation rel = table_open(found.table, AccessShareLock);
+        found.usable = usable_shard(rel, shell, &found.index);
+        table_close(rel, AccessShareLock);
+        table_close(shell, AccessShareLock);
+    }
+    if (!OidIsValid(found.table)) return nullptr;  // not known here: looked up again next time
+    if (shard_relation_count == kMaxShardRelations) shard_relation_count = 0;
+    shard_relations[shard_relation_count] = found;
+    return &shard_relations[shard_relation_count++];
+}
+
+// citus.enable_local_execution: off makes Citus reach even a local shard over
+// a connection of its own, which the direct back-end must not bypass.
+bool local_execution_on() {
+    const char* value = GetConfigOption("citus.enable_local_execution", true, false);
+    return value == nullptr || strcmp(value, "on") == 0;
+}
 
 }  // namespace
 
@@ -69,20 +357,20 @@ Placement citus_placement(Oid table, Oid owner) {
 void require_local_shard(text* principal) {
     const KeyTable table = key_table();
     if (table.placement != Placement::by_principal) return;
-    Datum values[2] = {ObjectIdGetDatum(table.table), PointerGetDatum(principal)};
-    const SavedUser saved = spi_connect_as(table.owner);
-    if (local_shard_plan == nullptr) {
-        Oid types[2] = {OIDOID, TEXTOID};
-        local_shard_plan = keep_plan(kLocalShardSql, 2, types);
-    }
-    const int rc = SPI_execute_plan(local_shard_plan, values, nullptr, true, 1);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "reading pg_dist_placement failed: %s", SPI_result_code_string(rc));
-    bool isnull;
-    const int64 here =
-        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    spi_finish_as(saved);
-    if (here == 0)
+    // Checked earlier in this transaction: the lock taken then is still held.
+    if (find_checked(principal) != nullptr) return;
+    look_up_functions();
+    // As the table's owner: Citus checks that its caller may read the table
+    // and owns it. An error in between is fine: the abort restores the user.
+    Oid user;
+    int context;
+    GetUserIdAndSecContext(&user, &context);
+    SetUserIdAndSecContext(table.owner, context | SECURITY_LOCAL_USERID_CHANGE);
+    const int64 shard = shard_of(table, principal);
+    if (citus.has_lock) lock_shard_metadata(shard);
+    SetUserIdAndSecContext(user, context);
+    // Read after the lock: a move that switched the shard away has committed by now.
+    if (!placed_here(shard))
         ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("the key's shard is not on this node"),
                         errdetail("idempotency.keys is distributed by principal; its key lock is a "
@@ -90,6 +378,24 @@ void require_local_shard(text* principal) {
                         errhint("Delegate the protocol functions to that node: run "
                                 "idempotency.distribute(), or create_distributed_function(..., "
                                 "force_delegation => true) for each (see docs/scale-out.md).")));
+    remember_checked(principal, shard, citus.has_lock);
+}
+
+bool locked_local_shard(text* principal, KeyTable* shard) {
+    const CheckedShard* entry = find_checked(principal);
+    if (entry == nullptr || !entry->locked || !local_execution_on()) return false;
+    const ShardRelation* relation = shard_relation(*shard, entry->shard);
+    if (relation == nullptr || !relation->usable) return false;
+    shard->table = relation->table;
+    shard->index = relation->index;
+    return true;
+}
+
+void placement_init() {
+    CacheRegisterRelcacheCallback(forget_shard_relations, (Datum)0);
+    CacheRegisterSyscacheCallback(PROCOID, forget_functions, (Datum)0);
+    RegisterXactCallback(on_transaction_event, nullptr);
+    RegisterSubXactCallback(on_subtransaction_event, nullptr);
 }
 
 }  // namespace idem::pg

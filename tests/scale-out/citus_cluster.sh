@@ -9,7 +9,9 @@
 #   tests/scale-out/citus_cluster.sh start DIR BASEPORT   (ports BASEPORT..+2)
 #   tests/scale-out/citus_cluster.sh stop DIR
 #
-# PGBIN names a PostgreSQL with Citus and pg_idempotency installed.
+# PGBIN names a PostgreSQL with Citus and pg_idempotency installed; CITUS_CONF
+# adds postgresql.conf lines on every node (wal_level = logical for moves by
+# logical replication).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
@@ -28,7 +30,8 @@ for i in 0 1 2; do
   # Two-phase commit for transactions over several workers; no TLS between the nodes on loopback.
   PGCLUSTER_PRELOAD='citus,idempotency' \
     PGCLUSTER_CONF="max_prepared_transactions = 100
-citus.node_conninfo = 'sslmode=disable'" \
+citus.node_conninfo = 'sslmode=disable'
+${CITUS_CONF:-}" \
     scripts/pgcluster.sh start "$dir/${nodes[$i]}" $((base + i)) >/dev/null
 done
 psql_() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h 127.0.0.1 -U postgres "$@"; }

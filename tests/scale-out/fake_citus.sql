@@ -13,7 +13,13 @@
 --
 --     INSERT INTO pg_catalog.fake_citus_shard VALUES ('alice', 2);
 --
--- Used by tests/pgtap/06_citus_placement.sql and the client routers' tests.
+-- Citus's shard metadata lock (lock_shard_metadata) is a shared advisory lock
+-- on the shard id here. A test that creates idempotency.keys_1 (the relation of
+-- shard 1 as Citus names it) has the extension read and write that relation
+-- directly for a principal of shard 1, as on a Citus worker.
+--
+-- Used by tests/pgtap/06_citus_placement.sql, 07_citus_local_shard.sql and the
+-- client routers' tests.
 SET allow_system_table_mods = on;
 CREATE TABLE pg_catalog.pg_dist_partition (
     logicalrelid pg_catalog.regclass NOT NULL,
@@ -32,6 +38,11 @@ CREATE FUNCTION pg_catalog.get_shard_id_for_distribution_column(pg_catalog.regcl
     RETURNS bigint LANGUAGE sql STABLE
     AS $$SELECT coalesce((SELECT s.shardid FROM pg_catalog.fake_citus_shard s
                            WHERE s.principal OPERATOR(pg_catalog.=) $2), 1)$$;
+
+-- Citus takes the lock in the mode $1 (ShareLock for a write); a shared lock will do here.
+CREATE FUNCTION pg_catalog.lock_shard_metadata(integer, bigint[]) RETURNS void
+    LANGUAGE sql VOLATILE
+    AS $$SELECT pg_catalog.pg_advisory_xact_lock_shared(s) FROM pg_catalog.unnest($2) s$$;
 
 INSERT INTO pg_catalog.pg_dist_partition VALUES ('idempotency.keys', 'h', 'principal');
 INSERT INTO pg_catalog.pg_dist_local_group VALUES (1);

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The key on a Citus worker's own shard (issue 24 part 1), by hand: a
+# coordinator and two workers (tests/scale-out/citus_cluster.sh), then
+#   1. a keyed request sent to the worker that holds the principal's shard
+#      reads and writes the shard relation directly: with
+#      citus.log_local_commands on, Citus runs no statement on idempotency.keys_N
+#      for begin and complete (with idempotency.distributed = on it does: the
+#      check can fail), and the row is in the shard;
+#   2. citus.enable_local_execution = off: the extension goes back to
+#      statements, which Citus sends over its own connection;
+#   3. a shard move waits for a transaction that holds a key of the shard (the
+#      extension took Citus's shard metadata lock): the move is seen waiting
+#      on it, finishes after it, and the transaction's row moved with the shard;
+#   4. a begin that arrives on the old worker while the move waits queues behind
+#      the move and then refuses with 0A000 "the key's shard is not on this
+#      node" (its placement is read again after the lock), writing nothing on
+#      the old worker; the new worker replays the moved key.
+#
+# Citus is not a Debian package, so this is not part of CI: run it with a
+# PostgreSQL that has Citus and the extension installed (PGBIN); without citus
+# it says so and exits 77 (skipped), never counted as passed.
+#
+#   PGBIN=/path/to/bin tests/scale-out/citus_direct.sh        CITUS_PORT (default 27240)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
+libdir=$("$PGBIN/pg_config" --pkglibdir)
+if [[ ! -e $libdir/citus.so ]]; then
+  echo "SKIPPED: citus is not installed in $libdir (PGBIN=$PGBIN); nothing was checked"
+  exit 77
+fi
+base=${CITUS_PORT:-27240}
+work=$(mktemp -d /tmp/idem-citus-direct.XXXXXX)
+trap 'jobs -p | xargs -r kill 2>/dev/null; tests/scale-out/citus_cluster.sh stop "$work"; rm -rf "$work"' EXIT
+CITUS_CONF="wal_level = logical" tests/scale-out/citus_cluster.sh start "$work" "$base"
+# shellcheck source=SCRIPTDIR/citus_lib.bash
+source tests/scale-out/citus_lib.bash
+w1=$((base + 1))
+w2=$((base + 2))
+sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea"
+# keyed PRINCIPAL KEY: the SQL of a keyed request (begin, an order, complete).
+keyed() {
+  cat <<SQL
+BEGIN;
+SELECT outcome FROM idempotency.begin('$1', '$2', 'create_order', $sha);
+INSERT INTO orders (principal, item, quantity) VALUES ('$1', 'direct', 1);
+SELECT idempotency.complete('$1', '$2', 201, '\\x7b7d'::bytea, '{}'::jsonb, 'ord');
+COMMIT;
+SQL
+}
+# on_port PORT ARGS...: psql on a node by port (the workers' ports are not 0-2 of sql()).
+on_port() { "$PGBIN/psql" -X -q -At -h 127.0.0.1 -p "$1" -U postgres -d shop "${@:2}"; }
+
+p=direct-1
+from=$(worker_of "$p")
+to=$((from == w1 ? w2 : w1))
+shard=$(sql 0 -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', '$p')")
+
+# 1. The direct path on the owning worker.
+log=$( { echo "SET citus.log_local_commands = on;"; keyed "$p" k1; } | on_port "$from" 2>&1)
+check "begin and complete ran on worker $from" grep -q '^started' <<<"$log"
+check "Citus ran no statement on the shard idempotency.keys_$shard for them (direct access)" \
+  bash -c '! grep -q "idempotency.keys_'"$shard"'" <<<"$1"' _ "$log"
+check "the order itself went through Citus's local execution (the log works)" \
+  grep -q "orders_" <<<"$log"
+log=$( { echo "SET citus.log_local_commands = on; SET idempotency.distributed = on;"; keyed "$p" k2; } |
+  on_port "$from" 2>&1)
+check "with idempotency.distributed = on the same request runs statements on idempotency.keys_$shard" \
+  grep -q "idempotency.keys_$shard" <<<"$log"
+check "both rows are in the shard relation on worker $from" equals \
+  "$(on_port "$from" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE principal = '$p'")" 2
+
+# 2. Local execution off: statements over Citus's connection.
+log=$( { echo "SET citus.enable_local_execution = off; SET citus.log_remote_commands = on;"; keyed "$p" k3; } |
+  on_port "$from" 2>&1)
+check "citus.enable_local_execution = off: the lookup is a statement Citus sends over a connection" \
+  grep -q "FROM idempotency.keys_$shard" <<<"$log"
+check "and the key was stored" equals \
+  "$(on_port "$from" -c "SELECT state FROM idempotency.keys_$shard WHERE principal = '$p' AND key = 'k3'")" completed
+
+# 3. A move waits for a transaction that holds a key of the shard.
+holder_log=$work/holder.log
+{
+  keyed "$p" held | sed 's/^INSERT/SELECT pg_sleep(6); INSERT/'
+} | on_port "$from" >"$holder_log" 2>&1 &
+holder=$!
+sleep 1
+(sql 0 -c "SELECT citus_move_shard_placement($shard, '127.0.0.1', $from, '127.0.0.1', $to,
+                                            shard_transfer_mode => 'force_logical')" >"$work/move.log" 2>&1
+ date +%s.%N >"$work/move.done") &
+mover=$!
+waiting=0
+for _ in $(seq 1 50); do
+  waiting=$(on_port "$from" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                                  AND mode = 'ExclusiveLock' AND NOT granted AND objsubid IN (4, 8)")
+  ((waiting > 0)) && break
+  sleep 0.1
+done
+check "the move waits for Citus's shard metadata lock on worker $from" test "$waiting" -gt 0
+# 4. A keyed request on the old worker while the move waits: its begin queues
+# behind the move, then refuses.
+(keyed "$p" late | on_port "$from" -v ON_ERROR_STOP=1 >"$work/late.log" 2>&1 || true
+ date +%s.%N >"$work/late.done") &
+late_pid=$!
+wait "$holder" || true
+date +%s.%N >"$work/holder.done"
+wait "$mover" || { cat "$work/move.log" >&2; false; }
+wait "$late_pid" || true
+late=$(cat "$work/late.log")
+echo "$late" | sed "s/^/   late request: /" >&2
+check "the holding transaction committed" grep -q '^t$' "$holder_log"
+check "the move finished after it" \
+  awk -v a="$(cat "$work/holder.done")" -v b="$(cat "$work/move.done")" 'BEGIN { exit !(b >= a) }'
+check "the shard is now on worker $to" equals "$(worker_of "$p")" "$to"
+check "the held key's row moved with the shard" equals \
+  "$(on_port "$to" -c "SELECT state FROM idempotency.keys_$shard WHERE principal = '$p' AND key = 'held'")" completed
+check "the begin that queued behind the move was refused: the key's shard is not on this node" \
+  grep -q "the key's shard is not on this node" <<<"$late"
+check "after waiting: it ended after the holding transaction" \
+  awk -v a="$(cat "$work/holder.done")" -v b="$(cat "$work/late.done")" 'BEGIN { exit !(b >= a) }'
+check "and nothing of it was written on the new worker" equals \
+  "$(on_port "$to" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE key = 'late'")" 0
+# The old placement stays until Citus's deferred drop: while it is there, it must not have the row.
+old_rows=$(on_port "$from" -c "SELECT to_regclass('idempotency.keys_$shard') IS NULL")
+[[ $old_rows == t ]] && old_rows=dropped ||
+  old_rows=$(on_port "$from" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE key = 'late'")
+check "nor in the old placement on worker $from ($old_rows)" bash -c '[[ $1 == dropped || $1 == 0 ]]' _ "$old_rows"
+log=$( { echo "SET citus.log_local_commands = on;"; keyed "$p" held; } | on_port "$to" 2>&1)
+check "the new worker replays the moved key" grep -q '^replay' <<<"$log"
+log=$( { echo "SET citus.log_local_commands = on;"; keyed "$p" k4; } | on_port "$to" 2>&1)
+check "and serves a new key on its shard directly" bash -c \
+  'grep -q "^started" <<<"$1" && ! grep -q "idempotency.keys_'"$shard"'" <<<"$1"' _ "$log"
+# A keyed request sent to the old worker after the move (a router's stale route):
+# never served from the old placement.
+stale=$(keyed "$p" k5 | on_port "$from" 2>&1 || true)
+echo "$stale" | sed 's/^/   stale route: /' >&2
+check "a keyed request on the old worker after the move was served on the new worker (Citus delegates it)" \
+  equals "$(on_port "$to" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE key = 'k5'")" 1
+old_rows=$(on_port "$from" -c "SELECT to_regclass('idempotency.keys_$shard') IS NULL")
+[[ $old_rows == t ]] && old_rows=dropped ||
+  old_rows=$(on_port "$from" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE key = 'k5'")
+check "and wrote nothing in the old placement ($old_rows)" bash -c '[[ $1 == dropped || $1 == 0 ]]' _ "$old_rows"
+report
