@@ -14,9 +14,14 @@
 #   single+distributed   the plain node, sessions with idempotency.distributed = on
 #   citus                the coordinator (begin and complete delegated to the workers)
 #   routed               the worker that holds the principal's shard (as a router sends it)
+#   routed-generic       the same, sessions with plan_cache_mode = force_generic_plan
+#                        (Citus keeps planning a parameterized call of a distributed
+#                        function at every execution otherwise: docs/scale-out.md)
 # and, for what Citus itself costs, the same order written without a key
-# (BEGIN; INSERT; COMMIT) on each: plain-single, plain-citus, plain-routed; in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
-# of the setup (for citus all three), per request; medians and ratios.
+# (BEGIN; INSERT; COMMIT) on each: plain-single, plain-citus, plain-routed,
+# plain-routed-generic; in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
+# of the setup (for citus all three), per request; medians and ratios, and the
+# routed key's cost over the single node's key cost round by round.
 #
 #   PGBIN=/path/to/bin bench/scale-out/citus.sh    BENCH_ROUNDS=3 BENCH_SECONDS=10 BENCH_CLIENTS=4 BENCH_PORT=27300
 set -euo pipefail
@@ -85,28 +90,33 @@ routed_principal=$("$PGBIN/psql" -X -qAt "$citus_dsn" -c "
 routed_dsn="postgresql://postgres@127.0.0.1:$routed_port/shop"
 chmod 644 "$work/write.sql" "$work/plain.sql" "$work/write_routed.sql" "$work/plain_routed.sql"
 ticks_per_second=$(getconf CLK_TCK)
-variants=(single single+distributed citus routed plain-single plain-citus plain-routed)
+variants=(single single+distributed citus routed routed-generic plain-single plain-citus plain-routed
+  plain-routed-generic)
 
 echo "cores: $(nproc); $clients clients, $seconds s per round, $rounds rounds; pgbench -M prepared"
 printf '%-20s %6s %8s %10s %12s\n' variant round tps requests "cpu us/req"
-declare -A per_request
+declare -A per_request round_us
+round_ratios=""
+round_ratios_generic=""
 for ((r = 1; r <= rounds; r++)); do
   for v in "${variants[@]}"; do
     options=""
     script=$work/write.sql
     [[ $v == plain-* ]] && script=$work/plain.sql
-    [[ $v == routed ]] && script=$work/write_routed.sql
-    [[ $v == plain-routed ]] && script=$work/plain_routed.sql
+    [[ $v == routed* ]] && script=$work/write_routed.sql
+    [[ $v == plain-routed* ]] && script=$work/plain_routed.sql
+    generic=""
+    [[ $v == *-generic ]] && generic="-c plan_cache_mode=force_generic_plan"
     case $v in
     single) dsn=$single_dsn; clusters=("$work/single") ;;
     single+distributed) dsn=$single_dsn; clusters=("$work/single"); options="-c idempotency.distributed=on" ;;
     citus | plain-citus) dsn=$citus_dsn; clusters=("${citus_clusters[@]}") ;;
-    routed | plain-routed) dsn=$routed_dsn; clusters=("${citus_clusters[@]}"); options="-D p=$routed_principal" ;;
+    routed* | plain-routed*) dsn=$routed_dsn; clusters=("${citus_clusters[@]}"); options="-D p=$routed_principal" ;;
     plain-single) dsn=$single_dsn; clusters=("$work/single") ;;
     esac
     before=$(cpu_ticks "${clusters[@]}")
-    if [[ $v == *routed ]]; then
-      out=$("$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" $options \
+    if [[ $v == *routed* ]]; then
+      out=$(PGOPTIONS="$generic" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" $options \
         -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     else
       out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \
@@ -118,8 +128,14 @@ for ((r = 1; r <= rounds; r++)); do
     tps=$(pgbench_value "$out" tps)
     us=$(echo "scale=1; ($after - $before) * 1000000 / $ticks_per_second / $n" | bc)
     per_request[$v]+="$us"$'\n'
+    round_us[$v]=$us
     printf '%-20s %6s %8.0f %10s %12s\n' "$v" "$r" "$tps" "$n" "$us"
   done
+  # This round's routed key cost over its single-node key cost (each a keyed
+  # minus a plain figure of the same round).
+  single_key=$(echo "${round_us[single]} - ${round_us[plain-single]}" | bc)
+  round_ratios+="$(ratio "$(echo "${round_us[routed]} - ${round_us[plain-routed]}" | bc)" "$single_key")"$'\n'
+  round_ratios_generic+="$(ratio "$(echo "${round_us[routed-generic]} - ${round_us[plain-routed-generic]}" | bc)" "$single_key")"$'\n'
 done
 
 echo
@@ -133,6 +149,8 @@ echo "ratio citus/single: $(ratio "${med[citus]}" "${med[single]}")"
 echo "ratio plain-citus/plain-single: $(ratio "${med[plain-citus]}" "${med[plain-single]}") (Citus alone, no key)"
 echo "the key's cost: single $(echo "scale=1; ${med[single]} - ${med[plain-single]}" | bc) us, citus $(echo "scale=1; ${med[citus]} - ${med[plain-citus]}" | bc) us per request"
 echo "routed to the shard's worker ($routed_principal on $routed_port): the key's cost $(echo "scale=1; ${med[routed]} - ${med[plain-routed]}" | bc) us per request, $(ratio "$(echo "${med[routed]} - ${med[plain-routed]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's (goal: at most 2)"
+echo "routed with plan_cache_mode = force_generic_plan: the key's cost $(echo "scale=1; ${med[routed-generic]} - ${med[plain-routed-generic]}" | bc) us per request, $(ratio "$(echo "${med[routed-generic]} - ${med[plain-routed-generic]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's"
+echo "round by round, routed key / single key: $(printf '%s' "$round_ratios" | tr '\n' ' ')(median $(printf '%s' "$round_ratios" | median)); with force_generic_plan: $(printf '%s' "$round_ratios_generic" | tr '\n' ' ')(median $(printf '%s' "$round_ratios_generic" | median))"
 echo "ratio single+distributed/single: $(ratio "${med[single+distributed]}" "${med[single]}")"
 echo "orders: single $("$PGBIN/psql" -X -qAt "$single_dsn" -c "SELECT count(*) FROM orders"), citus $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM orders")"
 echo "key rows on the citus shards: $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM idempotency.keys")"

@@ -11,10 +11,14 @@
 #   3. a shard move waits for a transaction that holds a key of the shard (the
 #      extension took Citus's shard metadata lock): the move is seen waiting
 #      on it, finishes after it, and the transaction's row moved with the shard;
-#   4. a begin that arrives on the old worker while the move waits queues behind
-#      the move and then refuses with 0A000 "the key's shard is not on this
-#      node" (its placement is read again after the lock), writing nothing on
-#      the old worker; the new worker replays the moved key.
+#   4. a keyed request that arrives on the old worker while the move waits
+#      queues behind the move and then refuses with 0A000 "the key's shard is
+#      not on this node" (its placement is read again after the lock), writing
+#      nothing on either worker; the new worker replays the moved key, and a
+#      request sent to the old worker after the move is delegated there;
+#   5. plan_cache_mode = force_generic_plan (the docs' advice for routed
+#      connections to workers): served on the shard's worker, refused (not
+#      delegated) on another worker and on the coordinator.
 #
 # Citus is not a Debian package, so this is not part of CI: run it with a
 # PostgreSQL that has Citus and the extension installed (PGBIN); without citus
@@ -140,4 +144,31 @@ old_rows=$(on_port "$from" -c "SELECT to_regclass('idempotency.keys_$shard') IS 
 [[ $old_rows == t ]] && old_rows=dropped ||
   old_rows=$(on_port "$from" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE key = 'k5'")
 check "and wrote nothing in the old placement ($old_rows)" bash -c '[[ $1 == dropped || $1 == 0 ]]' _ "$old_rows"
+
+# 5. plan_cache_mode = force_generic_plan on a routed connection (docs/scale-out.md,
+# "Setting it up with Citus"): served on the shard's node; refused, not
+# delegated, on another node and on the coordinator.
+generic() {  # PORT KEY...: prepared keyed requests under a generic plan
+  local port=$1
+  shift
+  {
+    echo "SET plan_cache_mode = force_generic_plan;"
+    echo "PREPARE b(text, text) AS SELECT outcome FROM idempotency.begin(\$1, \$2, 'create_order', $sha);"
+    echo "PREPARE c(text, text) AS SELECT idempotency.complete(\$1, \$2, 201, '\\x7b7d'::bytea, '{}'::jsonb, 'ord');"
+    for key in "$@"; do
+      echo "BEGIN; EXECUTE b('$p', '$key'); EXECUTE c('$p', '$key'); COMMIT;"
+    done
+  } | "$PGBIN/psql" -X -q -At -h 127.0.0.1 -p "$port" -U postgres -d shop 2>&1
+}
+out=$(generic "$to" g1 g2 g3 g4 g5 g6 g7)
+check "force_generic_plan on the shard's worker: seven prepared keyed requests served" \
+  equals "$(grep -c '^started$' <<<"$out")" 7
+check "their rows are in the shard relation there" equals \
+  "$(on_port "$to" -c "SELECT count(*) FROM idempotency.keys_$shard WHERE key LIKE 'g_'")" 7
+out=$(generic "$from" g8)
+check "force_generic_plan on a worker without the shard: refused as a stale placement" \
+  grep -q "the key's shard is not on this node" <<<"$out"
+out=$(generic "$base" g9)
+check "force_generic_plan on the coordinator: refused too (not delegated)" \
+  grep -q "the key's shard is not on this node" <<<"$out"
 report
