@@ -364,8 +364,10 @@ void define_settings() {
         "idempotency.distributed",
         "How the protocol reads and writes idempotency.keys: auto or on.",
         "on: by SQL statements only, which Citus routes to the shard of the principal (the "
-        "distributed mode). auto: so where Citus distributes idempotency.keys, and directly "
-        "through the heap and the primary key of a local table otherwise.",
+        "distributed mode). auto: so where Citus distributes idempotency.keys (but for the "
+        "lookup and a new key's insert on the node that holds the principal's shard, which use "
+        "the shard's table directly), and directly through the heap and the primary key of a "
+        "local table otherwise.",
         &distributed, kDistributedAuto, distributed_options, PGC_USERSET, 0, nullptr, nullptr,
         nullptr);
     // A server-start setting can only be defined while the library is preloaded.

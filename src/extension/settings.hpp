@@ -44,8 +44,10 @@ extern int key_format;
 enum Distributed { kDistributedAuto = 0, kDistributedOn = 1 };
 /// idempotency.distributed: on makes every read and write of the key table a
 /// SQL statement (the distributed mode); auto (the default) does so only where
-/// Citus distributes idempotency.keys, and reads and writes a local table's
-/// heap and primary key directly otherwise.
+/// Citus distributes idempotency.keys (but for the lookup and a new key's insert
+/// on the node that holds the principal's shard, which read and write the
+/// shard's table directly under Citus's shard lock), and reads and writes a
+/// local table's heap and primary key directly otherwise.
 extern int distributed;
 
 /// True when responses with this status are stored (idempotency.final_statuses).
