@@ -222,7 +222,16 @@ const CheckedShard* find_checked(text* principal) {
     return nullptr;
 }
 
+// Remembers (or, for a principal remembered before, replaces) the shard found
+// for `principal` and whether its lock is held, in the current subtransaction.
 void remember_checked(text* principal, int64 shard, bool locked) {
+    for (int i = 0; i < checked_count; ++i)
+        if (same_text(checked[i].principal, principal)) {
+            checked[i].shard = shard;
+            checked[i].locked = locked;
+            checked[i].subtransaction = GetCurrentSubTransactionId();
+            return;
+        }
     if (checked_count == kMaxChecked) return;
     const Size size = VARSIZE_ANY(principal);
     auto* copy = static_cast<text*>(MemoryContextAlloc(TopTransactionContext, size));
@@ -354,11 +363,14 @@ Placement citus_placement(Oid table, Oid owner) {
     return placement;
 }
 
+// The shard is asked for and the placement read at every locking call, also
+// when this transaction holds the shard's lock already (then only the lock is
+// not taken again): under Citus nothing moves or splits the shard while the
+// lock is held, and what changes the metadata without it (an edit by hand) is
+// refused all the same.
 void require_local_shard(text* principal) {
     const KeyTable table = key_table();
     if (table.placement != Placement::by_principal) return;
-    // Checked earlier in this transaction: the lock taken then is still held.
-    if (find_checked(principal) != nullptr) return;
     look_up_functions();
     // As the table's owner: Citus checks that its caller may read the table
     // and owns it. An error in between is fine: the abort restores the user.
@@ -367,7 +379,9 @@ void require_local_shard(text* principal) {
     GetUserIdAndSecContext(&user, &context);
     SetUserIdAndSecContext(table.owner, context | SECURITY_LOCAL_USERID_CHANGE);
     const int64 shard = shard_of(table, principal);
-    if (citus.has_lock) lock_shard_metadata(shard);
+    const CheckedShard* before = find_checked(principal);
+    const bool held = before != nullptr && before->locked && before->shard == shard;
+    if (!held && citus.has_lock) lock_shard_metadata(shard);
     SetUserIdAndSecContext(user, context);
     // Read after the lock: a move that switched the shard away has committed by now.
     if (!placed_here(shard))
@@ -378,7 +392,7 @@ void require_local_shard(text* principal) {
                         errhint("Delegate the protocol functions to that node: run "
                                 "idempotency.distribute(), or create_distributed_function(..., "
                                 "force_delegation => true) for each (see docs/scale-out.md).")));
-    remember_checked(principal, shard, citus.has_lock);
+    if (!held) remember_checked(principal, shard, citus.has_lock);
 }
 
 bool locked_local_shard(text* principal, KeyTable* shard) {

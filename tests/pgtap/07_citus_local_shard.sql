@@ -3,7 +3,7 @@
 -- rolled back), shard 1 on this node. A locking call takes the shard's metadata
 -- lock (lock_shard_metadata, here a shared advisory lock on the shard id) to
 -- the end of the transaction, once per principal, and again after a savepoint
--- that took it rolls back. When the shard's relation idempotency.keys_1 exists
+-- that took it rolls back; the placement is read at every locking call. When the shard's relation idempotency.keys_1 exists
 -- with the key table's columns, the lookup and the insert of a new key read and
 -- write it directly (no statement on the shell table); with
 -- idempotency.distributed = on, citus.enable_local_execution = off, with a
@@ -26,7 +26,7 @@ BEGIN
     RETURN n;
 END $$;
 
-SELECT plan(27);
+SELECT plan(28);
 
 -- The lock, without a shard relation: statements, into the shell table.
 SELECT ok(NOT pg_temp.shard_locked(1), 'no shard lock before the first call');
@@ -95,6 +95,16 @@ SELECT ok((SELECT idempotency.complete('alice', 'k6', 201, '\x6f6b'::bytea)
           'begin and complete with a shard relation of other columns');
 SELECT is(pg_temp.rows('idempotency.keys', 'k6'), 1::bigint,
           'a shard relation of other columns is not written directly');
+
+-- The shard is asked for and the placement read at every locking call, also with
+-- a shard lock held (here the stand-in moves the principal, which Citus cannot do
+-- while the lock is held).
+INSERT INTO pg_catalog.fake_citus_shard VALUES ('alice', 2);
+SELECT throws_ok($$SELECT * FROM idempotency.begin('alice', 'k8', 'act',
+                                                   idempotency.fingerprint('POST', '/8'))$$,
+                 '0A000', 'the key''s shard is not on this node',
+                 'a principal moved away after its first call is refused at its next one');
+DELETE FROM pg_catalog.fake_citus_shard WHERE principal = 'alice';
 
 -- A Citus without lock_shard_metadata: no lock, so no direct access either.
 DROP TABLE idempotency.keys_1;
