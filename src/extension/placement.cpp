@@ -75,6 +75,10 @@ struct CitusFunctions {
     FmgrInfo lock_metadata;  // lock_shard_metadata(integer, bigint[])
 };
 CitusFunctions citus;
+// Where the lookups keep what the calls need (their FmgrInfo's state, the call
+// expression): emptied at each new lookup, so that a session whose pg_proc
+// changes often does not pile up old lookups.
+MemoryContext citus_functions_context = nullptr;
 
 void forget_functions(Datum, int, uint32) { citus.looked_up = false; }
 
@@ -86,6 +90,11 @@ Oid function_oid(const char* name, int nargs, const Oid* types) {
 void look_up_functions() {
     if (citus.looked_up) return;
     citus = CitusFunctions{};
+    if (citus_functions_context == nullptr)
+        citus_functions_context = AllocSetContextCreate(TopMemoryContext, "idempotency Citus calls",
+                                                        ALLOCSET_SMALL_SIZES);
+    else
+        MemoryContextReset(citus_functions_context);
     // Citus declares the value "any"; the stand-in of the tests (fake_citus.sql) text.
     Oid shard_id_types[2] = {REGCLASSOID, ANYOID};
     Oid shard_id = function_oid("get_shard_id_for_distribution_column", 2, shard_id_types);
@@ -94,10 +103,10 @@ void look_up_functions() {
         shard_id = function_oid("get_shard_id_for_distribution_column", 2, shard_id_types);
     }
     if (OidIsValid(shard_id)) {
-        fmgr_info_cxt(shard_id, &citus.shard_id, TopMemoryContext);
+        fmgr_info_cxt(shard_id, &citus.shard_id, citus_functions_context);
         // "any" takes its type from the call's expression, as Citus reads it
         // (get_fn_expr_argtype): a call with a regclass and a text.
-        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+        MemoryContext old = MemoryContextSwitchTo(citus_functions_context);
         List* args = list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
                                 makeNullConst(TEXTOID, -1, DEFAULT_COLLATION_OID));
         FuncExpr* call =
@@ -109,7 +118,7 @@ void look_up_functions() {
     const Oid lock_types[2] = {INT4OID, INT8ARRAYOID};
     const Oid lock = function_oid("lock_shard_metadata", 2, lock_types);
     if (OidIsValid(lock)) {
-        fmgr_info_cxt(lock, &citus.lock_metadata, TopMemoryContext);
+        fmgr_info_cxt(lock, &citus.lock_metadata, citus_functions_context);
         citus.has_lock = true;
     }
     citus.looked_up = true;
