@@ -28,17 +28,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
-libdir=$("$PGBIN/pg_config" --pkglibdir)
-if [[ ! -e $libdir/citus.so ]]; then
-  echo "SKIPPED: citus is not installed in $libdir (PGBIN=$PGBIN); nothing was checked"
-  exit 77
-fi
-base=${CITUS_PORT:-27240}
-work=$(mktemp -d /tmp/idem-citus-direct.XXXXXX)
-trap 'jobs -p | xargs -r kill 2>/dev/null; tests/scale-out/citus_cluster.sh stop "$work"; rm -rf "$work"' EXIT
-CITUS_CONF="wal_level = logical" tests/scale-out/citus_cluster.sh start "$work" "$base"
 # shellcheck source=SCRIPTDIR/citus_lib.bash
 source tests/scale-out/citus_lib.bash
+CITUS_CONF="wal_level = logical" start_citus_cluster direct 27240
 w1=$((base + 1))
 w2=$((base + 2))
 sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea"

@@ -1,6 +1,23 @@
-# Shared by tests/scale-out/citus.sh and citus_moves.sh (sourced, not run): SQL on
-# a node of the cluster tests/scale-out/citus_cluster.sh started at $base, where a
-# principal's key shard lives, and TAP-style checks. Needs PGBIN and base.
+# Shared by tests/scale-out/citus.sh, citus_moves.sh and citus_direct.sh (sourced,
+# not run): a cluster of tests/scale-out/citus_cluster.sh for the run, SQL on a node
+# of it, where a principal's key shard lives, and TAP-style checks. Needs PGBIN.
+
+# start_citus_cluster NAME DEFAULT_PORT: exits 77 (SKIPPED) without citus; else
+# starts a coordinator and two workers on CITUS_PORT (default DEFAULT_PORT) in a
+# throwaway folder (sets base and work), stopped and removed at exit along with
+# the script's background jobs. CITUS_CONF reaches every node's postgresql.conf.
+start_citus_cluster() {
+  local libdir
+  libdir=$("$PGBIN/pg_config" --pkglibdir)
+  if [[ ! -e $libdir/citus.so ]]; then
+    echo "SKIPPED: citus is not installed in $libdir (PGBIN=$PGBIN); nothing was checked"
+    exit 77
+  fi
+  base=${CITUS_PORT:-$2}
+  work=$(mktemp -d "/tmp/idem-citus-$1.XXXXXX")
+  trap 'jobs -p | xargs -r kill 2>/dev/null; tests/scale-out/citus_cluster.sh stop "$work"; rm -rf "$work"' EXIT
+  tests/scale-out/citus_cluster.sh start "$work" "$base"
+}
 
 # sql NODE_INDEX ARGS...: psql in database shop on node 0 (coordinator), 1 or 2
 # (workers), unaligned, stopping on the first error.

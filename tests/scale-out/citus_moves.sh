@@ -21,17 +21,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
-libdir=$("$PGBIN/pg_config" --pkglibdir)
-if [[ ! -e $libdir/citus.so ]]; then
-  echo "SKIPPED: citus is not installed in $libdir (PGBIN=$PGBIN); nothing was checked"
-  exit 77
-fi
-base=${CITUS_PORT:-27220}
-work=$(mktemp -d /tmp/idem-citus-moves.XXXXXX)
-trap 'tests/scale-out/citus_cluster.sh stop "$work"; rm -rf "$work"' EXIT
-tests/scale-out/citus_cluster.sh start "$work" "$base"
 # shellcheck source=SCRIPTDIR/citus_lib.bash
 source tests/scale-out/citus_lib.bash
+start_citus_cluster moves 27220
 acquire() {  # PRINCIPAL KEY: takes the key (its row must be gone or expired), completes it; prints the fence
   local fence
   fence=$(sql 0 -c "SELECT fence FROM idempotency.acquire('$1', '$2', 'move', sha256('$2'), lease => '1 min')")
