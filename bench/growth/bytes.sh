@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Stored bytes per key, as a user's traffic leaves them: pgbench runs the keyed
+# write (bench/protocol/extension.sql: begin, an effect, complete with a 27-byte
+# JSON body), every request its own transaction and its own time, at each rate
+# of RATES; then VACUUM and the size of the heap and of each index of
+# idempotency.keys divided by the rows. The index of 0.7.0 (a B-tree on
+# expires_at) is kept beside the one cleanup walks since 0.8.0 (on expires_at cut
+# to 10 ms), both filled by the same inserts, so one run prints both layouts and
+# their ratio. See bench/growth/README.md.
+#
+#   bench/growth/bytes.sh                       RATES="max 1000 100"
+#   RATES=max KEYS_AT_MAX=50000 bench/growth/bytes.sh           a quick check
+#
+# Environment: RATES (max = as fast as 4 clients go; a number = requests per
+# second, pgbench -R), KEYS_AT_MAX (200000 requests at max), SECONDS_AT_RATE (100 s
+# at a fixed rate), TENANTS (1000), CLIENTS (4), PGBIN, BYTES_DIR (/tmp/bytes-bench),
+# BYTES_PORT (27820).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+read -r -a rates <<<"${RATES:-max 1000 100}"
+keys_at_max=${KEYS_AT_MAX:-200000} seconds_at_rate=${SECONDS_AT_RATE:-100}
+tenants=${TENANTS:-1000} clients=${CLIENTS:-4}
+dir=${BYTES_DIR:-/tmp/bytes-bench} port=${BYTES_PORT:-27820}
+export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
+for rate in "${rates[@]}"; do
+  [[ $rate == max || $rate =~ ^[1-9][0-9]*$ ]] || { echo "RATES: max or a number, not $rate" >&2; exit 2; }
+done
+
+stop() { "$root/scripts/pgcluster.sh" stop "$dir" >/dev/null 2>&1 || true; }
+trap stop EXIT
+stop
+PGCLUSTER_CONF="synchronous_commit = off
+autovacuum = off" "$root/scripts/pgcluster.sh" start "$dir" "$port" >/dev/null
+# shellcheck disable=SC1091
+source "$dir/env"
+export PGDATABASE=bytes
+sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+sql -d postgres -c "CREATE DATABASE bytes"
+sql -c "CREATE EXTENSION idempotency" -f "$root/bench/protocol/setup.sql"
+# 0.7.0's index, beside 0.8.0's: the same inserts fill both.
+sql -c "CREATE INDEX keys_expires_at_070 ON idempotency.keys (expires_at)"
+sql -c "SELECT 1 FROM pg_indexes WHERE indexname = 'keys_expiry_bucket_idx'" | grep -q 1 \
+  || { echo "!! keys_expiry_bucket_idx not found: is the installed extension 0.8.0?" >&2; exit 1; }
+script=$(mktemp)
+trap 'stop; rm -f "$script"' EXIT
+{ echo "\\set t random(0, $((tenants - 1)))"; sed "s/'acme'/('tenant_' || :t::int)/" \
+  "$root/bench/protocol/extension.sql"; } >"$script"
+
+echo "source: $(git -C "$root" rev-parse --short HEAD) (PGBIN $PGBIN); $(sql -c 'SHOW server_version')"
+printf '%s\n' "rate (requests/s)	keys	heap	primary key	expires_at (0.7.0)	expiry bucket (0.8.0)	0.7.0 total	0.8.0 total	0.8.0 / 0.7.0"
+for rate in "${rates[@]}"; do
+  sql -c "TRUNCATE idempotency.keys, bench.effects"
+  if [[ $rate == max ]]; then
+    args=(-t $((keys_at_max / clients)))
+  else
+    args=(-R "$rate" -T "$seconds_at_rate")
+  fi
+  out=$("$PGBIN/pgbench" -n -M prepared -c "$clients" -j 2 "${args[@]}" -f "$script" 2>&1) \
+    || { echo "$out" >&2; exit 1; }
+  [[ $(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out") == 0 ]] \
+    || { echo "$out" >&2; echo "!! failed transactions" >&2; exit 1; }
+  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+  sql -c "VACUUM ANALYZE idempotency.keys"
+  sql -F $'\t' -c "
+    WITH n AS (SELECT count(*)::numeric AS rows FROM idempotency.keys),
+    s AS (SELECT pg_relation_size('idempotency.keys') AS heap,
+                 pg_relation_size('idempotency.keys_pkey') AS pkey,
+                 pg_relation_size('idempotency.keys_expires_at_070') AS old,
+                 pg_relation_size('idempotency.keys_expiry_bucket_idx') AS bucket)
+    SELECT '$rate (' || round($tps) || ')', n.rows, round(heap / rows, 1), round(pkey / rows, 1),
+           round(old / rows, 1), round(bucket / rows, 1),
+           round((heap + pkey + old) / rows, 1), round((heap + pkey + bucket) / rows, 1),
+           round((heap + pkey + bucket) / (heap + pkey + old)::numeric, 3)
+      FROM n, s"
+done
