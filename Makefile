@@ -30,7 +30,6 @@ OBJS = src/extension/module.o \
        src/extension/batch.o \
        src/extension/counters.o \
        src/extension/counters_sql.o \
-       src/extension/expiry_sql.o \
        src/extension/schema_version.o \
        src/core/jcs.o \
        src/core/jcs_pointers.o \

@@ -126,12 +126,29 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.expiry_policies', '');
 REVOKE ALL ON TABLE idempotency.expiry_policies FROM PUBLIC;
 
 -- A tombstone is a third state, and keeps nothing of the response.
-ALTER TABLE idempotency.keys DROP CONSTRAINT keys_state_check,
-    ADD CONSTRAINT keys_state_check CHECK (state = ANY (ARRAY['in_progress', 'completed', 'expired'])),
-    ADD CONSTRAINT keys_expired_keeps_nothing
-        CHECK (state <> 'expired' OR (response_status IS NULL AND response_headers IS NULL
-                                      AND response_body IS NULL AND resource_id IS NULL
-                                      AND NOT one_time_secret AND lease_until IS NOT NULL));
+-- The key table's DDL in this script runs through EXECUTE and can run twice,
+-- for Citus: there the key table is distributed, and Citus sends each DDL
+-- statement on it to the shards and to the workers' copies of the table as the
+-- text it was given (in an extension script: the whole script, which fails),
+-- then runs this whole script again on every worker (with its own propagation
+-- off), where the workers' copies already have the change. One subcommand a
+-- statement: Citus refuses ADD CONSTRAINT beside others. On one node it is the
+-- plain ALTER TABLE.
+DO $ddl$
+BEGIN
+    EXECUTE 'ALTER TABLE idempotency.keys DROP CONSTRAINT IF EXISTS keys_state_check';
+    EXECUTE 'ALTER TABLE idempotency.keys ADD CONSTRAINT keys_state_check'
+            ' CHECK (state = ANY (ARRAY[''in_progress'', ''completed'', ''expired'']))';
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint AS c
+                    WHERE c.conrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass
+                      AND c.conname OPERATOR(pg_catalog.=) 'keys_expired_keeps_nothing') THEN
+        EXECUTE 'ALTER TABLE idempotency.keys ADD CONSTRAINT keys_expired_keeps_nothing'
+                ' CHECK (state <> ''expired'' OR (response_status IS NULL AND response_headers IS NULL'
+                ' AND response_body IS NULL AND resource_id IS NULL'
+                ' AND NOT one_time_secret AND lease_until IS NOT NULL))';
+    END IF;
+END
+$ddl$;
 COMMENT ON COLUMN idempotency.keys.state IS
     'in_progress (lease protocol), completed, or expired (a tombstone: lease_until is when the key expired, expires_at when the tombstone goes)';
 
@@ -167,26 +184,25 @@ COMMENT ON FUNCTION idempotency.set_expiry_policy(text, text, interval) IS
     'Per action: run (default: an expired key is forgotten and may run again) or refuse (cleanup keeps a tombstone until expiry + grace, and a retry gets the outcome expired); 22023 for another on_expiry or a grace outside (0, 366 days]';
 REVOKE ALL ON FUNCTION idempotency.set_expiry_policy(text, text, interval) FROM PUBLIC;
 
--- The index cleanup walks: expires_at cut to 10 ms (idempotency.expiry_bucket),
--- instead of expires_at itself. Keys that expire in the same 10 ms share one
--- index key, which the B-tree stores once with the list of their rows
--- (deduplication): measured at 7 bytes per key against 23 for the index on
--- expires_at (bench/growth/run.sh, docs/performance.md). Cleanup takes its
--- batches in the same order as before: by bucket from the index, then by
--- expires_at inside the bucket (an incremental sort of one bucket at a time).
--- The update builds the new index once (a read of the whole table, writes
--- held back meanwhile) and drops the old one.
-CREATE FUNCTION idempotency.expiry_bucket(expires_at timestamptz) RETURNS bigint
-    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
-    AS 'MODULE_PATHNAME', 'idempotency_expiry_bucket';
-COMMENT ON FUNCTION idempotency.expiry_bucket(timestamptz) IS
-    'The 10 ms interval a time falls in (microseconds since 2000-01-01 divided by 10,000, rounded down): the key of keys_expiry_bucket_idx, which cleanup walks; arithmetic only, callable by anyone';
--- PUBLIC keeps EXECUTE (the default for a function): PostgreSQL evaluates an
--- index expression with the rights of the role that writes the row, and the
--- protocol's direct insert of a new key runs as the caller. The function reads
--- nothing and writes nothing.
-CREATE INDEX keys_expiry_bucket_idx ON idempotency.keys (idempotency.expiry_bucket(expires_at));
-DROP INDEX idempotency.keys_expires_at_idx;
+-- The index cleanup walks: expires_at cut to 10 ms (date_bin, IMMUTABLE and
+-- built in, so that Citus can build the index on the shards before the
+-- workers run this script) instead of expires_at itself. Keys that expire in
+-- the same 10 ms share one index key, which the B-tree stores once with the
+-- list of their rows (deduplication): measured at 7 bytes per key against 23
+-- for the index on expires_at (bench/growth/bytes.sh, docs/performance.md).
+-- Cleanup takes its batches in the same order as before: by bucket from the
+-- index, then by expires_at inside the bucket (an incremental sort of one
+-- bucket at a time). The update builds the new index once (a read of the whole
+-- table, writes held back meanwhile) and drops the old one; through EXECUTE and
+-- able to run twice, for Citus (see the CHECKs above).
+DO $ddl$
+BEGIN
+    EXECUTE 'CREATE INDEX IF NOT EXISTS keys_expiry_bucket_idx ON idempotency.keys'
+            ' (pg_catalog.date_bin(''00:00:00.01''::pg_catalog.interval, expires_at,'
+            ' ''2000-01-01 00:00:00+00''::pg_catalog.timestamptz))';
+    EXECUTE 'DROP INDEX IF EXISTS idempotency.keys_expires_at_idx';
+END
+$ddl$;
 
 -- One batch of cleanup when some action refuses: the batch's dead rows of a
 -- refusing action (whose grace has not run out) become tombstones, every
@@ -214,14 +230,21 @@ BEGIN
             ON p.action OPERATOR(pg_catalog.=) k.action
            AND k.state OPERATOR(pg_catalog.<>) 'expired'
            AND k.expires_at OPERATOR(pg_catalog.+) p.grace OPERATOR(pg_catalog.>) pg_catalog.now()
-         WHERE idempotency.expiry_bucket(k.expires_at) OPERATOR(pg_catalog.<=)
-                   idempotency.expiry_bucket(pg_catalog.now())
-           AND idempotency.expiry_bucket(k.expires_at) OPERATOR(pg_catalog.>=)
-                   idempotency.expiry_bucket(COALESCE(after, '-infinity'::pg_catalog.timestamptz))
+         WHERE pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                   '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                   OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                   '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                   OPERATOR(pg_catalog.>=)
+                   pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval,
+                                       COALESCE(after, '-infinity'::pg_catalog.timestamptz),
+                                       '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
            AND k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
            AND k.expires_at OPERATOR(pg_catalog.>=) COALESCE(after, '-infinity'::pg_catalog.timestamptz)
            AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) clock)
-         ORDER BY idempotency.expiry_bucket(k.expires_at), k.expires_at
+         ORDER BY pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                      '2000-01-01 00:00:00+00'::pg_catalog.timestamptz),
+                  k.expires_at
          LIMIT GREATEST(batch_size, 0)),
     kept AS (
         UPDATE idempotency.keys AS t
@@ -287,14 +310,21 @@ BEGIN
         -- batch is chosen by (principal, key) and the time is a value.
         WITH victims AS MATERIALIZED (
             SELECT k.principal, k.key FROM idempotency.keys AS k
-             WHERE idempotency.expiry_bucket(k.expires_at) OPERATOR(pg_catalog.<=)
-                       idempotency.expiry_bucket(pg_catalog.now())
-               AND idempotency.expiry_bucket(k.expires_at) OPERATOR(pg_catalog.>=)
-                       idempotency.expiry_bucket(COALESCE(after, '-infinity'::pg_catalog.timestamptz))
+             WHERE pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                       '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                       OPERATOR(pg_catalog.<=) pg_catalog.now()
+               AND pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                       '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                       OPERATOR(pg_catalog.>=)
+                       pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval,
+                                           COALESCE(after, '-infinity'::pg_catalog.timestamptz),
+                                           '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
                AND k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
                AND k.expires_at OPERATOR(pg_catalog.>=) COALESCE(after, '-infinity'::pg_catalog.timestamptz)
                AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) clock)
-             ORDER BY idempotency.expiry_bucket(k.expires_at), k.expires_at
+             ORDER BY pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                          '2000-01-01 00:00:00+00'::pg_catalog.timestamptz),
+                  k.expires_at
              LIMIT GREATEST(batch_size, 0)),
         gone AS (
             DELETE FROM idempotency.keys AS d USING victims AS v
@@ -315,16 +345,23 @@ BEGIN
         DELETE FROM idempotency.keys
          WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
                    SELECT k.ctid FROM idempotency.keys AS k
-                    WHERE idempotency.expiry_bucket(k.expires_at) OPERATOR(pg_catalog.<=)
-                              idempotency.expiry_bucket(pg_catalog.now())
-                      AND idempotency.expiry_bucket(k.expires_at) OPERATOR(pg_catalog.>=)
-                              idempotency.expiry_bucket(COALESCE(after, '-infinity'::pg_catalog.timestamptz))
+                    WHERE pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                              '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                              OPERATOR(pg_catalog.<=) pg_catalog.now()
+                      AND pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                              '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                              OPERATOR(pg_catalog.>=)
+                              pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval,
+                                                  COALESCE(after, '-infinity'::pg_catalog.timestamptz),
+                                                  '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
                       AND k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
                       AND k.expires_at OPERATOR(pg_catalog.>=)
                           COALESCE(after, '-infinity'::pg_catalog.timestamptz)
                       AND (k.lease_until IS NULL
                            OR k.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
-                    ORDER BY idempotency.expiry_bucket(k.expires_at), k.expires_at
+                    ORDER BY pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                                 '2000-01-01 00:00:00+00'::pg_catalog.timestamptz),
+                  k.expires_at
                     LIMIT GREATEST(batch_size, 0)))
            AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
            AND (lease_until IS NULL OR lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())

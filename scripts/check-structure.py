@@ -30,7 +30,7 @@ LAYERS = [
     ("store", ["key_lock", "key_table", "key_store", "key_direct", "key_statements",
                "placement"]),
     ("protocol", ["counters", "counters_table", "pending", "outcome", "one_key"]),
-    ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "expiry_sql", "module", "batch"]),
+    ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "module", "batch"]),
 ]
 # Include no other room of their own layer but one another (the counters'
 # shared-memory table and its header are one thing split in two files).

@@ -1,5 +1,5 @@
 -- Cleanup's order through keys_expiry_bucket_idx (0.8.0): the index holds
--- expires_at cut to 10 ms, and a batch still takes the oldest expiry first,
+-- expires_at cut to 10 ms (date_bin from 2000-01-01), and a batch still takes the oldest expiry first,
 -- exactly, inside a bucket and across buckets, and resumes at `after` inside
 -- a bucket; both batch statements (no policy, and the tombstone batch while an
 -- action refuses) use the index.
@@ -33,12 +33,13 @@ BEGIN
     RETURN array_to_string(gone, ' ');
 END
 $$;
-SELECT idempotency.expiry_bucket(expires_at) AS bucket, string_agg(key, ',' ORDER BY expires_at) AS keys
+SELECT date_bin('10 ms', expires_at, '2000-01-01+00') AT TIME ZONE 'UTC' AS bucket, string_agg(key, ',' ORDER BY expires_at) AS keys
   FROM (SELECT k AS key, e AS expires_at FROM (VALUES ('a', timestamptz '2000-01-01 00:00:00.009+00'),
         ('b', '2000-01-01 00:00:00.005+00'), ('c', '2000-01-01 00:00:00.001+00'), ('d', '2000-01-01 00:00:00.0105+00'),
         ('e', '1999-12-31 23:59:59.995+00'), ('f', '2000-01-01 00:00:00+00')) AS v(k, e)) AS t
  GROUP BY 1 ORDER BY 1;
--- One row a batch: e (bucket -1), then f, c, b, a (bucket 0, by expires_at), then d.
+-- One row a batch: e (the bucket before 2000), then f, c, b, a (the first bucket of
+-- 2000, by expires_at), then d.
 SELECT pg_temp.put_rows();
 SELECT pg_temp.deletion_order(1) AS one_a_batch;
 -- Two a batch: the pairs in the same order.

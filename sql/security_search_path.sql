@@ -56,7 +56,7 @@ BEGIN
          WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.prokind = 'f' AND NOT p.proretset
            AND p.proname IN ('now', 'clock_timestamp', 'statement_timestamp', 'transaction_timestamp', 'timeofday',
                              'current_setting', 'set_config', 'count', 'max', 'min', 'sum', 'decode', 'encode',
-                             'repeat', 'date_part', 'date_trunc', 'extract', 'pg_sleep', 'pg_sleep_for',
+                             'repeat', 'date_part', 'date_trunc', 'date_bin', 'extract', 'pg_sleep', 'pg_sleep_for',
                              'octet_length', 'length', 'upper', 'lower', 'jsonb_typeof', 'jsonb_build_object',
                              'texteq', 'textne', 'byteaeq', 'int8eq', 'int4eq', 'int4lt', 'int8pl', 'int84pl',
                              'timestamptz_le', 'timestamptz_lt', 'timestamptz_gt', 'timestamptz_pl_interval',

@@ -75,3 +75,50 @@ for rate in "${rates[@]}"; do
            round((heap + pkey + bucket) / (heap + pkey + old)::numeric, 3)
       FROM n, s"
 done
+
+# Candidate layouts, not shipped, for the rows of the last rate: the same rows
+# copied into tables that differ from idempotency.keys in one way each (their
+# primary key and expiry index as the key table's), to weigh what a rewrite of
+# the key table would save (see bench/growth/README.md).
+echo
+printf '%s\n' "layout (rows of the last rate)	heap	primary key	expiry index	total	/ 0.8.0"
+sql -F $'\t' <<'SQL'
+CREATE TABLE bench.keys_char (LIKE idempotency.keys INCLUDING DEFAULTS);
+ALTER TABLE bench.keys_char ALTER COLUMN state TYPE "char" USING left(state, 1)::"char";
+-- Fixed-width columns first (no alignment padding between them), state as "char".
+CREATE TABLE bench.keys_packed (
+    fence bigint NOT NULL, created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
+    lease_until timestamptz, response_status smallint, one_time_secret boolean NOT NULL,
+    state "char" NOT NULL, principal text NOT NULL, key text NOT NULL, action text NOT NULL,
+    request_sha256 bytea NOT NULL, response_headers jsonb, response_body bytea, resource_id text);
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['bench.keys_char', 'bench.keys_packed'] LOOP
+        EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (principal, key)', t);
+        EXECUTE format('CREATE INDEX ON %s (date_bin(''10 ms'', expires_at, ''2000-01-01+00''))', t);
+    END LOOP;
+END
+$$;
+INSERT INTO bench.keys_char SELECT principal, key, action, request_sha256, left(state, 1)::"char",
+       response_status, response_headers, response_body, resource_id, one_time_secret, fence,
+       lease_until, created_at, expires_at FROM idempotency.keys;
+INSERT INTO bench.keys_packed SELECT fence, created_at, expires_at, lease_until, response_status,
+       one_time_secret, left(state, 1)::"char", principal, key, action, request_sha256,
+       response_headers, response_body, resource_id FROM idempotency.keys;
+VACUUM ANALYZE bench.keys_char, bench.keys_packed;
+WITH l(name, rel) AS (VALUES ('0.8.0 (as installed)', 'idempotency.keys'::regclass),
+                             ('state as "char"', 'bench.keys_char'::regclass),
+                             ('"char", fixed-width columns first', 'bench.keys_packed'::regclass)),
+s AS (SELECT l.name, (SELECT count(*) FROM idempotency.keys)::numeric AS rows, pg_relation_size(l.rel) AS heap,
+             (SELECT pg_relation_size(i.indexrelid) FROM pg_index AS i WHERE i.indrelid = l.rel AND i.indisprimary) AS pkey,
+             (SELECT sum(pg_relation_size(i.indexrelid)) FROM pg_index AS i
+               WHERE i.indrelid = l.rel AND NOT i.indisprimary
+                 AND pg_get_indexdef(i.indexrelid) LIKE '%date_bin%') AS expiry
+        FROM l)
+SELECT name, round(heap / rows, 1), round(pkey / rows, 1), round(expiry / rows, 1),
+       round((heap + pkey + expiry) / rows, 1),
+       round((heap + pkey + expiry) / first_value(heap + pkey + expiry) OVER (ORDER BY name <> '0.8.0 (as installed)'), 3)
+  FROM s ORDER BY name <> '0.8.0 (as installed)', name;
+SQL

@@ -11,7 +11,8 @@
 #
 # PGBIN names a PostgreSQL with Citus and pg_idempotency installed; CITUS_CONF
 # adds postgresql.conf lines on every node (wal_level = logical for moves by
-# logical replication).
+# logical replication); IDEM_VERSION creates the extension at that
+# version (default: the newest).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
@@ -43,7 +44,7 @@ psql_ -p "$base" -d shop >/dev/null <<SQL
 SELECT citus_set_coordinator_host('127.0.0.1', $base);
 SELECT 1 FROM citus_add_node('127.0.0.1', $((base + 1)));
 SELECT 1 FROM citus_add_node('127.0.0.1', $((base + 2)));
-CREATE EXTENSION idempotency;
+CREATE EXTENSION idempotency${IDEM_VERSION:+ VERSION '$IDEM_VERSION'};
 -- The example's tables, with the distribution column in their primary keys.
 -- created_at is kept as text here: the example answers RETURNING created_at::text,
 -- and Citus allows only immutable expressions in a RETURNING clause (a text
