@@ -194,7 +194,11 @@ REVOKE ALL ON FUNCTION idempotency.set_expiry_policy(text, text, interval) FROM 
 -- index, then by expires_at inside the bucket (an incremental sort of one
 -- bucket at a time). The update builds the new index once (a read of the whole
 -- table, writes held back meanwhile) and drops the old one; through EXECUTE and
--- able to run twice, for Citus (see the CHECKs above).
+-- able to run twice, for Citus (see the CHECKs above). Each of cleanup's three
+-- batch statements below spells the bucket out in full: the planner uses an
+-- expression index only for the same expression in the statement, and a helper
+-- function would have to be inlined, which the SET search_path that every
+-- function of this extension carries prevents.
 DO $ddl$
 BEGIN
     EXECUTE 'CREATE INDEX IF NOT EXISTS keys_expiry_bucket_idx ON idempotency.keys'
