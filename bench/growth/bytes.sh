@@ -48,6 +48,60 @@ trap 'stop; rm -f "$script"' EXIT
 { echo "\\set t random(0, $((tenants - 1)))"; sed "s/'acme'/('tenant_' || :t::int)/" \
   "$root/bench/protocol/extension.sql"; } >"$script"
 
+# Candidate layouts, not shipped, weighed on the rows of the first rate: the
+# same rows copied into tables that differ in one way each from a copy of
+# idempotency.keys as it is (copies are packed: no space left by the protocol's
+# own updates, so the candidates are compared with the copy, not the table),
+# each with the key table's primary key and expiry index (see README.md).
+copy_layouts() {
+  sql <<'SQL'
+CREATE TABLE bench.keys_same (LIKE idempotency.keys INCLUDING DEFAULTS);
+CREATE TABLE bench.keys_char (LIKE idempotency.keys INCLUDING DEFAULTS);
+ALTER TABLE bench.keys_char ALTER COLUMN state TYPE "char" USING left(state, 1)::"char";
+-- Fixed-width columns first (no alignment padding between them), state as "char".
+CREATE TABLE bench.keys_packed (
+    fence bigint NOT NULL, created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
+    lease_until timestamptz, response_status smallint, one_time_secret boolean NOT NULL,
+    state "char" NOT NULL, principal text NOT NULL, key text NOT NULL, action text NOT NULL,
+    request_sha256 bytea NOT NULL, response_headers jsonb, response_body bytea, resource_id text);
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['bench.keys_same', 'bench.keys_char', 'bench.keys_packed'] LOOP
+        EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (principal, key)', t);
+        EXECUTE format('CREATE INDEX ON %s (date_bin(''10 ms'', expires_at, ''2000-01-01+00''))', t);
+    END LOOP;
+END
+$$;
+INSERT INTO bench.keys_same SELECT * FROM idempotency.keys;
+INSERT INTO bench.keys_char SELECT principal, key, action, request_sha256, left(state, 1)::"char",
+       response_status, response_headers, response_body, resource_id, one_time_secret, fence,
+       lease_until, created_at, expires_at FROM idempotency.keys;
+INSERT INTO bench.keys_packed SELECT fence, created_at, expires_at, lease_until, response_status,
+       one_time_secret, left(state, 1)::"char", principal, key, action, request_sha256,
+       response_headers, response_body, resource_id FROM idempotency.keys;
+VACUUM ANALYZE bench.keys_same, bench.keys_char, bench.keys_packed;
+SQL
+}
+report_layouts() {
+  echo
+  printf '%s\n' "layout (rows of rate ${rates[0]}, copied)	heap	primary key	expiry index	total	/ 0.8.0 copied"
+  sql -F $'\t' <<'SQL'
+WITH l(ord, name, rel) AS (VALUES (1, '0.8.0', 'bench.keys_same'::regclass),
+                                  (2, 'state as "char"', 'bench.keys_char'::regclass),
+                                  (3, '"char", fixed-width columns first', 'bench.keys_packed'::regclass)),
+s AS (SELECT l.ord, l.name, (SELECT count(*) FROM bench.keys_same)::numeric AS rows, pg_relation_size(l.rel) AS heap,
+             (SELECT pg_relation_size(i.indexrelid) FROM pg_index AS i WHERE i.indrelid = l.rel AND i.indisprimary) AS pkey,
+             (SELECT pg_relation_size(i.indexrelid) FROM pg_index AS i WHERE i.indrelid = l.rel AND NOT i.indisprimary) AS expiry
+        FROM l)
+SELECT name, round(heap / rows, 1), round(pkey / rows, 1), round(expiry / rows, 1),
+       round((heap + pkey + expiry) / rows, 1),
+       round((heap + pkey + expiry)::numeric / first_value(heap + pkey + expiry) OVER (ORDER BY ord), 3)
+  FROM s ORDER BY ord;
+SQL
+}
+
 echo "source: $(git -C "$root" rev-parse --short HEAD) (PGBIN $PGBIN); $(sql -c 'SHOW server_version')"
 printf '%s\n' "rate (requests/s)	keys	heap	primary key	expires_at (0.7.0)	expiry bucket (0.8.0)	0.7.0 total	0.8.0 total	0.8.0 / 0.7.0"
 for rate in "${rates[@]}"; do
@@ -72,53 +126,9 @@ for rate in "${rates[@]}"; do
     SELECT '$rate (' || round($tps) || ')', n.rows, round(heap / rows, 1), round(pkey / rows, 1),
            round(old / rows, 1), round(bucket / rows, 1),
            round((heap + pkey + old) / rows, 1), round((heap + pkey + bucket) / rows, 1),
-           round((heap + pkey + bucket) / (heap + pkey + old)::numeric, 3)
+           round((heap + pkey + bucket)::numeric / (heap + pkey + old), 3)
       FROM n, s"
+  [[ $rate != "${rates[0]}" ]] || copy_layouts
 done
+report_layouts
 
-# Candidate layouts, not shipped, for the rows of the last rate: the same rows
-# copied into tables that differ from idempotency.keys in one way each (their
-# primary key and expiry index as the key table's), to weigh what a rewrite of
-# the key table would save (see bench/growth/README.md).
-echo
-printf '%s\n' "layout (rows of the last rate)	heap	primary key	expiry index	total	/ 0.8.0"
-sql -F $'\t' <<'SQL'
-CREATE TABLE bench.keys_char (LIKE idempotency.keys INCLUDING DEFAULTS);
-ALTER TABLE bench.keys_char ALTER COLUMN state TYPE "char" USING left(state, 1)::"char";
--- Fixed-width columns first (no alignment padding between them), state as "char".
-CREATE TABLE bench.keys_packed (
-    fence bigint NOT NULL, created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
-    lease_until timestamptz, response_status smallint, one_time_secret boolean NOT NULL,
-    state "char" NOT NULL, principal text NOT NULL, key text NOT NULL, action text NOT NULL,
-    request_sha256 bytea NOT NULL, response_headers jsonb, response_body bytea, resource_id text);
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['bench.keys_char', 'bench.keys_packed'] LOOP
-        EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (principal, key)', t);
-        EXECUTE format('CREATE INDEX ON %s (date_bin(''10 ms'', expires_at, ''2000-01-01+00''))', t);
-    END LOOP;
-END
-$$;
-INSERT INTO bench.keys_char SELECT principal, key, action, request_sha256, left(state, 1)::"char",
-       response_status, response_headers, response_body, resource_id, one_time_secret, fence,
-       lease_until, created_at, expires_at FROM idempotency.keys;
-INSERT INTO bench.keys_packed SELECT fence, created_at, expires_at, lease_until, response_status,
-       one_time_secret, left(state, 1)::"char", principal, key, action, request_sha256,
-       response_headers, response_body, resource_id FROM idempotency.keys;
-VACUUM ANALYZE bench.keys_char, bench.keys_packed;
-WITH l(name, rel) AS (VALUES ('0.8.0 (as installed)', 'idempotency.keys'::regclass),
-                             ('state as "char"', 'bench.keys_char'::regclass),
-                             ('"char", fixed-width columns first', 'bench.keys_packed'::regclass)),
-s AS (SELECT l.name, (SELECT count(*) FROM idempotency.keys)::numeric AS rows, pg_relation_size(l.rel) AS heap,
-             (SELECT pg_relation_size(i.indexrelid) FROM pg_index AS i WHERE i.indrelid = l.rel AND i.indisprimary) AS pkey,
-             (SELECT sum(pg_relation_size(i.indexrelid)) FROM pg_index AS i
-               WHERE i.indrelid = l.rel AND NOT i.indisprimary
-                 AND pg_get_indexdef(i.indexrelid) LIKE '%date_bin%') AS expiry
-        FROM l)
-SELECT name, round(heap / rows, 1), round(pkey / rows, 1), round(expiry / rows, 1),
-       round((heap + pkey + expiry) / rows, 1),
-       round((heap + pkey + expiry) / first_value(heap + pkey + expiry) OVER (ORDER BY name <> '0.8.0 (as installed)'), 3)
-  FROM s ORDER BY name <> '0.8.0 (as installed)', name;
-SQL
