@@ -10,6 +10,7 @@
 #   bench/cleanup/run.sh     EXPIRED=1000000 BATCH=10000 PAUSE=0 ROUNDS=3 by default
 #   EXTRA_CONF=$'shared_buffers = 1GB' bench/cleanup/run.sh    more postgresql.conf lines
 #   SETUP_SQL='...' bench/cleanup/run.sh     SQL run in the bench database after CREATE EXTENSION
+#   EXT_VERSION=0.7.0 bench/cleanup/run.sh   the extension's SQL of that release (this build's library)
 #
 # Per round it also prints the p99 of the run with cleanup before cleanup
 # started and after it ended (the same pgbench run and connections, so
@@ -35,7 +36,9 @@ PGCLUSTER_CONF=$'fsync = on\nsynchronous_commit = off\nmax_wal_size = 4GB\n'"${E
 # shellcheck disable=SC1091
 source "$work/pg/env"
 psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE bench"
-psql -X -q -v ON_ERROR_STOP=1 -d bench -c "CREATE EXTENSION idempotency" \
+version_clause=
+[[ -z ${EXT_VERSION:-} ]] || version_clause=" VERSION '$EXT_VERSION'"
+psql -X -q -v ON_ERROR_STOP=1 -d bench -c "CREATE EXTENSION idempotency$version_clause" \
   -c "CREATE TABLE effects (id bigserial PRIMARY KEY, client int, note text)"
 if [[ -n ${SETUP_SQL:-} ]]; then
   psql -X -q -v ON_ERROR_STOP=1 -d bench -c "$SETUP_SQL"
@@ -46,7 +49,7 @@ bench() { pgbench -n -M prepared -c 4 -j 2 -f "$script" bench "$@"; }
 echo "== rate alone"
 max=$(bench -T 15 2>/dev/null | awk '/^tps/ { print int($3) }')
 rate=$((max / 2))
-echo "max ${max} tps; fixed rate for the runs: ${rate} tps"
+echo "extension $(psql -X -At -d bench -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"); max ${max} tps; fixed rate for the runs: ${rate} tps"
 
 # Autovacuum stays off for the two bench tables, so it never falls into a
 # measured run; every round ends with a VACUUM instead.
