@@ -1,6 +1,6 @@
-# Shared by tests/scale-out/citus.sh, citus_moves.sh and citus_direct.sh (sourced,
-# not run): a cluster of tests/scale-out/citus_cluster.sh for the run, SQL on a node
-# of it, where a principal's key shard lives, and TAP-style checks. Needs PGBIN.
+# Shared by tests/scale-out/citus.sh, citus_moves.sh, citus_direct.sh and
+# citus_update.sh (sourced, not run): a cluster of tests/scale-out/citus_cluster.sh
+# for the run, SQL on a node of it, where a principal's key shard lives, and TAP-style checks. Needs PGBIN.
 
 # start_citus_cluster NAME DEFAULT_PORT: exits 77 (SKIPPED) without citus; else
 # starts a coordinator and two workers on CITUS_PORT (default DEFAULT_PORT) in a

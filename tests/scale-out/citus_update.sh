@@ -27,8 +27,6 @@ export PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 source tests/scale-out/citus_lib.bash
 IDEM_VERSION=0.7.0 start_citus_cluster update 27280
 sha="'\\x3393929e3059a234f3a1eb45f2fda39fcbf73f91a832e8abfd5de6960453eec2'::bytea"
-# on_port PORT ARGS...: psql on a node by port.
-on_port() { "$PGBIN/psql" -X -q -At -h 127.0.0.1 -p "$1" -U postgres -d shop "${@:2}"; }
 
 check "the cluster starts at 0.7.0" equals "$(sql 0 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.7.0
 # A live key through the protocol (delegated to its shard's worker).
@@ -52,19 +50,18 @@ out=$(sql 0 -c "ALTER EXTENSION idempotency UPDATE" 2>&1) && rc=0 || rc=$?
 check "ALTER EXTENSION idempotency UPDATE on the coordinator succeeds" equals "$rc ${out:-}" "0 "
 
 # 2. Every node and every shard.
-# shellcheck disable=SC2154 # base is set by start_citus_cluster
-for port in "$base" $((base + 1)) $((base + 2)); do
-  check "node $port is at 0.8.0" \
-    equals "$(on_port "$port" -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.8.0
+for node in 0 1 2; do
+  check "node $node is at 0.8.0" \
+    equals "$(sql "$node" -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.8.0
 done
 shards=$(sql 0 -c "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'idempotency.keys'::regclass")
 # per_shard SQL: the number SQL counts on each worker's shard tables (not the
 # worker's copy of the distributed table; Citus hides shards from pg_class unless
 # told not to), summed.
 per_shard() {
-  local total=0 port
-  for port in $((base + 1)) $((base + 2)); do
-    total=$((total + $(on_port "$port" -c "SET citus.override_table_visibility TO off" -c "$1")))
+  local total=0 node
+  for node in 1 2; do
+    total=$((total + $(sql "$node" -c "SET citus.override_table_visibility TO off" -c "$1")))
   done
   echo "$total"
 }
