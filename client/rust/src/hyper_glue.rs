@@ -59,13 +59,34 @@ fn with_head(response: &Response, body: Body) -> hyper::Response<Body> {
     *out.status_mut() =
         StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in &response.headers {
-        if let (Ok(n), Ok(v)) =
-            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
-        {
+        if let (Ok(n), Some(v)) = (HeaderName::from_bytes(name.as_bytes()), field_value(value)) {
             out.headers_mut().append(n, v);
         }
     }
     out
+}
+
+/// A stored header value as the octets it stands for: the server keeps only RFC 9110
+/// field values (visible ASCII, SP, HTAB and U+0080..U+00FF, obs-text as Latin-1), so
+/// every character is one octet. `HeaderValue::from_str` takes visible ASCII only and
+/// would drop a value with obs-text from the replay.
+fn field_value(value: &str) -> Option<HeaderValue> {
+    let octets: Option<Vec<u8>> =
+        value.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+    HeaderValue::from_bytes(&octets?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_value;
+
+    #[test]
+    fn every_stored_field_value_replays() {
+        let value = field_value("a\tb c\u{80}\u{e9}\u{ff}").expect("a field value");
+        assert_eq!(value.as_bytes(), b"a\tb c\x80\xe9\xff");
+        assert!(field_value("20 \u{20ac}").is_none(), "above U+00FF is not one octet");
+        assert!(field_value("a\nb").is_none(), "LF is refused by HeaderValue too");
+    }
 }
 
 /// The hyper response of a `Client::handle_stream` call whose events come on `events`:
