@@ -71,8 +71,7 @@ fn with_head(response: &Response, body: Body) -> hyper::Response<Body> {
 /// every character is one octet. `HeaderValue::from_str` takes visible ASCII only and
 /// would drop a value with obs-text from the replay.
 fn field_value(value: &str) -> Option<HeaderValue> {
-    let octets: Option<Vec<u8>> =
-        value.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+    let octets: Option<Vec<u8>> = value.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
     HeaderValue::from_bytes(&octets?).ok()
 }
 
