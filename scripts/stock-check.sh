@@ -11,13 +11,16 @@
 #   scripts/stock-check.sh --prepare [DIR]  the same without the run (the chroot and clone only)
 #
 # Root, network to the host's Debian archive (read from the host's apt sources). The
-# chroot gets nothing of the host but its apt sources, its resolv.conf and the local CA
-# certificates in /usr/local/share/ca-certificates (a machine of this kind has them).
-# The run takes 1.5-2 hours on 2 cores. IDEM_MATRIX is passed on and defaults to empty:
-# the PostgreSQL 17 and 18 chroots are left out inside the stock chroot (check them from
-# a cold cache with `IDEM_MATRIX_CACHE=<new folder> scripts/test-matrix.sh 17 18`).
-# IDEM_TEST_PORT (default 24000) is the test command's port: the chroot shares the
-# host's network.
+# chroot gets of the host its apt sources, its resolv.conf, the local CA certificates in
+# /usr/local/share/ca-certificates, and the toolchains that a new machine of the project's
+# kind (`polyglot`: env/machines/polyglot.md in the tool library) ships outside Debian's
+# packages, copied without their caches: Go (/usr/local/go), Rust by rustup (/root/.rustup,
+# /root/.cargo/bin), pyenv's Pythons (/root/.pyenv) and Node.js with npm (/usr/bin/node,
+# /usr/lib/node_modules); and the machine's PATH. So the run inside installs every Debian
+# package itself, fills every registry cache itself (npm, cargo, the Go module cache and
+# pip start empty) and bootstraps the PostgreSQL 17 and 18 chroots (IDEM_MATRIX, default
+# "17 18") into a cache folder of its own. IDEM_TEST_PORT (default 24000) is the test
+# command's port: the chroot shares the host's network.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 prepare_only=0
@@ -55,6 +58,22 @@ if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
   rm -f "$dir/etc/apt/sources.list"
 fi
 cp /etc/resolv.conf "$dir/etc/"
+# The new machine's own toolchains (not Debian's): copies, so that nothing the run
+# downloads lands in the host's caches. A toolchain the host lacks is left out.
+copy_toolchain() {  # copy_toolchain PATH...: each path to the same place in the chroot
+  local p
+  for p in "$@"; do
+    [[ -e $p ]] || continue
+    mkdir -p "$dir$(dirname "$p")"
+    cp -a "$p" "$dir$p"
+  done
+}
+copy_toolchain /usr/local/go /root/.cargo/bin /root/.cargo/env /root/.rustup/settings.toml \
+  /root/.pyenv /usr/bin/node /usr/lib/node_modules /usr/bin/npm /usr/bin/npx
+for t in /root/.rustup/toolchains/stable-*; do [[ -e $t ]] && copy_toolchain "$t"; done
+for t in /root/.rustup/toolchains/*; do  # the toolchain stable points to, if a link
+  [[ -L /root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu ]] && copy_toolchain "$t"
+done
 git clone -q "$root" "$dir/root/pg_idempotency"
 echo "stock-check: $(git -C "$dir/root/pg_idempotency" log --oneline -1)"
 ((prepare_only)) && { echo "stock-check: prepared $dir"; exit 0; }
@@ -63,8 +82,9 @@ mount -t proc proc "$dir/proc" && mounted+=("$dir/proc")
 mount --rbind /dev "$dir/dev" && mount --make-rslave "$dir/dev" && mounted+=("$dir/dev")
 start=$(date +%s)
 status=0
-chroot "$dir" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin CI=true \
-  IDEM_MATRIX="${IDEM_MATRIX-}" IDEM_TEST_PORT="${IDEM_TEST_PORT:-24000}" \
+machine_path=/usr/local/go/bin:/root/go/bin:/root/.cargo/bin:/root/.pyenv/shims:/root/.pyenv/bin
+chroot "$dir" /usr/bin/env -i HOME=/root PATH="$machine_path:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  CI=true IDEM_MATRIX="${IDEM_MATRIX-17 18}" IDEM_TEST_PORT="${IDEM_TEST_PORT:-24000}" \
   SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
   bash -c 'cd /root/pg_idempotency && bash .ci/run' || status=$?
 echo "stock-check: .ci/run exited $status after $(($(date +%s) - start)) s"

@@ -121,13 +121,26 @@ APT
   echo "create_main_cluster = false" >"$dir.tmp/etc/postgresql-common/createcluster.conf"
   printf '#!/bin/sh\nexit 101\n' >"$dir.tmp/usr/sbin/policy-rc.d"  # no service starts in the chroot
   chmod 755 "$dir.tmp/usr/sbin/policy-rc.d"
+  # The pristine copy that the package test installs the .deb files into
+  # (SUITE.base): the same bootstrap, copied before anything is installed, so a
+  # cold machine bootstraps each suite once.
+  if [[ $dir != *.base && ! -d $dir.base ]]; then
+    rm -rf "$dir.base.tmp"
+    cp -a "$dir.tmp" "$dir.base.tmp" && mv "$dir.base.tmp" "$dir.base"
+  fi
   mv "$dir.tmp" "$dir"
 }
 
-# copy_tree DIR: the work tree (tracked and new files, nothing ignored) to DIR/src.
+# copy_tree DIR: the work tree (tracked and new files, nothing ignored) to DIR/src,
+# or the tar IDEM_MATRIX_TREE names (scripts/test.sh makes one when a run starts, so
+# that the chroots get the tree as it was then, not as the host's suites change it).
 copy_tree() {
   rm -rf "$1/src"
   mkdir -p "$1/src"
+  if [[ -n ${IDEM_MATRIX_TREE:-} ]]; then
+    tar -C "$1/src" -xf "$IDEM_MATRIX_TREE"
+    return
+  fi
   git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
     tar -C "$root" --null -T - -cf - | tar -C "$1/src" -xf -
