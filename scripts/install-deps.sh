@@ -31,12 +31,16 @@ if [[ $scope == full ]]; then
   # pgjdbc for tests/languages/JdbcForms.java; a JDK (single-file source launch)
   # ships with the machine too, Debian's only where javac is missing.
   packages+=(libpostgresql-jdbc-java)
-  # Go and pgx v4 (pgxpool included) for tests/languages/pgx_forms.go, client/go and
-  # examples/go-orders (GOPATH mode, nothing downloaded).
-  packages+=(golang-go golang-github-jackc-pgx-v4-dev)
-  # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 and the
-  # crates they build offline from /usr/share/cargo/registry (nothing from a crate registry).
-  # rustfmt: the doc blocks of docs/rust.md are syntax-checked with it (tests/docs).
+  # pgx v4's sources (pgxpool included) for tests/languages/pgx_forms.go, client/go and
+  # examples/go-orders (GOPATH mode, nothing downloaded); the machine's Go builds them
+  # (the polyglot machine ships one), Debian's golang-go only where no go is on PATH.
+  packages+=(golang-github-jackc-pgx-v4-dev)
+  command -v go >/dev/null || packages+=(golang-go)
+  # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 on
+  # purpose, beside the machine's rustup toolchain (which stays first on PATH): the
+  # crates build offline from Debian's packaged sources in /usr/share/cargo/registry,
+  # which that cargo and rustc match. rustfmt: the doc blocks of docs/rust.md are
+  # syntax-checked with it (tests/docs).
   packages+=(cargo rustc rustfmt librust-tokio-postgres-dev librust-tokio-dev librust-hyper-dev
     librust-serde-json-dev)
   command -v javac >/dev/null || packages+=(default-jdk-headless)

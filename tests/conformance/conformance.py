@@ -361,6 +361,40 @@ class Suite:
                    stored is not None and EXPIRES_HEADER.lower() not in (stored[0] or "").lower(), repr(stored))
         self.effects("expiry: one key, three requests", "orders", who, 1)
 
+    def stored_header_values(self) -> None:
+        """Every RFC 9110 field value that the extension lets a service store
+        (visible ASCII, SP, HTAB, U+0080..U+00FF) is replayed, and the service
+        lives: a stored value is put into the key's row by hand, then a retry
+        must answer the stored response with it. A client sends a character of
+        U+0080..U+00FF as its Latin-1 octet (Node, WSGI, ASGI) or as UTF-8, the
+        way its own server sent it the first time (Go, C++)."""
+        who, key = self.principal("headers"), "key-headers"
+        first = self.post("/orders", ORDER, who, key)
+        self.expect("stored header values: the first request is 201", first, 201, replay=False)
+        value = "a\tb c \u0080\u00e9\u00ff!"
+        with psycopg.connect(self.key_dsn(who), autocommit=True) as conn:
+            changed = conn.execute(
+                "UPDATE idempotency.keys SET response_headers = CASE jsonb_typeof(response_headers)"
+                "   WHEN 'array' THEN response_headers || jsonb_build_array(jsonb_build_array('X-Kept', %s::text))"
+                "   ELSE coalesce(response_headers, '{}') || jsonb_build_object('X-Kept', %s::text) END"
+                " WHERE principal = %s AND key = %s", (value, value, who, key)).rowcount
+        self.check("stored header values: the row took the value", changed == 1, f"{changed} rows")
+        retry = self.post("/orders", ORDER, who, key)
+        self.expect("stored header values: the retry replays the stored response", retry, 201, body=first.body,
+                    replay=True)
+        got = retry.header("X-Kept")  # http.client reads header octets as Latin-1
+        as_utf8 = None
+        if got is not None:
+            try:
+                as_utf8 = got.encode("latin-1").decode("utf-8")
+            except (UnicodeEncodeError, UnicodeDecodeError):
+                pass
+        self.check("stored header values: replayed as Latin-1 octets or as UTF-8",
+                   got is not None and value in (got, as_utf8), f"stored {value!r}, got {got!r}")
+        after = self.post("/orders", ORDER, who, key)
+        self.expect("stored header values: the service still answers", after, 201, body=first.body, replay=True)
+        self.effects("stored header values: one key, three requests", "orders", who, 1)
+
     def reject_mode(self) -> None:
         who, key = self.principal("reject"), "key-reject"
         replies: Dict[str, Reply] = {}
@@ -418,6 +452,7 @@ class Suite:
             ("secret", self.one_time_secret),
             ("expiry", self.expiry_header),
             ("reject", self.reject_mode),
+            ("headers", self.stored_header_values),
             ("stream", lambda: stream_scenario(self, problem)),
             ("expired", lambda: expired.scenario(self, problem, PROTOCOL)),  # tests/conformance/expired.py
         ]
