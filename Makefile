@@ -7,7 +7,7 @@ EXTENSION  = idempotency
 # control file's default_version is written from it.
 EXTVERSION := $(shell cat $(dir $(lastword $(MAKEFILE_LIST)))VERSION)
 # Releases in order; the first has a full script, each later one an upgrade script.
-RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0 $(EXTVERSION)
+RELEASES   = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0 0.8.0 $(EXTVERSION)
 
 MODULE_big = idempotency
 OBJS = src/extension/module.o \

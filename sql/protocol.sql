@@ -187,8 +187,10 @@ RESET idempotency.max_key_length;
 SET idempotency.max_key_length = 0;
 SET idempotency.key_format = 'uuid';
 SELECT idempotency.begin('alice', 'not-a-uuid', 'a', fp('{}'));
-BEGIN;
+-- Lower-case digits only (0.9.0; sql/findings_080.sql): one UUID, one key.
 SELECT (idempotency.begin('alice', '0190F1E2-3C4D-4E5F-8A6B-7C8D9E0F1A2B', 'a', fp('{}'))).outcome;
+BEGIN;
+SELECT (idempotency.begin('alice', '0190f1e2-3c4d-4e5f-8a6b-7c8d9e0f1a2b', 'a', fp('{}'))).outcome;
 ROLLBACK;
 SET idempotency.key_format = 'uuidv7';
 SELECT idempotency.begin('alice', '0190f1e2-3c4d-4e5f-8a6b-7c8d9e0f1a2b', 'a', fp('{}'));

@@ -95,11 +95,26 @@ bool is_token(const char* name, int length) {
     return true;
 }
 
-// A field value that can be replayed as it was: no CR, LF or NUL (which would
-// split or end the header line).
+// A field value that every client can replay as it was (RFC 9110 5.5: VCHAR,
+// SP, HTAB and obs-text). A JSON string holds characters, which the clients
+// send as octets the way their servers do (Node's http and WSGI take a header
+// value as Latin-1): obs-text is U+0080..U+00FF, in a UTF-8 database the two
+// bytes C2 80..C3 BF. Refused: the other C0 controls (CR, LF and NUL split or
+// end the line; Node throws on the rest at replay), DEL, and characters above
+// U+00FF, which no Latin-1 header can carry. In a database of another encoding
+// every byte from 0x80 up counts as obs-text.
 bool is_field_value(const char* value, int length) {
-    for (int i = 0; i < length; ++i)
-        if (value[i] == '\r' || value[i] == '\n' || value[i] == '\0') return false;
+    const bool utf8 = GetDatabaseEncoding() == PG_UTF8;
+    for (int i = 0; i < length; ++i) {
+        const unsigned char c = static_cast<unsigned char>(value[i]);
+        if (c == '\t' || (c >= 0x20 && c < 0x7f)) continue;
+        if (c < 0x80) return false;  // C0 controls but HTAB, and DEL
+        if (!utf8) continue;
+        // jsonb holds valid UTF-8: a lead byte C2 or C3 and its continuation
+        // byte are U+0080..U+00FF; any other lead byte is above U+00FF.
+        if ((c != 0xc2 && c != 0xc3) || i + 1 >= length) return false;
+        ++i;
+    }
     return true;
 }
 
@@ -122,7 +137,9 @@ void check_header(const JsonbValue& name, const JsonbValue& value) {
                 "A name is letters, digits and !#$%&'*+-.^_`|~ (or a client's reserved entry "
                 ":chunks or :not_kept).");
     if (value.type != jbvString || !is_field_value(value.val.string.val, value.val.string.len))
-        invalid("header values must be strings without CR, LF or NUL");
+        invalid("header values must be RFC 9110 field values",
+                "A value is visible ASCII, spaces, tabs and the characters U+0080 to U+00FF: no "
+                "other control character and nothing above U+00FF.");
 }
 
 void check_headers_argument(FunctionCallInfo fcinfo, int arg) {
@@ -233,7 +250,16 @@ void check_key(text* key) {
     if (!ok)
         malformed_key("idempotency key is not a UUID",
                       "idempotency.key_format requires the form 8-4-4-4-12 hexadecimal digits.");
-    if (key_format == kKeyFormatUuidV7 && (p[14] != '7' || strchr("89abAB", p[19]) == nullptr))
+    // One UUID has one spelling here: upper-case digits are refused rather than
+    // folded, since 0.8.0 stored keys as given and a folded lookup would miss
+    // such a key and run its request again. A client that upper-cases gets 400
+    // every time, never a second run.
+    for (int i = 0; i < 36; ++i)
+        if (p[i] >= 'A' && p[i] <= 'F')
+            malformed_key("idempotency key is not a lower-case UUID",
+                          "idempotency.key_format requires lower-case hexadecimal digits, as "
+                          "RFC 9562 writes them.");
+    if (key_format == kKeyFormatUuidV7 && (p[14] != '7' || strchr("89ab", p[19]) == nullptr))
         malformed_key("idempotency key is not a version 7 UUID",
                       "idempotency.key_format is uuidv7.");
 }
@@ -299,6 +325,10 @@ static bool ttl_within_limit(const Interval& ttl) {
     const TimestampTz latest = DatumGetTimestampTz(
         DirectFunctionCall2(timestamptz_pl_interval, now, IntervalPGetDatum(&limit)));
     return expires > DatumGetTimestampTz(now) && expires <= latest;
+}
+
+void check_grace(const Interval* grace) {
+    if (!ttl_within_limit(*grace)) invalid("grace must be more than 0 and at most 366 days");
 }
 
 // The ttl: more than 0 and at most 366 days, on the timestamps it gives.

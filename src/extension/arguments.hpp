@@ -25,7 +25,8 @@ void require_arguments(FunctionCallInfo fcinfo, int count, const char* names);
 Request request_arguments(FunctionCallInfo fcinfo);
 
 /// 22P02 for a malformed key: empty, too long, control characters, not the
-/// idempotency.key_format. Only the client's key gets that SQLSTATE.
+/// idempotency.key_format (uuid and uuidv7: lower-case digits only). Only the client's key gets
+/// that SQLSTATE.
 void check_key(text* key);
 
 /// 22023 for an empty action or one over 1024 bytes.
@@ -38,7 +39,8 @@ void check_fingerprint(bytea* fingerprint);
 void check_status(int status);
 
 /// 22023 unless the headers are a JSON object of name to value or an array of
-/// [name, value] pairs, names RFC 9110 tokens, values without CR, LF or NUL.
+/// [name, value] pairs, names RFC 9110 tokens, values RFC 9110 field values
+/// (visible ASCII, SP, HTAB, U+0080..U+00FF).
 void check_headers(Jsonb* headers);
 
 /// 22023 for an empty or over-long principal; 42501 when
@@ -51,6 +53,10 @@ void check_principal_binding(text* principal);
 
 /// The ttl argument, or idempotency.key_ttl when absent; 22023 outside (0, 366 days].
 Interval ttl_argument(FunctionCallInfo fcinfo, int arg);
+
+/// 22023 unless an expiry policy's grace is more than 0 and at most 366 days,
+/// by the same rule as the ttl (on the timestamps it gives from now).
+void check_grace(const Interval* grace);
 
 /// The lease argument, or idempotency.lease when absent; 22023 outside 100 ms to 24 h.
 Interval lease_argument(FunctionCallInfo fcinfo, int arg);

@@ -105,8 +105,10 @@ const char* const kRenewSql =
     "        OR lease_until OPERATOR(pg_catalog.>) $6)"
     " RETURNING action";
 
-// The completion of a lease. A key completed after its ttl ran out (its lease
-// kept it live) is kept for one more ttl from now, so that its response can be
+// The completion of a lease, while the row is live exactly as renewal asks
+// (until 0.9.0 a late completion revived a dead row, whose key had already
+// answered expired or could start again). A key completed after its ttl ran
+// out (its lease kept it live) is kept for one more ttl from now, so that its response can be
 // replayed: complete_lease() computes that expiry from the returned times and
 // writes it with kExtendExpirySql (until 0.8.0 every completion moved the
 // expiry to now + ttl, which the docs never said and the clients did not expect). Not in this
@@ -117,6 +119,8 @@ const char* const kCompleteLeaseSql =
     "       one_time_secret = $8, lease_until = NULL"
     " WHERE principal OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
     "   AND fence OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'in_progress'"
+    "   AND (expires_at OPERATOR(pg_catalog.>) $9"
+    "        OR lease_until OPERATOR(pg_catalog.>) $10)"
     " RETURNING action, created_at, expires_at";
 
 // A completed lease's later expiry ($3), computed by complete_lease().

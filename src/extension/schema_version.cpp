@@ -31,8 +31,8 @@ namespace {
 
 // Every release's SQL version up to this library's own, the last one (add
 // each release here when its upgrade script is added to extension/).
-const char* const kServedVersions[] = {"0.1.0", "0.2.0", "0.3.0", "0.4.0",
-                                       "0.5.0", "0.6.0", "0.7.0", "0.8.0"};
+const char* const kServedVersions[] = {"0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0",
+                                       "0.6.0", "0.7.0", "0.8.0", "0.9.0"};
 constexpr int kServedCount = sizeof kServedVersions / sizeof kServedVersions[0];
 const char* const kLibraryVersion = kServedVersions[kServedCount - 1];
 

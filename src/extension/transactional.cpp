@@ -144,3 +144,20 @@ Datum idempotency_bound_principal(FunctionCallInfo call) {
         PG_RETURN_DATUM(PG_GETARG_DATUM(0));
     });
 }
+
+extern "C" {
+PG_FUNCTION_INFO_V1(idempotency_check_expiry_policy);
+}
+/// idempotency.check_expiry_policy(action, grace) -> void: set_expiry_policy's
+/// checks of its action (begin's: 1 to 1024 bytes) and its grace (the ttl's:
+/// more than 0 and at most 366 days on the timestamps it gives), so that a
+/// policy can be set only for an action that begin accepts, with a grace that
+/// a ttl could have. 22023 otherwise.
+Datum idempotency_check_expiry_policy(FunctionCallInfo call) {
+    return sql_entry(call, [](FunctionCallInfo fcinfo) -> Datum {
+        require_arguments(fcinfo, 2, "action and grace");
+        check_action(PG_GETARG_TEXT_PP(0));
+        check_grace(PG_GETARG_INTERVAL_P(1));
+        PG_RETURN_VOID();
+    });
+}

@@ -1,5 +1,7 @@
 """Invariant EXP (--refuse): with the expiry policy `refuse`, no key runs again
-within ttl + grace, and only such a key answers `expired`.
+within ttl + grace, and only such a key answers `expired`; and (under either policy) no fenced
+completion succeeds once its key is dead, which would revive a key that had
+already answered `expired` or could start again (0.8.0 allowed it).
 
 A request whose action refuses (Op.refuse_grace, seconds) sets the policy in its
 own transaction (transport_direct.py), so the policy commits with its key row.
@@ -48,3 +50,36 @@ def check_expired(model, op):
     elif model.unexpired(current, op.now, op.clock):
         model.violation("EXP", op.key_id(), "%s answered expired while %s was live by its ttl"
                         % (op.id, current.id), [current, op], "expired while live")
+
+
+def latest_lease(gen):
+    """The latest moment (server clock) that `gen`'s lease can have reached:
+    the acquire's lease_until, or a renewal's clock_timestamp() after the call
+    plus its lease. None when a renewal's outcome or time is not known."""
+    latest = gen.lease_min
+    for renewal in gen.renewed_by:
+        if renewal.outcome is False:
+            continue
+        if renewal.clock is None:
+            return None
+        latest = max(latest, renewal.clock + renewal.params["lease_s"])
+    return latest
+
+
+def check_late_complete(model, op):
+    """A complete(fence) `op` that answered true although, when it was sent,
+    its holder's row was certainly dead: the ttl ran out and so did every lease
+    it could have had. renew() refuses such a row; complete() must as well."""
+    holder = op.holder
+    if holder is None or holder.expires is None or holder.lease_min is None:
+        return
+    lease = latest_lease(holder)
+    if lease is None or op.sent is None:
+        return
+    if holder.expires + model.margin < op.sent and lease + model.margin < op.sent:
+        name = "EXP" if holder.refuse_grace is not None else "I3"
+        model.violation(
+            name, op.key_id(),
+            "%s(fence %s) returned true %.3f s after %s's ttl and %.3f s after its last lease ran out"
+            % (op.kind, op.fence, op.sent - holder.expires, holder.id, op.sent - lease),
+            [holder, op], "a late fenced completion revived a dead key")

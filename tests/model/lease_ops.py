@@ -97,6 +97,8 @@ class LeaseOps:
         done.outcome = row[0]
         if done.outcome:
             self.model.check_fenced_success(done)
+            if last == "complete":
+                self.model.check_late_complete(done)
         if self.fault("disconnect") and self.transport.abandon(done):
             self.count_fault()
             done.note = "disconnect fault before COMMIT"

@@ -326,6 +326,11 @@ class Model(AnswerChecks):
         """EXP (expiry.py): a start within ttl + grace of a refusing generation."""
         expiry.check_refused(self, op, current)
 
+    def check_late_complete(self, op):
+        """EXP/I3 (expiry.py): no fenced completion of a certainly dead key."""
+        with self.lock:
+            expiry.check_late_complete(self, op)
+
     def check_expired(self, op):
         """EXP (expiry.py): an `expired` answer only for a key that is refused."""
         with self.lock:
