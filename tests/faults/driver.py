@@ -150,7 +150,7 @@ def connect_admin(dsn: str, deadline: float) -> Optional[psycopg.Connection]:
 
 def fault_loop(run: Run, args, deadline: float, stop: threading.Event) -> None:
     rng = random.Random(args.seed)
-    restart_at = time.monotonic() + args.seconds * 0.4
+    restart_at = time.monotonic() + args.seconds * 0.3
     admin: Optional[psycopg.Connection] = None
     while not stop.is_set() and time.monotonic() < deadline:
         stop.wait(rng.uniform(0.1, 0.35))
@@ -242,7 +242,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--keys", type=int, default=24)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--max-requests", type=int, default=1500, help="per client")
+    parser.add_argument("--max-requests", type=int, default=4000, help="per client")
     parser.add_argument("--settle-seconds", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=41)
     args = parser.parse_args()
