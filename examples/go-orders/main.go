@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
@@ -58,14 +59,15 @@ func serve(port int, dsn string, connections int) error {
 		return err
 	}
 	config.MaxConns = int32(connections)
+	// Connections are made when needed, so the service starts while its database is
+	// down (or restarting) and serves when it is back; the tables are made then.
+	config.LazyConnect = true
 	pool, err := pgxpool.ConnectConfig(ctx, config)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, schema); err != nil {
-		return fmt.Errorf("cannot prepare the database: %w", err)
-	}
+	go prepare(ctx, pool)
 	client, err := idempotency.NewClient(idempotency.Options{})
 	if err != nil {
 		return err
@@ -104,6 +106,18 @@ func serve(port int, dsn string, connections int) error {
 	address := fmt.Sprintf("127.0.0.1:%d", port)
 	fmt.Fprintln(os.Stderr, "go-orders: listening on", address)
 	return http.ListenAndServe(address, routes)
+}
+
+// prepare makes the tables once the database answers, retrying every second.
+func prepare(ctx context.Context, pool *pgxpool.Pool) {
+	for {
+		_, err := pool.Exec(ctx, schema)
+		if err == nil {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "go-orders: cannot prepare the database yet (%v); retrying\n", err)
+		time.Sleep(time.Second)
+	}
 }
 
 // principalOf is the bearer token: the example's whole authentication.
