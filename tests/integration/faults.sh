@@ -6,10 +6,10 @@
 # small key space with backend terminations, cancels and one immediate restart,
 # and checks one effect per key, byte-identical 2xx per key, no stuck key and
 # every fault answered with protocol.json's database_fault (503). The service
-# must be alive at the end. About 30 s per service.
+# must be alive at the end. About 25 s per service, 3-4 minutes in all.
 #
 #   FAULTS_SERVICES    the services to run (default: all six, by name below)
-#   FAULTS_SECONDS     seconds of load per service (default 20)
+#   FAULTS_SECONDS     seconds of load per service (default 16)
 #   FAULTS_START_DOWN  0: start each service with the database up (default 1)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +17,7 @@ root=$(pwd)
 build=${BUILD_DIR:-build-test}
 all_services="orders-service python-orders asgi-orders node-orders go-orders rust-orders"
 services=${FAULTS_SERVICES:-$all_services}
-seconds=${FAULTS_SECONDS:-20}
+seconds=${FAULTS_SECONDS:-16}
 start_down=${FAULTS_START_DOWN:-1}
 PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 
