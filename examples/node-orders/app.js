@@ -265,7 +265,8 @@ async function main() {
     try {
       await pool.query(
         "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL," +
-          " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+          " item text NOT NULL, quantity int NOT NULL," +
+          " created_at timestamptz NOT NULL DEFAULT now())",
       );
       await pool.query(
         "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL," +

@@ -404,7 +404,8 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
       let streamed = () => false;
       let broken = false;
       const client = options.client;
-      const fault = () => databaseFaultResponse(client.options.retryAfter, client.options.problemTypeBase);
+      const fault = () =>
+        databaseFaultResponse(client.options.retryAfter, client.options.problemTypeBase);
       try {
         const body = await readBody(req, limit);
         if (body === null) {
@@ -485,7 +486,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         broken = true; // never back to the pool after an error of the request: it may be dead
         // A stream cut short: the client never sees it end as if it had worked.
         if (res.headersSent) res.destroy();
-        else if (faulted) send(res, fault()); // in doubt or rolled back: a retry with the key is safe
+        else if (faulted) send(res, fault()); // in doubt or rolled back: a retry is safe
         else next(error);
       } finally {
         if (watch !== null) {

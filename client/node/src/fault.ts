@@ -17,8 +17,8 @@ export const FAULT_SQLSTATE_CLASSES: readonly string[] = ["08", "57"];
 export const FAULT_SQLSTATES: readonly string[] = ["53300"];
 
 // node's socket errors, and node-pg's own for a connection that went away.
-const SOCKET_CODES = ["ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "ENOTCONN", "ETIMEDOUT",
-  "EHOSTUNREACH", "ENETUNREACH", "ENOENT"];
+const SOCKET_CODES = ["ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "ENOTCONN",
+  "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOENT"];
 const LOST_MESSAGES = [
   "Connection terminated",
   "Client has encountered a connection error and is not queryable",

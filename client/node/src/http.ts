@@ -181,7 +181,11 @@ export const Problem = {
     title: "The response to this request was too large to keep",
   },
   KEY_EXPIRED: { slug: "idempotency-key-expired", status: 410, title: "Idempotency-Key has expired" },
-  DATABASE_UNAVAILABLE: { slug: "database-unavailable", status: 503, title: "The database is unavailable" },
+  DATABASE_UNAVAILABLE: {
+    slug: "database-unavailable",
+    status: 503,
+    title: "The database is unavailable",
+  },
 } as const satisfies Record<string, ProblemType>;
 
 /**

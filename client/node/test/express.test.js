@@ -42,11 +42,13 @@ before(async () => {
   });
   // The route's own backend dies under it (terminated), or its statement is cancelled.
   app.post("/die", async (req) => {
-    await req.idempotency.db.query("INSERT INTO orders (principal, item, quantity) VALUES ($1, 'die', 1)", [req.idempotency.request.principal]);
+    const insert = "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'die', 1)";
+    await req.idempotency.db.query(insert, [req.idempotency.request.principal]);
     await req.idempotency.db.query("SELECT pg_terminate_backend(pg_backend_pid())");
   });
   app.post("/cancel", async (req) => {
-    await req.idempotency.db.query("INSERT INTO orders (principal, item, quantity) VALUES ($1, 'cancel', 1)", [req.idempotency.request.principal]);
+    const insert = "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'cancel', 1)";
+    await req.idempotency.db.query(insert, [req.idempotency.request.principal]);
     await req.idempotency.db.query("SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)");
   });
   app.post("/secret", (req, res) => {
@@ -145,7 +147,7 @@ test("express: a final 4xx is stored and replayed; a one-time secret is sent onc
   assert.ok(!retry.body.includes("sk_x"));
 });
 
-test("express: a backend terminated or cancelled under the route answers the fault, discards the connection", async () => {
+test("express: a backend terminated or cancelled under the route: the fault answer", async () => {
   const { databaseFaultResponse } = pkg();
   const want = databaseFaultResponse();
   const who = principal();

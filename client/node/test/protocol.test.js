@@ -130,7 +130,8 @@ test("the database fault answer and its SQLSTATEs are the table's", () => {
   const { databaseFaultResponse, isDatabaseFault, FAULT_SQLSTATE_CLASSES, FAULT_SQLSTATES } = pkg();
   const want = table.database_fault;
   const kind = table.problems[want.problem];
-  const response = databaseFaultResponse(table.default_retry_after_seconds, table.problem_type_base);
+  const base = table.problem_type_base;
+  const response = databaseFaultResponse(table.default_retry_after_seconds, base);
   assert.equal(response.status, kind.status);
   assert.equal(response.header("Content-Type"), table.problem_content_type);
   assert.equal(response.header("Retry-After") !== undefined, want.retry_after);
@@ -149,7 +150,9 @@ test("the database fault answer and its SQLSTATEs are the table's", () => {
   for (const code of ["57P01", "57P02", "57P03", "57014", "08006", "08001", "53300"]) {
     assert.equal(isDatabaseFault(coded(code)), true, code);
   }
-  for (const code of ["23505", "40001", "22P02", "42P01"]) assert.equal(isDatabaseFault(coded(code)), false, code);
+  for (const code of ["23505", "40001", "22P02", "42P01"]) {
+    assert.equal(isDatabaseFault(coded(code)), false, code);
+  }
   assert.equal(isDatabaseFault(coded("ECONNRESET")), true);
   assert.equal(isDatabaseFault(new Error("Connection terminated unexpectedly")), true);
   assert.equal(isDatabaseFault(new Error("the route failed")), false);

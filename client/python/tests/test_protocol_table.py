@@ -111,7 +111,8 @@ def test_database_fault_answer_and_sqlstates():
 
     want = TABLE["database_fault"]
     kind = TABLE["problems"][want["problem"]]
-    response = http.database_fault_response(TABLE["default_retry_after_seconds"], TABLE["problem_type_base"])
+    response = http.database_fault_response(TABLE["default_retry_after_seconds"],
+                                            TABLE["problem_type_base"])
     assert response.status == kind["status"]
     assert response.header("Content-Type") == TABLE["problem_content_type"]
     assert (response.header("Retry-After") is not None) == want["retry_after"]

@@ -26,9 +26,8 @@ def orders_app(environ, start_response):
         raise RuntimeError("bug")
     if environ["PATH_INFO"] in ("/die", "/cancel"):
         # The request's own backend is terminated, or its statement cancelled, under it.
-        context.connection.execute(
-            "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'x', 1)", (context.request.principal,)
-        )
+        insert = "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'x', 1)"
+        context.connection.execute(insert, (context.request.principal,))
         signal = "pg_terminate_backend" if environ["PATH_INFO"] == "/die" else "pg_cancel_backend"
         context.connection.execute(f"SELECT {signal}(pg_backend_pid()), pg_sleep(5)")
     if not body.get("item"):

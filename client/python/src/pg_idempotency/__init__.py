@@ -14,7 +14,8 @@ C++ client's), a WSGI middleware
 from ._batch import BatchFlag, BatchOutcome
 from ._common import Request
 from .fault import is_database_fault
-from .http import Headers, Problem, Response, database_fault_response, problem_body, problem_response
+from .http import (Headers, Problem, Response, database_fault_response, problem_body,
+                   problem_response)
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
 from .async_lease import AsyncBody, AsyncLeaseRunner
 from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async

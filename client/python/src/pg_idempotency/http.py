@@ -177,8 +177,9 @@ DETAILS = {
     " service keeps; it was sent once and not stored. Use a new key for a new request.",
     "key_expired": "This Idempotency-Key expired and its response is no longer kept; the request was not run"
     " again. Use a new key for a new request.",
-    "database_fault": "The database failed or could not be reached while this request was processed."
-    " Retry it with the same Idempotency-Key: it runs once, or its stored response is replayed.",
+    "database_fault": "The database failed or could not be reached while this request was"
+    " processed. Retry it with the same Idempotency-Key: it runs once, or its stored response is"
+    " replayed.",
 }
 """The problem details the clients (C++, Python, Node) write, word for word."""
 
