@@ -24,8 +24,9 @@ PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
 cluster="$work/pg"
-# Above the ports the other suites take from the run's cluster (+40..+46: the model checker).
-base_port=$((${PGPORT:-$((20000 + RANDOM % 6000))} + 47))
+# Ports the other suites leave free beside the run's cluster (+40..+46: the model checker,
+# +50, +51: binding_paths.sh): the cluster at +60, the services at +61...
+base_port=$((${PGPORT:-$((20000 + RANDOM % 6000))} + 60))
 trap 'scripts/pgcluster.sh stop "$cluster" >/dev/null 2>&1; cleanup_service_test' EXIT
 if ! scripts/pgcluster.sh start "$cluster" "$base_port" >/dev/null; then
   echo "not ok - a cluster of its own"
