@@ -28,10 +28,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
+	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
 
@@ -62,6 +64,15 @@ func serve(port int, dsn string, connections int) error {
 	// Connections are made when needed, so the service starts while its database is
 	// down (or restarting) and serves when it is back; the tables are made then.
 	config.LazyConnect = true
+	// For a few seconds after a database fault, a connection is pinged before it is
+	// handed out (a restart ended the idle ones too; pgx sees that only when used).
+	var lastFault int64
+	config.BeforeAcquire = func(ctx context.Context, conn *pgx.Conn) bool {
+		if time.Since(time.Unix(0, atomic.LoadInt64(&lastFault))) > 5*time.Second {
+			return true
+		}
+		return conn.Ping(ctx) == nil
+	}
 	pool, err := pgxpool.ConnectConfig(ctx, config)
 	if err != nil {
 		return err
@@ -81,6 +92,9 @@ func serve(port int, dsn string, connections int) error {
 		MaxStreamBytes: 65536,
 		OnError: func(r *http.Request, err error) {
 			fmt.Fprintf(os.Stderr, "go-orders: %s %s: %v\n", r.Method, r.URL.Path, err)
+			if idempotency.IsDatabaseFault(err) {
+				atomic.StoreInt64(&lastFault, time.Now().UnixNano())
+			}
 		},
 	}
 	keyed := idempotency.Middleware(options)

@@ -48,10 +48,15 @@ namespace {
 
 std::string dsn;
 
+// Counts lost connections: a worker connected before the last one is replaced before its next
+// request (a restart ended every connection, not only the one that saw it).
+std::atomic<long> lost_connections{0};
+
 // libpqxx connections are not thread-safe: one connection and one client per
 // worker thread of the HTTP server. An idem::Connection lets the client send
 // BEGIN with idempotency.begin() and idempotency.complete() with COMMIT.
 struct Worker {
+    long generation = lost_connections.load();
     idem::Connection connection{dsn};
     idem::Client client{connection, options()};
 
@@ -88,7 +93,8 @@ std::unique_ptr<Worker>& worker_slot() {
 
 Worker& worker() {
     std::unique_ptr<Worker>& instance = worker_slot();
-    if (!instance || !instance->connection.connection().is_open())
+    if (!instance || !instance->connection.connection().is_open() ||
+        instance->generation != lost_connections.load())
         instance = std::make_unique<Worker>();
     return *instance;
 }
@@ -100,7 +106,10 @@ Worker& worker() {
 idem::Response failed(const std::exception& e) {
     std::fprintf(stderr, "orders-service: %s\n", e.what());
     if (idem::is_database_fault(e)) {
-        worker_slot().reset();
+        std::unique_ptr<Worker>& slot = worker_slot();
+        // A lost connection (not a cancel): the other workers' may be lost as well.
+        if (!slot || !slot->connection.connection().is_open()) lost_connections.fetch_add(1);
+        slot.reset();
         return idem::database_fault_response(1, "/problems/");
     }
     return problem(500, "Internal error",
