@@ -31,7 +31,8 @@ def test_a_backend_terminated_in_the_handler(dsn, admin, principal):
     assert conn.closed
     conn.close()  # closing a closed connection is fine, as a pool does
     with psycopg.connect(dsn) as again:  # nothing was kept: the retry runs
-        response = Client().handle(again, request(principal, key), lambda c: Response(201, [], b"ok"))
+        response = Client().handle(again, request(principal, key),
+                                   lambda c: Response(201, [], b"ok"))
     assert response.status == 201 and not response.replayed
 
 
