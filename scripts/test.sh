@@ -60,7 +60,7 @@ matrix_integration=" binding_paths cancel_long_calls client client_install count
   scale_out_plproxy stress_same_key "
 matrix_integration=" $(echo $matrix_integration) "
 # Those that use the C++ build (build-test): the client, its examples, jcs_tool.
-cpp_integration=" client client_install conformance_orders_service docs_blocks fingerprints orders_service proxy_service "
+cpp_integration=" client client_install conformance_orders_service docs_blocks faults fingerprints orders_service proxy_service "
 
 # The suites, in order. Tiers: f = the whole run, q = --quick, m = inside a
 # matrix chroot. Needs: e = the extension built and installed, b = the C++ build,

@@ -53,7 +53,9 @@ type MiddlewareOptions struct {
 	// Duplicates chooses, per request, what a duplicate of a running request
 	// does: DuplicatesWait or DuplicatesReject ("" or nil: the Client's option).
 	Duplicates func(r *http.Request) DuplicateMode
-	// OnError sees errors the middleware answers with 500 or 503 (default: none).
+	// OnError sees errors the middleware answers with 500 or 503 (default: none). A
+	// database fault (IsDatabaseFault, or no connection) is answered with
+	// DatabaseFaultResponse: 503 database-unavailable, Retry-After.
 	OnError func(r *http.Request, err error)
 	// MaxStreamBytes is the longest streamed response kept for replay (0:
 	// DefaultMaxStreamBytes). A handler streams by flushing (http.Flusher); a
@@ -164,8 +166,13 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		return response, nil
 	}
 	response, connected, err := handleRouted(r.Context(), options, principal, request, handler, run)
-	if !connected {
-		fail(options, w, r, http.StatusServiceUnavailable, err)
+	if !streamed && (!connected || IsDatabaseFault(err)) {
+		// No connection, or the database failed under the request (before the begin, in
+		// the handler, at the commit: rolled back or in doubt): a retry with the key is safe.
+		if options.OnError != nil {
+			options.OnError(r, err)
+		}
+		WriteResponse(w, faultResponse(options.Client))
 		return
 	}
 	if streamed {

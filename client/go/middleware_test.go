@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgconn"
 )
 
 // service is a net/http handler behind the middleware, on a test server.
@@ -189,5 +192,48 @@ func TestMiddlewareRetriesASerializationFailureWithAFreshBuffer(t *testing.T) {
 		got.header.Get("X-Run") != "2" ||
 		runs != 2 {
 		t.Fatalf("%+v runs %d", got, runs)
+	}
+}
+
+// A backend terminated or a statement cancelled under the handler is answered with
+// the one fault answer (503, Retry-After), the handler's own 500 replaced; nothing
+// is kept and the pool serves the next request.
+func TestMiddlewareAnswersADatabaseFault(t *testing.T) {
+	pool := newPool(t)
+	client, err := NewClient(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := Middleware(MiddlewareOptions{Client: client, Connections: FromPool(pool),
+		Principal: func(r *http.Request) (string, bool) { return "fault", true }})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			state := FromContext(r.Context())
+			signal := "pg_terminate_backend"
+			if r.URL.Path == "/cancel" {
+				signal = "pg_cancel_backend"
+			}
+			if _, err := state.Tx.Exec(r.Context(),
+				"SELECT "+signal+"(pg_backend_pid()), pg_sleep(5)"); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+	want := DatabaseFaultResponse(DefaultRetryAfterSeconds, "")
+	for _, path := range []string{"/die", "/cancel", "/die"} {
+		request := httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		request.Header.Set(KeyHeader, path+"-"+t.Name())
+		recorder := httptest.NewRecorder()
+		handler.ServeHTTP(recorder, request)
+		if recorder.Code != 503 || recorder.Body.String() != string(want.Body) ||
+			recorder.Header().Get("Retry-After") != "1" {
+			t.Fatalf("%s: %d %q %q", path, recorder.Code, recorder.Body.String(),
+				recorder.Header().Get("Retry-After"))
+		}
+	}
+	if !IsDatabaseFault(&pgconn.PgError{Code: "57P01"}) ||
+		IsDatabaseFault(&pgconn.PgError{Code: "23505"}) ||
+		IsDatabaseFault(errors.New("the handler failed")) {
+		t.Fatal("IsDatabaseFault classifies wrongly")
 	}
 }

@@ -38,19 +38,22 @@ var (
 	ProblemKeyExpired      = Problem{"idempotency-key-expired", 410, "Idempotency-Key has expired"}
 	ProblemResponseNotKept = Problem{"response-not-kept", 409,
 		"The response to this request was too large to keep"}
+	ProblemDatabaseUnavailable = Problem{"database-unavailable", 503,
+		"The database is unavailable"}
 )
 
 // Problems maps the names of client/protocol.json's "problems" to the types.
 var Problems = map[string]Problem{
-	"key_missing":         ProblemKeyMissing,
-	"key_malformed":       ProblemKeyMalformed,
-	"body_invalid":        ProblemBodyInvalid,
-	"key_reuse":           ProblemKeyReuse,
-	"request_in_progress": ProblemRequestInProgress,
-	"one_time_secret":     ProblemOneTimeSecret,
-	"already_processed":   ProblemAlreadyProcessed,
-	"key_expired":         ProblemKeyExpired,
-	"response_not_kept":   ProblemResponseNotKept,
+	"key_missing":          ProblemKeyMissing,
+	"key_malformed":        ProblemKeyMalformed,
+	"body_invalid":         ProblemBodyInvalid,
+	"key_reuse":            ProblemKeyReuse,
+	"request_in_progress":  ProblemRequestInProgress,
+	"one_time_secret":      ProblemOneTimeSecret,
+	"already_processed":    ProblemAlreadyProcessed,
+	"key_expired":          ProblemKeyExpired,
+	"response_not_kept":    ProblemResponseNotKept,
+	"database_unavailable": ProblemDatabaseUnavailable,
 }
 
 // Constants of the HTTP mapping shared by every client.
@@ -153,3 +156,24 @@ var Outcomes = map[string]OutcomeRule{
 // commit_on_success, whose results are not kept (not an outcome of the table).
 const detailAlreadyProcessed = "A request with this Idempotency-Key was already processed; " +
 	"its result is not kept."
+
+// DatabaseFault is protocol.json's database_fault: the one answer to a database
+// fault (fault.go), a problem with Retry-After, never replayed.
+var DatabaseFault = struct {
+	Problem         string
+	Replayed        bool
+	RetryAfter      bool
+	Detail          string
+	SQLStateClasses []string
+	SQLStates       []string
+}{
+	Problem:    "database_unavailable",
+	RetryAfter: true,
+	Detail: "The database failed or could not be reached while this request was processed." +
+		" Retry it with the same Idempotency-Key: it runs once, or its stored response is replayed.",
+	// Connection exception; operator intervention (57P01 admin shutdown, 57P02 crash
+	// shutdown, 57P03 cannot connect now, 57014 cancel).
+	SQLStateClasses: []string{"08", "57"},
+	// Too many connections.
+	SQLStates: []string{"53300"},
+}

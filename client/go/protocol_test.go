@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,6 +38,14 @@ type protocolFile struct {
 			Message  string `json:"message"`
 		} `json:"stale_placement"`
 	} `json:"routing"`
+	DatabaseFault struct {
+		Problem         string   `json:"problem"`
+		Replayed        bool     `json:"replayed"`
+		RetryAfter      bool     `json:"retry_after"`
+		Detail          string   `json:"detail"`
+		SQLStateClasses []string `json:"sqlstate_classes"`
+		SQLStates       []string `json:"sqlstates"`
+	} `json:"database_fault"`
 	Problems map[string]struct {
 		Type   string `json:"type"`
 		Status int    `json:"status"`
@@ -99,6 +108,20 @@ func TestTableMatchesProtocolJSONFieldByField(t *testing.T) {
 	sort.Strings(routing)
 	same("the keys of routing (each compared above)", routing, []string{"default_max_principals",
 		"default_node_down_seconds", "default_refresh_seconds", "placement_sql", "stale_placement"})
+	same("database_fault.problem", DatabaseFault.Problem, file.DatabaseFault.Problem)
+	same("database_fault.replayed", DatabaseFault.Replayed, file.DatabaseFault.Replayed)
+	same("database_fault.retry_after", DatabaseFault.RetryAfter, file.DatabaseFault.RetryAfter)
+	same("database_fault.detail", DatabaseFault.Detail, file.DatabaseFault.Detail)
+	same("database_fault.sqlstate_classes", DatabaseFault.SQLStateClasses,
+		file.DatabaseFault.SQLStateClasses)
+	same("database_fault.sqlstates", DatabaseFault.SQLStates, file.DatabaseFault.SQLStates)
+	fault := DatabaseFaultResponse(file.DefaultRetryAfterSeconds, file.ProblemTypeBase)
+	kind := file.Problems[file.DatabaseFault.Problem]
+	same("database fault status", fault.Status, kind.Status)
+	retryAfter, _ := fault.Headers.Get("Retry-After")
+	same("database fault Retry-After", retryAfter, strconv.Itoa(file.DefaultRetryAfterSeconds))
+	same("database fault body", string(fault.Body), string(ProblemBody(kind.Status,
+		file.ProblemTypeBase+kind.Type, kind.Title, file.DatabaseFault.Detail)))
 	same("number of problems", len(Problems), len(file.Problems))
 	for name, want := range file.Problems {
 		got, ok := Problems[name]

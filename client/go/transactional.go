@@ -191,6 +191,9 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 	if err == nil && tx.retryable != nil {
 		err = tx.retryable // rerun by Handle with a fresh response
 	}
+	if err == nil && tx.fault != nil {
+		err = tx.fault // the handler answered for itself (its own 500): the fault is the answer
+	}
 	if err != nil {
 		rollbackQuietly(ctx, conn) // nothing is stored; the error is the caller's
 		return Response{}, err

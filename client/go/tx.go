@@ -29,6 +29,10 @@ type attemptTx struct {
 	// stale is set when a statement of the handler met IsStalePlacement: the
 	// middleware reports the principal's placement (ReportStalePlacement).
 	stale bool
+	// fault is the first database fault (IsDatabaseFault) a statement of the
+	// handler met: the attempt fails with it whatever the handler answered (its
+	// transaction is aborted or its connection gone; nothing can be kept).
+	fault error
 }
 
 // note remembers a serialization failure, a deadlock or a stale placement and returns err.
@@ -38,6 +42,9 @@ func (t *attemptTx) note(err error) error {
 	}
 	if err != nil && IsStalePlacement(err) {
 		t.stale = true
+	}
+	if err != nil && t.fault == nil && IsDatabaseFault(err) {
+		t.fault = err
 	}
 	return err
 }

@@ -29,6 +29,8 @@ import asyncio
 import json
 import os
 import sys
+import threading
+import time
 import uuid
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, List, Optional, Tuple
@@ -42,7 +44,7 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import PlainTextResponse, Response, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from pg_idempotency import AsyncClient  # noqa: E402
+from pg_idempotency import AsyncClient, is_database_fault  # noqa: E402
 from pg_idempotency.asgi import IdempotencyMiddleware, context  # noqa: E402
 
 Headers = List[Tuple[str, str]]
@@ -60,7 +62,12 @@ def problem(status: int, title: str, detail: str) -> Result:
 
 
 class Pool:
-    """A few async connections shared by the requests (one request at a time each)."""
+    """A few async connections shared by the requests (one request at a time each).
+
+    A connection is checked before it is handed out (closed, broken or not idle: closed
+    and replaced); one that failed or whose rollback fails is closed, never put back;
+    after a database fault every idle connection is closed as well (a restart ended
+    them all), so that the next requests connect afresh instead of failing once each."""
 
     def __init__(self, conninfo: str, size: int) -> None:
         self.conninfo = conninfo
@@ -73,18 +80,40 @@ class Pool:
         if self.slots is None:  # made in the server's event loop
             self.slots = asyncio.Semaphore(self.size)
         async with self.slots:
-            conn = self.idle.get_nowait() if not self.idle.empty() else None
-            if conn is None:
-                conn = await psycopg.AsyncConnection.connect(self.conninfo)
+            conn = await self._take()
             try:
                 yield conn
-            finally:
-                if conn.broken or conn.closed:
-                    await conn.close()
-                else:
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        await conn.rollback()
-                    self.idle.put_nowait(conn)
+            except BaseException as error:
+                await self._give_back(conn, error)
+                raise
+            await self._give_back(conn, None)
+
+    async def _take(self) -> psycopg.AsyncConnection:
+        while not self.idle.empty():
+            conn = self.idle.get_nowait()
+            if not conn.closed and not conn.broken and \
+                    conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                return conn
+            await conn.close()
+        return await psycopg.AsyncConnection.connect(self.conninfo)
+
+    async def _give_back(self, conn: psycopg.AsyncConnection,
+                         error: Optional[BaseException]) -> None:
+        if is_database_fault(error):
+            await conn.close()
+            while not self.idle.empty():
+                await self.idle.get_nowait().close()
+            return
+        if conn.closed or conn.broken:
+            await conn.close()
+            return
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                await conn.rollback()
+            except psycopg.Error:
+                await conn.close()
+                return
+        self.idle.put_nowait(conn)
 
 
 def principal_of(scope) -> Optional[str]:
@@ -245,25 +274,35 @@ def make_app(pool: Pool) -> IdempotencyMiddleware:
                                  max_stream_bytes=65536)
 
 
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL,"
+    " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+    "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL,"
+    " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+)
+
+
+def prepare_database(dsn: str, name: str) -> None:
+    """Makes the tables once the database answers, retrying every second: the service
+    starts while its database is down (or restarting) and serves when it is back."""
+    while True:
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as setup:
+                for statement in SCHEMA:
+                    setup.execute(statement)
+            return
+        except psycopg.Error as error:
+            print(f"{name}: cannot prepare the database yet ({error}); retrying", file=sys.stderr)
+            time.sleep(1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--dsn", default="")
     parser.add_argument("--threads", type=int, default=8, help="database connections")
     args = parser.parse_args()
-    try:
-        with psycopg.connect(args.dsn, autocommit=True) as setup:
-            setup.execute(
-                "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL,"
-                " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
-            )
-            setup.execute(
-                "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL,"
-                " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
-            )
-    except psycopg.Error as error:
-        print(f"asgi-orders: cannot prepare the database: {error}", file=sys.stderr)
-        return 1
+    threading.Thread(target=prepare_database, args=(args.dsn, "asgi-orders"), daemon=True).start()
     app = make_app(Pool(args.dsn, args.threads))
     print(f"asgi-orders: listening on 127.0.0.1:{args.port}", file=sys.stderr)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)

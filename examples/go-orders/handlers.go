@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 
@@ -51,6 +53,18 @@ func problem(status int, title, detail string) result {
 		idempotency.ProblemBody(status, "about:blank", title, detail)}
 }
 
+// internalError answers an error of the database: the one fault answer for a
+// database fault (a keyed route's is replaced by the middleware's anyway), else a
+// 500 that does not show the driver's text; the error itself goes to the log.
+func internalError(err error) result {
+	fmt.Fprintln(os.Stderr, "go-orders:", err)
+	if idempotency.IsDatabaseFault(err) {
+		fault := idempotency.DatabaseFaultResponse(idempotency.DefaultRetryAfterSeconds, "")
+		return result{fault.Status, fault.Headers, fault.Body}
+	}
+	return problem(500, "Internal error", "The request failed; it is safe to retry with the same key.")
+}
+
 func (s *service) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = w.Write([]byte("ok"))
@@ -59,7 +73,7 @@ func (s *service) health(w http.ResponseWriter, r *http.Request) {
 func (s *service) count(w http.ResponseWriter, r *http.Request) {
 	var n int64
 	if err := s.pool.QueryRow(r.Context(), "SELECT count(*) FROM orders").Scan(&n); err != nil {
-		send(w, problem(500, "Internal error", err.Error()))
+		send(w, internalError(err))
 		return
 	}
 	send(w, result{200, idempotency.Headers{{Name: "Content-Type", Value: "application/json"}},
@@ -149,7 +163,7 @@ func (s *service) plainOrders(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil && err != errRollback {
-		answer = problem(500, "Internal error", err.Error())
+		answer = internalError(err)
 	}
 	send(w, answer)
 }

@@ -28,9 +28,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
+	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
 
@@ -58,14 +61,24 @@ func serve(port int, dsn string, connections int) error {
 		return err
 	}
 	config.MaxConns = int32(connections)
+	// Connections are made when needed, so the service starts while its database is
+	// down (or restarting) and serves when it is back; the tables are made then.
+	config.LazyConnect = true
+	// For a few seconds after a database fault, a connection is pinged before it is
+	// handed out (a restart ended the idle ones too; pgx sees that only when used).
+	var lastFault int64
+	config.BeforeAcquire = func(ctx context.Context, conn *pgx.Conn) bool {
+		if time.Since(time.Unix(0, atomic.LoadInt64(&lastFault))) > 5*time.Second {
+			return true
+		}
+		return conn.Ping(ctx) == nil
+	}
 	pool, err := pgxpool.ConnectConfig(ctx, config)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, schema); err != nil {
-		return fmt.Errorf("cannot prepare the database: %w", err)
-	}
+	go prepare(ctx, pool)
 	client, err := idempotency.NewClient(idempotency.Options{})
 	if err != nil {
 		return err
@@ -79,6 +92,9 @@ func serve(port int, dsn string, connections int) error {
 		MaxStreamBytes: 65536,
 		OnError: func(r *http.Request, err error) {
 			fmt.Fprintf(os.Stderr, "go-orders: %s %s: %v\n", r.Method, r.URL.Path, err)
+			if idempotency.IsDatabaseFault(err) {
+				atomic.StoreInt64(&lastFault, time.Now().UnixNano())
+			}
 		},
 	}
 	keyed := idempotency.Middleware(options)
@@ -104,6 +120,18 @@ func serve(port int, dsn string, connections int) error {
 	address := fmt.Sprintf("127.0.0.1:%d", port)
 	fmt.Fprintln(os.Stderr, "go-orders: listening on", address)
 	return http.ListenAndServe(address, routes)
+}
+
+// prepare makes the tables once the database answers, retrying every second.
+func prepare(ctx context.Context, pool *pgxpool.Pool) {
+	for {
+		_, err := pool.Exec(ctx, schema)
+		if err == nil {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "go-orders: cannot prepare the database yet (%v); retrying\n", err)
+		time.Sleep(time.Second)
+	}
 }
 
 // principalOf is the bearer token: the example's whole authentication.

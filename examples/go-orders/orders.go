@@ -42,7 +42,7 @@ func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
 	}
 	if delayMs > 0 {
 		if _, err := tx.Exec(ctx, "SELECT pg_sleep($1::float8 / 1000)", delayMs); err != nil {
-			return problem(500, "Internal error", err.Error()), ""
+			return internalError(err), ""
 		}
 	}
 	var id int64
@@ -50,7 +50,7 @@ func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
 	err := tx.QueryRow(ctx, "INSERT INTO orders (principal, item, quantity) VALUES ($1, $2, $3)"+
 		" RETURNING id, created_at::text", principal, item, quantity).Scan(&id, &createdAt)
 	if err != nil {
-		return problem(500, "Internal error", err.Error()), ""
+		return internalError(err), ""
 	}
 	document := map[string]interface{}{"id": id, "item": item, "quantity": quantity,
 		"created_at": createdAt}
@@ -72,7 +72,7 @@ func createAPIKey(ctx context.Context, tx pgx.Tx, principal string, body []byte)
 	err := tx.QueryRow(ctx, "INSERT INTO api_keys (principal, name) VALUES ($1, $2) RETURNING id",
 		principal, name).Scan(&id)
 	if err != nil {
-		return problem(500, "Internal error", err.Error()), ""
+		return internalError(err), ""
 	}
 	headers := idempotency.Headers{{Name: "Content-Type", Value: "application/json"},
 		{Name: "Location", Value: "/api-keys/" + strconv.FormatInt(id, 10)}}

@@ -40,7 +40,7 @@ func (s *service) streamOrders(w http.ResponseWriter, r *http.Request) {
 		"INSERT INTO orders (principal, item, quantity) VALUES ($1, 'stream', 1)",
 		state.Request.Principal)
 	if err != nil {
-		send(w, problem(500, "Internal error", err.Error()))
+		send(w, internalError(err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")

@@ -259,19 +259,25 @@ async function main() {
   const config = parseDsn(args.dsn);
   const pool = new pg.Pool({ ...config, max: args.threads });
   pool.on("error", (error) => console.error("node-orders: idle connection lost:", error.message));
-  try {
-    await pool.query(
-      "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL," +
-        " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
-    );
-    await pool.query(
-      "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL," +
-        " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
-    );
-  } catch (error) {
-    console.error(`node-orders: cannot prepare the database: ${error.message}`);
-    return 1;
-  }
+  // The tables, made once the database answers: a service starts while its database
+  // is down (or restarting) and serves when it is back.
+  const prepare = async () => {
+    try {
+      await pool.query(
+        "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL," +
+          " item text NOT NULL, quantity int NOT NULL," +
+          " created_at timestamptz NOT NULL DEFAULT now())",
+      );
+      await pool.query(
+        "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL," +
+          " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+      );
+    } catch (error) {
+      console.error(`node-orders: cannot prepare the database yet (${error.message}); retrying`);
+      setTimeout(prepare, 1000);
+    }
+  };
+  void prepare();
   const server = makeApp(pool).listen(args.port, "127.0.0.1", () => {
     console.error(`node-orders: listening on 127.0.0.1:${args.port}`);
   });

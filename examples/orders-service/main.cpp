@@ -25,6 +25,7 @@
 //   GET  /orders/count    {"orders": n}
 //   GET  /health          "ok"
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,10 +48,15 @@ namespace {
 
 std::string dsn;
 
+// Counts lost connections: a worker connected before the last one is replaced before its next
+// request (a restart ended every connection, not only the one that saw it).
+std::atomic<long> lost_connections{0};
+
 // libpqxx connections are not thread-safe: one connection and one client per
 // worker thread of the HTTP server. An idem::Connection lets the client send
 // BEGIN with idempotency.begin() and idempotency.complete() with COMMIT.
 struct Worker {
+    long generation = lost_connections.load();
     idem::Connection connection{dsn};
     idem::Client client{connection, options()};
 
@@ -63,13 +69,6 @@ struct Worker {
         return o;
     }
 };
-
-Worker& worker() {
-    thread_local std::unique_ptr<Worker> instance;
-    if (!instance || !instance->connection.connection().is_open())
-        instance = std::make_unique<Worker>();
-    return *instance;
-}
 
 using examples::send;
 
@@ -84,6 +83,37 @@ idem::Response problem(int status, const std::string& title, const std::string& 
          detail}}.dump();
     response.headers = {{"Content-Type", "application/problem+json"}};
     return response;
+}
+
+// This thread's worker; connects (again) when it has none or its connection is closed.
+std::unique_ptr<Worker>& worker_slot() {
+    thread_local std::unique_ptr<Worker> instance;
+    return instance;
+}
+
+Worker& worker() {
+    std::unique_ptr<Worker>& instance = worker_slot();
+    if (!instance || !instance->connection.connection().is_open() ||
+        instance->generation != lost_connections.load())
+        instance = std::make_unique<Worker>();
+    return *instance;
+}
+
+// The answer to an exception of the database: a database fault (idem::is_database_fault:
+// a lost or refused connection, a shutdown, a cancel, an in-doubt commit) gets the one fault
+// answer, 503 with Retry-After, and the thread's connection is dropped (the next request
+// connects afresh); anything else is a 500 that does not show the driver's text.
+idem::Response failed(const std::exception& e) {
+    std::fprintf(stderr, "orders-service: %s\n", e.what());
+    if (idem::is_database_fault(e)) {
+        std::unique_ptr<Worker>& slot = worker_slot();
+        // A lost connection (not a cancel): the other workers' may be lost as well.
+        if (!slot || !slot->connection.connection().is_open()) lost_connections.fetch_add(1);
+        slot.reset();
+        return idem::database_fault_response(1, "/problems/");
+    }
+    return problem(500, "Internal error",
+                   "The request failed; it is safe to retry with the same key.");
 }
 
 // The application's handler: validate, insert the order, answer 201. It takes
@@ -251,16 +281,32 @@ void handle_order(const httplib::Request& in, httplib::Response& out, Route rout
                                       })));
         else
             send(out, w.client.handle(request, handler));
-    } catch (const pqxx::broken_connection& e) {
-        send(out, problem(503, "Database unavailable", "Retry the request."));
-        out.set_header("Retry-After", "1");
     } catch (const pqxx::transaction_rollback& e) {
         send(out, problem(503, "Busy", "The request conflicted with another one; retry it."));
         out.set_header("Retry-After", "1");
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "orders-service: %s\n", e.what());
-        send(out, problem(500, "Internal error",
-                          "The request failed; it is safe to retry with the same key."));
+        send(out, failed(e));
+    }
+}
+
+void prepare_database() {
+    for (;;) {
+        try {
+            pqxx::connection setup(dsn);
+            pqxx::work tx(setup);
+            tx.exec(
+                "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT "
+                "NULL, item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL "
+                "DEFAULT now())");
+            tx.exec(
+                "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text "
+                "NOT NULL, name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
+            tx.commit();
+            return;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "orders-service: cannot prepare the database yet: %s\n", e.what());
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(1));
     }
 }
 
@@ -275,22 +321,9 @@ int main(int argc, char** argv) {
              .number("--threads", &threads)
              .parse(argc, argv))
         return 2;
-    try {
-        pqxx::connection setup(dsn);
-        pqxx::work tx(setup);
-        tx.exec(
-            "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL, "
-            "item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT "
-            "now())");
-        tx.exec(
-            "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT "
-            "NULL, "
-            "name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())");
-        tx.commit();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "orders-service: cannot prepare the database: %s\n", e.what());
-        return 1;
-    }
+    // The tables, made once the database answers: the service starts while its database
+    // is down (or restarting) and serves when it is back.
+    std::thread(prepare_database).detach();
 
     httplib::Server server;
     server.new_task_queue = [threads] {
@@ -327,7 +360,7 @@ int main(int argc, char** argv) {
             long count = idem::pq::exec1(tx, "SELECT count(*) FROM orders")[0].as<long>();
             out.set_content(nlohmann::json{{"orders", count}}.dump(), "application/json");
         } catch (const std::exception& e) {
-            send(out, problem(503, "Database unavailable", e.what()));
+            send(out, failed(e));
         }
     });
     server.Get("/health", [](const httplib::Request&, httplib::Response& out) {

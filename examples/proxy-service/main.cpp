@@ -86,6 +86,10 @@ void proxy(const httplib::Request& in, httplib::Response& out) {
         out.set_header("X-Lease-Renewals", std::to_string(result.renewals));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "proxy-service: %s\n", e.what());
+        if (idem::is_database_fault(e)) {  // a retry with the same key is safe: 503
+            send(out, idem::database_fault_response(1, "/problems/"));
+            return;
+        }
         out.status = 500;
         out.set_content(R"({"title":"Internal error"})", "application/problem+json");
     }

@@ -30,6 +30,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from socketserver import ThreadingMixIn
@@ -41,7 +42,7 @@ sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
 
 import psycopg  # noqa: E402
 
-from pg_idempotency import Client  # noqa: E402
+from pg_idempotency import Client, is_database_fault  # noqa: E402
 from pg_idempotency.wsgi import IdempotencyMiddleware, status_line  # noqa: E402
 
 Headers = List[Tuple[str, str]]
@@ -59,7 +60,12 @@ def problem(status: int, title: str, detail: str) -> Tuple[int, Headers, bytes]:
 
 class Pool:
     """A few psycopg connections shared by the server's threads (one at a time each);
-    autocommit ones with autocommit=True (tests/scale-out/proxy_orders.py's)."""
+    autocommit ones with autocommit=True (tests/scale-out/proxy_orders.py's).
+
+    A connection is checked before it is handed out (closed, broken or not idle: closed
+    and replaced); one that failed or whose rollback fails is closed, never put back;
+    after a database fault every idle connection is closed as well (a restart ended
+    them all), so that the next requests connect afresh instead of failing once each."""
 
     def __init__(self, conninfo: str, size: int, autocommit: bool = False) -> None:
         self.conninfo = conninfo
@@ -70,25 +76,43 @@ class Pool:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         with self.slots:
+            conn = self._take()
+            try:
+                yield conn
+            except BaseException as error:
+                self._give_back(conn, error)
+                raise
+            self._give_back(conn, None)
+
+    def _take(self) -> psycopg.Connection:
+        while True:
             try:
                 conn = self.idle.get_nowait()
             except queue.Empty:
-                conn = psycopg.connect(self.conninfo, autocommit=self.autocommit)
+                return psycopg.connect(self.conninfo, autocommit=self.autocommit)
+            if not conn.closed and not conn.broken and \
+                    conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                return conn
+            conn.close()
+
+    def _give_back(self, conn: psycopg.Connection, error: Optional[BaseException]) -> None:
+        if is_database_fault(error):
+            conn.close()
+            while True:
+                try:
+                    self.idle.get_nowait().close()
+                except queue.Empty:
+                    return
+        if conn.closed or conn.broken:
+            conn.close()
+            return
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             try:
-                yield conn
-            except BaseException:
-                if conn.broken:
-                    conn.close()
-                    raise
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.rollback()
-                self.idle.put(conn)
-                raise
-            if conn.broken or conn.closed:
-                return
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.rollback()
-            self.idle.put(conn)
+            except psycopg.Error:
+                conn.close()
+                return
+        self.idle.put(conn)
 
 
 def principal_of(environ: dict) -> Optional[str]:
@@ -304,25 +328,35 @@ class QuietHandler(WSGIRequestHandler):
         handler.run(self.server.get_app())
 
 
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL,"
+    " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+    "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL,"
+    " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+)
+
+
+def prepare_database(dsn: str, name: str) -> None:
+    """Makes the tables once the database answers, retrying every second: the service
+    starts while its database is down (or restarting) and serves when it is back."""
+    while True:
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as setup:
+                for statement in SCHEMA:
+                    setup.execute(statement)
+            return
+        except psycopg.Error as error:
+            print(f"{name}: cannot prepare the database yet ({error}); retrying", file=sys.stderr)
+            time.sleep(1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--dsn", default="")
     parser.add_argument("--threads", type=int, default=8, help="database connections")
     args = parser.parse_args()
-    try:
-        with psycopg.connect(args.dsn, autocommit=True) as setup:
-            setup.execute(
-                "CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, principal text NOT NULL,"
-                " item text NOT NULL, quantity int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
-            )
-            setup.execute(
-                "CREATE TABLE IF NOT EXISTS api_keys (id bigserial PRIMARY KEY, principal text NOT NULL,"
-                " name text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
-            )
-    except psycopg.Error as error:
-        print(f"python-orders: cannot prepare the database: {error}", file=sys.stderr)
-        return 1
+    threading.Thread(target=prepare_database, args=(args.dsn, "python-orders"), daemon=True).start()
     app = make_app(Pool(args.dsn, args.threads))
     server = make_server("127.0.0.1", args.port, app, server_class=ThreadingServer, handler_class=QuietHandler)
     print(f"python-orders: listening on 127.0.0.1:{args.port}", file=sys.stderr)

@@ -59,6 +59,7 @@ const char* problem_slug(Problem problem) noexcept {
         case Problem::already_processed: return "request-already-processed";
         case Problem::key_expired: return "idempotency-key-expired";
         case Problem::response_not_kept: return "response-not-kept";
+        case Problem::database_unavailable: return "database-unavailable";
     }
     return "about:blank";
 }
@@ -74,6 +75,7 @@ int problem_status(Problem problem) noexcept {
         case Problem::already_processed:
         case Problem::response_not_kept: return 409;
         case Problem::key_expired: return 410;
+        case Problem::database_unavailable: return 503;
     }
     return 500;
 }
@@ -94,6 +96,7 @@ const char* problem_title(Problem problem) {
         case Problem::key_expired: return "Idempotency-Key has expired";
         case Problem::response_not_kept:
             return "The response to this request was too large to keep";
+        case Problem::database_unavailable: return "The database is unavailable";
     }
     return "Error";
 }

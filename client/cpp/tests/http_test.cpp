@@ -113,7 +113,8 @@ TEST(ProtocolTable, ProblemsAreTheTables) {
         {"one_time_secret", idem::Problem::one_time_secret},
         {"already_processed", idem::Problem::already_processed},
         {"key_expired", idem::Problem::key_expired},
-        {"response_not_kept", idem::Problem::response_not_kept}};
+        {"response_not_kept", idem::Problem::response_not_kept},
+        {"database_unavailable", idem::Problem::database_unavailable}};
     EXPECT_EQ(table["problems"].size(), mine.size());
     const std::string base = table["problem_type_base"];
     for (const auto& [name, problem] : mine) {
@@ -354,3 +355,39 @@ TEST(Stream, BadStoredLengthsThrow) {
 }
 
 }  // namespace
+
+// The answer to a database fault (client/protocol.json `database_fault`) and the
+// SQLSTATEs that make one.
+TEST(ProtocolTable, DatabaseFaultIsTheTables) {
+    nlohmann::json table = protocol_table();
+    const nlohmann::json& want = table["database_fault"];
+    const nlohmann::json& kind = table["problems"][want["problem"].get<std::string>()];
+    const std::string base = table["problem_type_base"];
+    const int retry_default = table["default_retry_after_seconds"];
+    idem::Response r = idem::database_fault_response(retry_default, base);
+    nlohmann::json body = nlohmann::json::parse(r.body);
+    EXPECT_EQ(r.status, kind["status"].get<int>());
+    EXPECT_EQ(body["type"].get<std::string>(), base + kind["type"].get<std::string>());
+    EXPECT_EQ(body["title"], kind["title"]);
+    EXPECT_EQ(body["detail"].get<std::string>(), want["detail"].get<std::string>());
+    EXPECT_EQ(std::string(idem::database_fault_detail), want["detail"].get<std::string>());
+    ASSERT_EQ(r.header("Retry-After") != nullptr, want["retry_after"].get<bool>());
+    EXPECT_EQ(*r.header("Retry-After"), std::to_string(retry_default));
+    EXPECT_EQ(r.header(table["replay_header"].get<std::string>()) != nullptr,
+              want["replayed"].get<bool>());
+    std::vector<std::string> classes(idem::fault_sqlstate_classes.begin(),
+                                     idem::fault_sqlstate_classes.end());
+    std::vector<std::string> states(idem::fault_sqlstates.begin(), idem::fault_sqlstates.end());
+    EXPECT_EQ(classes, want["sqlstate_classes"].get<std::vector<std::string>>());
+    EXPECT_EQ(states, want["sqlstates"].get<std::vector<std::string>>());
+}
+
+TEST(DatabaseFault, ConnectionsSqlstatesAndInDoubtCommitsAreFaults) {
+    EXPECT_TRUE(idem::is_database_fault(pqxx::broken_connection("lost")));
+    EXPECT_TRUE(idem::is_database_fault(pqxx::in_doubt_error("commit lost")));
+    for (const char* state : {"57P01", "57P02", "57P03", "57014", "08006", "08001", "53300"})
+        EXPECT_TRUE(idem::is_database_fault(pqxx::sql_error("m", "q", state))) << state;
+    for (const char* state : {"23505", "40001", "22P02", "42P01"})
+        EXPECT_FALSE(idem::is_database_fault(pqxx::sql_error("m", "q", state))) << state;
+    EXPECT_FALSE(idem::is_database_fault(std::runtime_error("the handler failed")));
+}

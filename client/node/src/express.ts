@@ -22,6 +22,10 @@
  * statement there answers that the shard is not on that node (isStalePlacement), the
  * principal's placement is reported (dropped); when that statement is the key's begin,
  * the request runs once more on the node looked up again (the route had not run).
+ * A database fault (no connection, a backend terminated or cancelled, a server shut
+ * down, a commit whose outcome is unknown) is answered 503 database-unavailable with
+ * Retry-After (databaseFaultResponse), also when the route had turned it into an
+ * answer that is not stored (its own 500); the connection is then discarded.
  * Written against node's http.ServerResponse, so it needs no import of express;
  * works with Express 4 and 5 and with plain `(req, res, next)` chains.
  */
@@ -29,11 +33,13 @@
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Pool, PoolClient } from "pg";
 
-import { sqlstate, type Db, type Request } from "./common";
+import type { Db, Request } from "./common";
+import { isDatabaseFault, watchConnection, type ConnectionWatch } from "./fault";
 import {
   DEFAULT_MAX_STREAM_BYTES,
   EXPIRES_HEADER,
   Response,
+  databaseFaultResponse,
   httpDate,
   type DuplicateMode,
   type Headers,
@@ -393,9 +399,13 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
     }
     void (async () => {
       let conn: PoolClient | null = null;
+      let watch: ConnectionWatch | null = null;
       let restore: (() => void) | null = null;
       let streamed = () => false;
       let broken = false;
+      const client = options.client;
+      const fault = () =>
+        databaseFaultResponse(client.options.retryAfter, client.options.problemTypeBase);
       try {
         const body = await readBody(req, limit);
         if (body === null) {
@@ -415,7 +425,6 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           body: body.length > 0 ? body : null,
           duplicates: typeof options.duplicates === "function" ? options.duplicates(req) : options.duplicates,
         };
-        const client = options.client;
         const handler = async (db: Db, expiresEpoch?: string | null): Promise<Response> => {
           if (restore !== null) throw new Error("the middleware cannot run the route twice");
           const context: RequestContext = { db, request, oneTimeSecret: false, resourceId: null };
@@ -440,6 +449,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         let response: Response;
         for (let attempt = 1; ; attempt++) {
           conn = await connect(principal);
+          watch = watchConnection(conn);
           let stale = false;
           const unwatch = router !== undefined ? watchStalePlacement(conn, () => (stale = true)) : () => undefined;
           try {
@@ -452,8 +462,16 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
             unwatch();
             if (stale) (router as Pick<Router, "reportStalePlacement">).reportStalePlacement(principal);
           }
+          watch.stop();
+          watch = null;
           conn.release(); // and once more, on the connection for the placement looked up again
           conn = null;
+        }
+        const faulted = (watch as ConnectionWatch | null)?.faulted() ?? false;
+        if (faulted && !streamed() && !client["final"].isFinal(response.status)) {
+          // The database failed under the route, which answered for itself (its own 500):
+          // nothing was kept, the fault answer says to retry with the same key.
+          response = fault();
         }
         if (restore !== null) (restore as () => void)();
         restore = null;
@@ -464,10 +482,17 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         if (restore !== null && !res.headersSent) {
           for (const name of res.getHeaderNames()) res.removeHeader(name); // the route's, not sent
         }
-        broken = sqlstate(error) === undefined;
-        if (!res.headersSent) next(error);
-        else res.destroy(); // a stream cut short: the client never sees it end as if it had worked
+        const faulted = isDatabaseFault(error) || (watch !== null && watch.faulted());
+        broken = true; // never back to the pool after an error of the request: it may be dead
+        // A stream cut short: the client never sees it end as if it had worked.
+        if (res.headersSent) res.destroy();
+        else if (faulted) send(res, fault()); // in doubt or rolled back: a retry is safe
+        else next(error);
       } finally {
+        if (watch !== null) {
+          broken ||= watch.faulted() || watch.dead();
+          watch.stop();
+        }
         if (conn !== null) conn.release(broken ? true : undefined);
       }
     })();

@@ -181,6 +181,11 @@ export const Problem = {
     title: "The response to this request was too large to keep",
   },
   KEY_EXPIRED: { slug: "idempotency-key-expired", status: 410, title: "Idempotency-Key has expired" },
+  DATABASE_UNAVAILABLE: {
+    slug: "database-unavailable",
+    status: 503,
+    title: "The database is unavailable",
+  },
 } as const satisfies Record<string, ProblemType>;
 
 /**
@@ -212,6 +217,9 @@ export const DETAILS = {
   keyExpired:
     "This Idempotency-Key expired and its response is no longer kept; the request was not run again." +
     " Use a new key for a new request.",
+  databaseFault:
+    "The database failed or could not be reached while this request was processed." +
+    " Retry it with the same Idempotency-Key: it runs once, or its stored response is replayed.",
 } as const;
 
 /** The outcomes of begin()/acquire() that are answered with a problem, and its detail. */
@@ -258,5 +266,17 @@ export function notKeptResponse(typeBase = "/problems/"): Response {
   const response = problemResponse(Problem.RESPONSE_NOT_KEPT, DETAILS.responseNotKept, typeBase);
   response.replayed = true;
   response.setHeader("Idempotent-Replay", "true");
+  return response;
+}
+
+/**
+ * The one answer to a database fault (client/protocol.json database_fault): the
+ * connection died, the server shut down or refused connections, the statement was
+ * cancelled, or the commit's outcome is unknown. 503 database-unavailable with
+ * Retry-After; a retry with the same key runs the request once or replays it.
+ */
+export function databaseFaultResponse(retryAfter = 1, typeBase = "/problems/"): Response {
+  const response = problemResponse(Problem.DATABASE_UNAVAILABLE, DETAILS.databaseFault, typeBase);
+  response.setHeader("Retry-After", String(Math.max(1, retryAfter)));
   return response;
 }

@@ -30,6 +30,7 @@ export {
   headerNameEqual,
   httpDate,
   notKeptResponse,
+  databaseFaultResponse,
   type DuplicateMode,
   problemBody,
   problemForOutcome,
@@ -79,3 +80,8 @@ export {
   type RouterOptions,
   type RouterPool,
 } from "./router";
+export {
+  FAULT_SQLSTATE_CLASSES,
+  FAULT_SQLSTATES,
+  isDatabaseFault,
+} from "./fault";

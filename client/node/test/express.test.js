@@ -40,6 +40,17 @@ before(async () => {
     await req.idempotency.db.query("INSERT INTO orders (principal, item, quantity) VALUES ($1, 'fail', 1)", [req.idempotency.request.principal]);
     throw new Error("handler failed");
   });
+  // The route's own backend dies under it (terminated), or its statement is cancelled.
+  app.post("/die", async (req) => {
+    const insert = "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'die', 1)";
+    await req.idempotency.db.query(insert, [req.idempotency.request.principal]);
+    await req.idempotency.db.query("SELECT pg_terminate_backend(pg_backend_pid())");
+  });
+  app.post("/cancel", async (req) => {
+    const insert = "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'cancel', 1)";
+    await req.idempotency.db.query(insert, [req.idempotency.request.principal]);
+    await req.idempotency.db.query("SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)");
+  });
   app.post("/secret", (req, res) => {
     req.idempotency.oneTimeSecret = true;
     res.status(201).type("json").send('{"secret":"sk_x"}');
@@ -134,4 +145,28 @@ test("express: a final 4xx is stored and replayed; a one-time secret is sent onc
   const retry = await post("/secret", "{}", who, s);
   assert.equal(retry.status, 409);
   assert.ok(!retry.body.includes("sk_x"));
+});
+
+test("express: a backend terminated or cancelled under the route: the fault answer", async () => {
+  const { databaseFaultResponse } = pkg();
+  const want = databaseFaultResponse();
+  const who = principal();
+  for (const path of ["/die", "/cancel", "/die"]) {
+    const k = key();
+    const first = await post(path, "{}", who, k);
+    assert.equal(first.status, 503, path);
+    assert.equal(first.body, want.body.toString(), path);
+    assert.equal(first.headers.get("content-type"), "application/problem+json", path);
+    assert.equal(first.headers.get("retry-after"), "1", path);
+    assert.equal((await post(path, "{}", who, k)).status, 503, path); // nothing was kept
+  }
+  assert.equal(await count(who), 0);
+  // The process lives and the pool serves: a new request runs once, its retry replays.
+  const k = key();
+  const created = await post("/orders", '{"item":"after"}', who, k);
+  assert.equal(created.status, 201);
+  assert.equal((await post("/orders", '{"item":"after"}', who, k)).body, created.body);
+  assert.equal(await count(who), 1);
+  // An application error keeps its answer: the route's 500 through Express's handler.
+  assert.equal((await post("/fail", "{}", who, key())).status, 500);
 });

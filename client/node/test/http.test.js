@@ -38,6 +38,7 @@ test("every problem has its status and slug", () => {
     ALREADY_PROCESSED: [409, "request-already-processed"],
     RESPONSE_NOT_KEPT: [409, "response-not-kept"],
     KEY_EXPIRED: [410, "idempotency-key-expired"],
+    DATABASE_UNAVAILABLE: [503, "database-unavailable"],
   };
   assert.deepEqual(Object.keys(Problem).sort(), Object.keys(expected).sort());
   for (const [name, [status, slug]] of Object.entries(expected)) {

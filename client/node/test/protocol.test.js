@@ -125,3 +125,36 @@ test("the routing defaults (placement query, refresh, node down, cache size, sta
   assert.equal(router.options.nodeDownMs, table.routing.default_node_down_seconds * 1000);
   assert.equal(router.options.maxPrincipals, table.routing.default_max_principals);
 });
+
+test("the database fault answer and its SQLSTATEs are the table's", () => {
+  const { databaseFaultResponse, isDatabaseFault, FAULT_SQLSTATE_CLASSES, FAULT_SQLSTATES } = pkg();
+  const want = table.database_fault;
+  const kind = table.problems[want.problem];
+  const base = table.problem_type_base;
+  const response = databaseFaultResponse(table.default_retry_after_seconds, base);
+  assert.equal(response.status, kind.status);
+  assert.equal(response.header("Content-Type"), table.problem_content_type);
+  assert.equal(response.header("Retry-After") !== undefined, want.retry_after);
+  assert.equal(response.header("Retry-After"), String(table.default_retry_after_seconds));
+  assert.equal(response.header(table.replay_header) === "true", want.replayed);
+  assert.equal(DETAILS.databaseFault, want.detail);
+  assert.deepEqual(JSON.parse(response.body.toString("utf8")), {
+    detail: want.detail,
+    status: kind.status,
+    title: kind.title,
+    type: table.problem_type_base + kind.type,
+  });
+  assert.deepEqual([...FAULT_SQLSTATE_CLASSES], want.sqlstate_classes);
+  assert.deepEqual([...FAULT_SQLSTATES], want.sqlstates);
+  const coded = (code) => Object.assign(new Error("e"), { code });
+  for (const code of ["57P01", "57P02", "57P03", "57014", "08006", "08001", "53300"]) {
+    assert.equal(isDatabaseFault(coded(code)), true, code);
+  }
+  for (const code of ["23505", "40001", "22P02", "42P01"]) {
+    assert.equal(isDatabaseFault(coded(code)), false, code);
+  }
+  assert.equal(isDatabaseFault(coded("ECONNRESET")), true);
+  assert.equal(isDatabaseFault(new Error("Connection terminated unexpectedly")), true);
+  assert.equal(isDatabaseFault(new Error("the route failed")), false);
+  assert.equal(isDatabaseFault(new TypeError("x is undefined")), false);
+});

@@ -40,6 +40,7 @@ def test_every_problem_has_its_status_and_slug():
         Problem.ALREADY_PROCESSED: (409, "request-already-processed"),
         Problem.RESPONSE_NOT_KEPT: (409, "response-not-kept"),
         Problem.KEY_EXPIRED: (410, "idempotency-key-expired"),
+        Problem.DATABASE_UNAVAILABLE: (503, "database-unavailable"),
     }
     assert set(expected) == set(Problem)
     for problem, (status, slug) in expected.items():

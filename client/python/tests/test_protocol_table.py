@@ -104,3 +104,23 @@ def test_routing_defaults_are_the_tables():
         assert params["refresh"].default == table["default_refresh_seconds"]
         assert params["node_down"].default == table["default_node_down_seconds"]
         assert params["max_principals"].default == table["default_max_principals"]
+
+
+def test_database_fault_answer_and_sqlstates():
+    from pg_idempotency import fault
+
+    want = TABLE["database_fault"]
+    kind = TABLE["problems"][want["problem"]]
+    response = http.database_fault_response(TABLE["default_retry_after_seconds"],
+                                            TABLE["problem_type_base"])
+    assert response.status == kind["status"]
+    assert response.header("Content-Type") == TABLE["problem_content_type"]
+    assert (response.header("Retry-After") is not None) == want["retry_after"]
+    assert response.header("Retry-After") == str(TABLE["default_retry_after_seconds"])
+    assert (response.header(TABLE["replay_header"]) == "true") == want["replayed"]
+    assert http.DETAILS["database_fault"] == want["detail"]
+    assert json.loads(response.body) == {"detail": want["detail"], "status": kind["status"],
+                                         "title": kind["title"],
+                                         "type": TABLE["problem_type_base"] + kind["type"]}
+    assert list(fault.FAULT_SQLSTATE_CLASSES) == want["sqlstate_classes"]
+    assert list(fault.FAULT_SQLSTATES) == want["sqlstates"]

@@ -24,6 +24,12 @@ def orders_app(environ, start_response):
             "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'x', 1)", (context.request.principal,)
         )
         raise RuntimeError("bug")
+    if environ["PATH_INFO"] in ("/die", "/cancel"):
+        # The request's own backend is terminated, or its statement cancelled, under it.
+        insert = "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'x', 1)"
+        context.connection.execute(insert, (context.request.principal,))
+        signal = "pg_terminate_backend" if environ["PATH_INFO"] == "/die" else "pg_cancel_backend"
+        context.connection.execute(f"SELECT {signal}(pg_backend_pid()), pg_sleep(5)")
     if not body.get("item"):
         start_response("400 Bad Request", [("Content-Type", "application/problem+json")])
         return [b'{"title":"Invalid order"}']
@@ -159,3 +165,31 @@ def test_no_principal_passes_through(dsn):
 def test_status_line():
     assert status_line(201) == "201 Created"
     assert status_line(599) == "599 Unknown"
+
+
+def test_a_database_fault_is_answered_503_and_the_key_stays_usable(app, admin, principal):
+    from pg_idempotency.http import database_fault_response
+
+    want = database_fault_response()
+    for path in ("/die", "/cancel"):
+        key = uuid.uuid4().hex
+        for _ in range(2):  # nothing was kept: the retry meets the same fault
+            answer = call(app, path, b'{"item":"k"}', key, principal)
+            assert answer["status"] == "503 Service Unavailable", path
+            assert answer["body"] == want.body
+            assert answer["headers"]["Content-Type"] == "application/problem+json"
+            assert answer["headers"]["Retry-After"] == "1"
+    assert count(admin, principal) == 0
+    key = uuid.uuid4().hex
+    assert call(app, "/orders", b'{"item":"after"}', key, principal)["status"] == "201 Created"
+    assert count(admin, principal) == 1
+
+
+def test_an_application_error_is_not_a_database_fault(app, admin, principal):
+    from pg_idempotency import is_database_fault
+
+    assert not is_database_fault(RuntimeError("bug"))
+    assert not is_database_fault(psycopg.errors.UniqueViolation("dup"))
+    assert is_database_fault(psycopg.errors.AdminShutdown("57P01"))
+    assert is_database_fault(psycopg.errors.QueryCanceled("57014"))
+    assert is_database_fault(psycopg.OperationalError("server closed the connection unexpectedly"))

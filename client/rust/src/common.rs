@@ -99,6 +99,21 @@ impl Error {
             || *s == SqlState::T_R_DEADLOCK_DETECTED)
     }
 
+    /// True when the database failed under the call (see `fault`): a connection lost or
+    /// refused, a server shut down or restarting, a cancelled statement, a commit whose
+    /// outcome is unknown. Also for a handler's error (`Body`) that is one. Answer it with
+    /// `fault::database_fault_response`: a retry with the same key is safe.
+    pub fn is_database_fault(&self) -> bool {
+        match self {
+            Error::Db(error) => crate::fault::is_fault(error),
+            Error::Body(error) => {
+                error.downcast_ref::<tokio_postgres::Error>().map_or(false, crate::fault::is_fault)
+                    || error.downcast_ref::<Error>().map_or(false, Error::is_database_fault)
+            }
+            Error::Protocol(_) => false,
+        }
+    }
+
     /// True when the server refused a call because the principal's shard is not on the node
     /// it ran on (under Citus, after a shard move): SQLSTATE `STALE_PLACEMENT_SQLSTATE` and
     /// the primary message `STALE_PLACEMENT_MESSAGE` (another 0A000 is not). Also for a

@@ -97,11 +97,13 @@ pub enum Problem {
     KeyExpired,
     /// 409: the first response was a stream larger than `max_stream_bytes`, not kept.
     ResponseNotKept,
+    /// 503: the database failed under the request (`fault::database_fault_response`).
+    DatabaseUnavailable,
 }
 
 impl Problem {
     /// Every problem type, in protocol.json's order.
-    pub const ALL: [Problem; 9] = [
+    pub const ALL: [Problem; 10] = [
         Problem::KeyMissing,
         Problem::KeyMalformed,
         Problem::BodyInvalid,
@@ -111,6 +113,7 @@ impl Problem {
         Problem::AlreadyProcessed,
         Problem::KeyExpired,
         Problem::ResponseNotKept,
+        Problem::DatabaseUnavailable,
     ];
 
     /// The name of this problem in protocol.json (`key_reuse`).
@@ -183,6 +186,9 @@ impl Problem {
                 409,
                 "The response to this request was too large to keep",
             ),
+            Problem::DatabaseUnavailable => {
+                ("database_unavailable", "database-unavailable", 503, "The database is unavailable")
+            }
         }
     }
 }

@@ -13,6 +13,8 @@
 //! - [`Router`]: routing by principal under Citus, each request's transaction sent to the
 //!   node that holds the principal's shard; [`Error::is_stale_placement`] and
 //!   [`Router::report_stale_placement`] for a call that finds the shard moved.
+//! - [`fault`]: which errors are database faults ([`Error::is_database_fault`]) and the
+//!   one answer to them, 503 database-unavailable.
 //! - [`http`]: the problem table and HTTP mapping every client shares
 //!   (`client/protocol.json`), and the optional hyper 0.14 glue (feature `hyper`).
 //!
@@ -21,6 +23,7 @@
 //! implementation of RFC 8785 to drift from the server's.
 
 mod common;
+pub mod fault;
 pub mod http;
 #[cfg(feature = "hyper")]
 pub mod hyper_glue;

@@ -177,6 +177,13 @@ impl Client {
         &self.options
     }
 
+    /// The answer to a database fault ([`Error::is_database_fault`]): 503
+    /// database-unavailable with this client's Retry-After and problem type base.
+    pub fn fault_response(&self) -> Response {
+        let options = &self.options;
+        crate::fault::database_fault_response(options.retry_after, &options.problem_type_base)
+    }
+
     fn problem(&self, problem: Problem, detail: &str) -> Response {
         problem_response(problem, detail, &self.options.problem_type_base)
     }

@@ -146,3 +146,36 @@ fn routing_defaults_match() {
     assert_eq!(options.node_down.as_secs(), DEFAULT_NODE_DOWN_SECONDS);
     assert_eq!(options.max_principals, DEFAULT_MAX_PRINCIPALS);
 }
+
+#[test]
+fn database_fault_matches_field_by_field() {
+    use pg_idempotency::fault::{
+        database_fault_response, DATABASE_FAULT_DETAIL, FAULT_SQLSTATES, FAULT_SQLSTATE_CLASSES,
+    };
+    let p = protocol();
+    let want = &p["database_fault"];
+    let fields: BTreeSet<&str> = want.as_object().unwrap().keys().map(String::as_str).collect();
+    let known = ["detail", "problem", "replayed", "retry_after", "sqlstate_classes", "sqlstates"];
+    assert_eq!(fields, known.into_iter().collect(), "database_fault: fields");
+    assert_eq!(want["problem"], Problem::DatabaseUnavailable.name());
+    assert_eq!(want["detail"], DATABASE_FAULT_DETAIL);
+    let list = |name: &str| -> Vec<String> {
+        want[name].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(list("sqlstate_classes"), FAULT_SQLSTATE_CLASSES);
+    assert_eq!(list("sqlstates"), FAULT_SQLSTATES);
+    let retry = p["default_retry_after_seconds"].as_u64().unwrap() as u32;
+    let base = p["problem_type_base"].as_str().unwrap();
+    let response = database_fault_response(retry, base);
+    let kind = &p["problems"][want["problem"].as_str().unwrap()];
+    assert_eq!(response.status, kind["status"]);
+    assert_eq!(response.header("Retry-After").is_some(), want["retry_after"].as_bool().unwrap());
+    assert_eq!(response.header("Retry-After"), Some(retry.to_string().as_str()));
+    assert_eq!(response.header(REPLAY_HEADER).is_some(), want["replayed"].as_bool().unwrap());
+    assert_eq!(response.header("Content-Type"), Some(PROBLEM_CONTENT_TYPE));
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(body["detail"], want["detail"]);
+    assert_eq!(body["title"], kind["title"]);
+    assert_eq!(body["status"], kind["status"]);
+    assert_eq!(body["type"], format!("{}{}", base, kind["type"].as_str().unwrap()));
+}

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use hyper::service::{make_service_fn, service_fn};
 use hyper::{Body, Method, Server};
 use pg_idempotency::hyper_glue::{into_hyper, read_request};
-use pg_idempotency::{Client, Options, Response};
+use pg_idempotency::{Client, Error, Options, Response};
 
 pub use orders::problem;
 use orders::{create_api_key, create_order, Route};
@@ -83,7 +83,7 @@ async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
     if request.method() == Method::GET && path == "/orders/count" {
         return match app.pool.count_orders().await {
             Ok(n) => orders::json_response(200, serde_json::json!({ "orders": n }), None),
-            Err(e) => problem(500, "Internal error", &e.to_string()),
+            Err(e) => failed(&app, Error::Db(e)),
         };
     }
     let route = match (request.method() == Method::POST, Route::of(&path)) {
@@ -102,7 +102,7 @@ async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
     req.duplicates = route.duplicates();
     let mut slot = match app.pool.get().await {
         Ok(slot) => slot,
-        Err(e) => return problem(503, "Service unavailable", &e.to_string()),
+        Err(e) => return failed(&app, Error::Db(e)),
     };
     let insert = slot.statements.clone();
     let body = req.body.clone().unwrap_or_default();
@@ -128,10 +128,30 @@ async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
                 })
             })
             .await
-            .map_err(|e| e.to_string())
     };
-    app.pool.put(slot);
-    result.unwrap_or_else(|e| problem(500, "Internal error", &e))
+    match result {
+        Ok(response) => {
+            app.pool.put(slot);
+            response
+        }
+        Err(e) => {
+            // After an error the connection is not trusted: dropped, never put back.
+            drop(slot);
+            failed(&app, e)
+        }
+    }
+}
+
+/// The answer to an error of the database: the one fault answer for a database fault
+/// (and the pool's idle connections closed: a restart ended them all), else a 500 that
+/// does not show the driver's text; the error itself goes to the log.
+pub fn failed(app: &App, error: Error) -> Response {
+    eprintln!("rust-orders: {}", error);
+    if error.is_database_fault() {
+        app.pool.discard_idle();
+        return app.client.fault_response();
+    }
+    problem(500, "Internal error", "The request failed; it is safe to retry with the same key.")
 }
 
 fn argument(args: &[String], name: &str) -> Option<String> {
@@ -144,13 +164,16 @@ async fn main() {
     let port: u16 = argument(&args, "--port").and_then(|p| p.parse().ok()).unwrap_or(8080);
     let dsn = argument(&args, "--dsn").unwrap_or_default();
     let threads: usize = argument(&args, "--threads").and_then(|t| t.parse().ok()).unwrap_or(8);
-    let pool = match Pool::open(&dsn, threads).await {
+    let pool = match Pool::open(&dsn, threads) {
         Ok(pool) => pool,
         Err(e) => {
-            eprintln!("rust-orders: cannot prepare the database: {}", e);
+            eprintln!("rust-orders: bad --dsn: {}", e);
             std::process::exit(1);
         }
     };
+    // The tables are made once the database answers: the service starts while its
+    // database is down (or restarting) and serves when it is back.
+    tokio::spawn(pool::prepare(pool.config()));
     // POST /orders/stream: a stream longer than 65536 bytes is sent once, not kept.
     let client = Client::new(Options { max_stream_bytes: 65536, ..Options::default() });
     let app = Arc::new(App { pool, client, flaky: orders::FirstRuns::default() });

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::io::Read;
 use std::sync::Mutex;
 
-use pg_idempotency::{BoxError, DuplicateMode, Response};
+use pg_idempotency::{BoxError, DuplicateMode, Error, Response};
 use serde_json::{json, Value};
 use tokio_postgres::{Client, Transaction};
 
@@ -122,13 +122,12 @@ pub async fn plain(
     principal: &str,
     body: &[u8],
     delay_ms: u64,
-) -> Result<Response, String> {
-    let tx = client.transaction().await.map_err(|e| e.to_string())?;
-    let response = create_order(&tx, statements, principal, body, delay_ms)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<Response, Error> {
+    let tx = client.transaction().await.map_err(Error::Db)?;
+    let response =
+        create_order(&tx, statements, principal, body, delay_ms).await.map_err(Error::Body)?;
     let ended = if response.status < 300 { tx.commit().await } else { tx.rollback().await };
-    ended.map_err(|e| e.to_string())?;
+    ended.map_err(Error::Db)?;
     Ok(response)
 }
 

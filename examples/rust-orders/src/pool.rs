@@ -36,26 +36,37 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Checks the DSN and creates the tables.
-    pub async fn open(dsn: &str, size: usize) -> Result<Pool, tokio_postgres::Error> {
+    /// A pool for the DSN; connections are made when they are needed.
+    pub fn open(dsn: &str, size: usize) -> Result<Pool, tokio_postgres::Error> {
         let config = Config::from_str(dsn)?;
-        let (client, connection) = config.connect(NoTls).await?;
-        tokio::spawn(connection);
-        client.batch_execute(SCHEMA).await?;
         let slots = std::sync::Arc::new(Semaphore::new(size.max(1)));
         Ok(Pool { config, idle: Mutex::new(Vec::new()), slots })
     }
 
-    /// An idle connection, or a new one.
+    /// The connection settings.
+    pub fn config(&self) -> Config {
+        self.config.clone()
+    }
+
+    /// Closes every idle connection: after a database fault (a restart ended them all),
+    /// the next requests connect afresh instead of failing once per stale connection.
+    pub fn discard_idle(&self) {
+        self.idle.lock().expect("pool lock").clear();
+    }
+
+    /// An idle connection that is still open, or a new one.
     pub async fn get(&self) -> Result<Slot, tokio_postgres::Error> {
         let permit =
             self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let idle = self.idle.lock().expect("pool lock").pop();
-        let (conn, statements) = match idle {
-            Some(pair) => pair,
-            None => self.connect().await?,
-        };
-        Ok(Slot { conn, statements, _permit: permit })
+        loop {
+            let idle = self.idle.lock().expect("pool lock").pop();
+            let (conn, statements) = match idle {
+                Some(pair) if pair.0.is_closed() => continue, // lost while idle: dropped
+                Some(pair) => pair,
+                None => self.connect().await?,
+            };
+            return Ok(Slot { conn, statements, _permit: permit });
+        }
     }
 
     /// Back to the pool, unless the connection is gone.
@@ -83,11 +94,28 @@ impl Pool {
         Ok((Connection::new(client), statements))
     }
 
-    /// The number of orders.
+    /// The number of orders; the connection is not put back after an error.
     pub async fn count_orders(&self) -> Result<i64, tokio_postgres::Error> {
         let mut slot = self.get().await?;
-        let count = slot.conn.client().query_one("SELECT count(*) FROM orders", &[]).await;
+        let count = slot.conn.client().query_one("SELECT count(*) FROM orders", &[]).await?;
         self.put(slot);
-        Ok(count?.get(0))
+        Ok(count.get(0))
+    }
+}
+
+/// Makes the tables once the database answers, retrying every second.
+pub async fn prepare(config: Config) {
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                match client.batch_execute(SCHEMA).await {
+                    Ok(()) => return,
+                    Err(e) => eprintln!("rust-orders: cannot prepare the database yet ({})", e),
+                }
+            }
+            Err(e) => eprintln!("rust-orders: cannot prepare the database yet ({})", e),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }

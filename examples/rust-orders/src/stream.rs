@@ -58,7 +58,7 @@ async fn create_stream(
 pub async fn serve(app: Arc<App>, request: Request) -> hyper::Response<Body> {
     let mut slot = match app.pool.get().await {
         Ok(slot) => slot,
-        Err(e) => return into_hyper(crate::problem(503, "Service unavailable", &e.to_string())),
+        Err(e) => return into_hyper(crate::failed(&app, pg_idempotency::Error::Db(e))),
     };
     let (events, answers) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -75,9 +75,9 @@ pub async fn serve(app: Arc<App>, request: Request) -> hyper::Response<Body> {
                 )
             })
             .await;
-        app.pool.put(slot);
-        if let Err(e) = result {
-            eprintln!("rust-orders: /orders/stream: {}", e);
+        match result {
+            Ok(_) => app.pool.put(slot),
+            Err(e) => eprintln!("rust-orders: /orders/stream: {}", e), // the connection dropped
         }
     });
     stream_response(answers).await

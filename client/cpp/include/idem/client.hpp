@@ -32,6 +32,7 @@
 #include <pqxx/pqxx>
 
 #include "idem/connection.hpp"
+#include "idem/fault.hpp"
 #include "idem/http.hpp"
 #include "idem/options.hpp"
 

@@ -90,6 +90,7 @@ enum class Problem {
                           ///< kept
     key_expired,          ///< 410: the key expired under an on_expiry 'refuse' policy (tombstone)
     response_not_kept,    ///< 409: the first response was a stream larger than max_stream_bytes
+    database_unavailable,  ///< 503: the database failed under the request (idem/fault.hpp)
 };
 
 /// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.

@@ -13,7 +13,9 @@ C++ client's), a WSGI middleware
 
 from ._batch import BatchFlag, BatchOutcome
 from ._common import Request
-from .http import Headers, Problem, Response, problem_body, problem_response
+from .fault import is_database_fault
+from .http import (Headers, Problem, Response, database_fault_response, problem_body,
+                   problem_response)
 from .lease import LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy
 from .async_lease import AsyncBody, AsyncLeaseRunner
 from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, fingerprint_async
@@ -34,6 +36,7 @@ __all__ = [
     "BatchOutcome",
     "Client",
     "Counters",
+    "database_fault_response",
     "Handler",
     "Headers",
     "LeaseOptions",
@@ -50,6 +53,7 @@ __all__ = [
     "RouterCounters",
     "fingerprint",
     "fingerprint_async",
+    "is_database_fault",
     "is_stale_placement",
     "problem_body",
     "problem_response",

@@ -143,7 +143,11 @@ def pipeline(conn: Any, steps: Sequence[Step]) -> Gen:
             try:
                 pgconn.exit_pipeline_mode()
             except psycopg.Error:
-                pass
+                # Busy: the flight was cut short (a lost connection, an exception while
+                # reading) and its results are still due, so the session's state is
+                # unknown. Closed here, its owner sees a closed connection (discarded by a
+                # pool) instead of one whose rollback() raises "cannot exit pipeline mode".
+                pgconn.finish()
 
 
 def _read_statement(pgconn: "pq.abc.PGconn", encoding: str) -> Gen:

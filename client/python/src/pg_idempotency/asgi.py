@@ -7,7 +7,8 @@
 For each HTTP request with a principal the middleware takes an async
 connection, runs the transactional protocol around the wrapped application
 (``AsyncClient.handle``), and answers replays, 400, 409 and 422 itself, with
-the same statuses, headers and bodies as the WSGI middleware. The application
+the same statuses, headers and bodies as the WSGI middleware (a database fault:
+503 database-unavailable). The application
 finds the connection, already inside the transaction that holds the key, in
 ``scope["pg_idempotency"].connection`` (Starlette and FastAPI:
 ``request.scope["pg_idempotency"]``, or ``context(request)``) and must do its
@@ -28,7 +29,8 @@ from psycopg import errors
 from ._common import Request
 from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .async_transactional import AsyncClient
-from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response
+from .fault import is_database_fault
+from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response, database_fault_response
 from .router import AsyncRouter, is_stale_placement
 
 __all__ = ["IdempotencyMiddleware", "RequestContext", "context", "SCOPE_KEY"]
@@ -218,6 +220,13 @@ class IdempotencyMiddleware:
                     response = await self._handle(conn, request, scope, body, answer, receive)
         except _StreamCut:
             return  # rolled back, nothing stored: the client went away mid-stream
+        except psycopg.Error as error:
+            # A database fault (before the begin, in the application, at the commit: rolled
+            # back or in doubt) is answered 503 with Retry-After, as the WSGI middleware does.
+            if answer.streaming or not is_database_fault(error):
+                raise
+            options = self.client.options
+            response = database_fault_response(options.retry_after, options.problem_type_base)
         last = {"type": "http.response.body", "body": b"", "more_body": False}
         if answer.streaming:
             await send(last)  # streamed and committed: the response ends now

@@ -136,6 +136,7 @@ class Problem(enum.Enum):
         "The response to this request was too large to keep",
     )
     KEY_EXPIRED = ("idempotency-key-expired", 410, "Idempotency-Key has expired")
+    DATABASE_UNAVAILABLE = ("database-unavailable", 503, "The database is unavailable")
 
     @property
     def slug(self) -> str:
@@ -176,6 +177,9 @@ DETAILS = {
     " service keeps; it was sent once and not stored. Use a new key for a new request.",
     "key_expired": "This Idempotency-Key expired and its response is no longer kept; the request was not run"
     " again. Use a new key for a new request.",
+    "database_fault": "The database failed or could not be reached while this request was"
+    " processed. Retry it with the same Idempotency-Key: it runs once, or its stored response is"
+    " replayed.",
 }
 """The problem details the clients (C++, Python, Node) write, word for word."""
 
@@ -217,4 +221,14 @@ def not_kept_response(type_base: str = PROBLEM_TYPE_BASE) -> Response:
     response = problem_response(Problem.RESPONSE_NOT_KEPT, DETAILS["response_not_kept"], type_base)
     response.replayed = True
     response.set_header(REPLAY_HEADER, "true")
+    return response
+
+
+def database_fault_response(retry_after: int = DEFAULT_RETRY_AFTER_SECONDS,
+                            type_base: str = PROBLEM_TYPE_BASE) -> Response:
+    """The one answer to a database fault (protocol.json ``database_fault``; see
+    ``pg_idempotency.fault``): 503 database-unavailable with Retry-After. A retry with
+    the same key runs the request once or replays its stored response."""
+    response = problem_response(Problem.DATABASE_UNAVAILABLE, DETAILS["database_fault"], type_base)
+    response.set_header("Retry-After", str(max(1, int(retry_after))))
     return response

@@ -24,7 +24,8 @@ from psycopg import errors
 
 from ._common import Request
 from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
-from .http import DEFAULT_MAX_STREAM_BYTES, Response
+from .fault import is_database_fault
+from .http import DEFAULT_MAX_STREAM_BYTES, Response, database_fault_response
 from .router import Router, is_stale_placement
 from .transactional import Client
 
@@ -147,6 +148,11 @@ class IdempotencyMiddleware:
     (the application has not run yet). A stale placement later (the application's
     statements, the completion) or on the second route is reported too and
     propagates as any database error does.
+
+    A database fault (``pg_idempotency.fault.is_database_fault``: the connection
+    lost, the server shut down or restarting, a cancelled statement, a commit whose
+    outcome is unknown), wherever it comes from, is answered 503 database-unavailable
+    with Retry-After (``http.database_fault_response``); other errors propagate.
     """
 
     def __init__(
@@ -192,12 +198,21 @@ class IdempotencyMiddleware:
             duplicates=self.duplicates(environ) if callable(self.duplicates) else self.duplicates,
         )
         answer = _Answer(start_response, self.max_stream_bytes)
-        if self.router is not None:
-            response = self._routed(principal, request, environ, body, answer)
-        else:
-            assert self.connection is not None
-            with self.connection() as conn:
-                response = self._handle(conn, request, environ, body, answer)
+        try:
+            if self.router is not None:
+                response = self._routed(principal, request, environ, body, answer)
+            else:
+                assert self.connection is not None
+                with self.connection() as conn:
+                    response = self._handle(conn, request, environ, body, answer)
+        except psycopg.Error as error:
+            # A database fault (before the begin, in the application, at the commit: rolled
+            # back or in doubt) is answered 503 with Retry-After: a retry with the same key
+            # runs once or replays. A stream already under way is cut short instead.
+            if answer.write is not None or not is_database_fault(error):
+                raise
+            options = self.client.options
+            response = database_fault_response(options.retry_after, options.problem_type_base)
         if answer.write is not None:
             return []  # streamed and committed: the server ends the response now
         start_response(status_line(response.status), list(response.headers))

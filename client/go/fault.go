@@ -1,0 +1,79 @@
+package idempotency
+
+// Database faults: the errors that mean the database failed under a request (its
+// connection died, the server shut down, crashed or refused connections, the
+// statement was cancelled, the commit's outcome is unknown), not the request's
+// own. The middleware answers them with DatabaseFaultResponse (protocol.json
+// database_fault: 503, Retry-After, retry with the same key).
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgconn"
+)
+
+// IsDatabaseFault reports whether err says the database failed or could not be
+// reached: a server error whose SQLSTATE is in DatabaseFault's classes or list,
+// a failed connect, a network error or a closed connection. The application's
+// own errors and the server's other errors (constraint violations) are not.
+func IsDatabaseFault(err error) bool {
+	if err == nil {
+		return false
+	}
+	var server *pgconn.PgError
+	if errors.As(err, &server) {
+		for _, class := range DatabaseFault.SQLStateClasses {
+			if strings.HasPrefix(server.Code, class) {
+				return true
+			}
+		}
+		for _, state := range DatabaseFault.SQLStates {
+			if server.Code == state {
+				return true
+			}
+		}
+		return false
+	}
+	var network net.Error
+	if errors.As(err, &network) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	// pgconn's own words for a connection it closed or lost (no error type of their own).
+	text := err.Error()
+	for _, lost := range []string{"conn closed", "closed pool", "failed to connect",
+		"connection reset", "broken pipe", "unexpected EOF", "timeout: context"} {
+		if strings.Contains(text, lost) {
+			return true
+		}
+	}
+	return false
+}
+
+// DatabaseFaultResponse is the one answer to a database fault: 503
+// database-unavailable with Retry-After (at least 1 second); typeBase prefixes the
+// problem type ("" for DefaultProblemTypeBase). A retry with the same key runs
+// the request once or replays its stored response.
+func DatabaseFaultResponse(retryAfter int, typeBase string) Response {
+	if typeBase == "" {
+		typeBase = DefaultProblemTypeBase
+	}
+	if retryAfter < 1 {
+		retryAfter = 1
+	}
+	problem := ProblemDatabaseUnavailable
+	return Response{Status: problem.Status, Headers: Headers{
+		{Name: "Content-Type", Value: ProblemContentType},
+		{Name: "Retry-After", Value: strconv.Itoa(retryAfter)}},
+		Body: ProblemBody(problem.Status, typeBase+problem.Slug, problem.Title,
+			DatabaseFault.Detail)}
+}
+
+// faultResponse is DatabaseFaultResponse with the client's Retry-After and type base.
+func faultResponse(c *Client) Response {
+	return DatabaseFaultResponse(c.options.RetryAfter, c.options.ProblemTypeBase)
+}

@@ -1,0 +1,32 @@
+"""Database faults: the errors that mean the database failed under a request (the
+connection died, the server shut down, crashed or refused connections, the
+statement was cancelled, the commit's outcome is unknown), not the request's own.
+A middleware answers them with ``http.database_fault_response()``
+(protocol.json ``database_fault``)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import psycopg
+
+FAULT_SQLSTATE_CLASSES = ("08", "57")
+"""SQLSTATE classes of a database fault: connection exception, operator intervention
+(57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57014 cancel)."""
+FAULT_SQLSTATES = ("53300",)
+"""SQLSTATEs of a database fault outside those classes: too many connections."""
+
+
+def is_database_fault(error: Optional[BaseException]) -> bool:
+    """True for an error with a fault SQLSTATE, and for psycopg's own errors of a
+    connection that failed or is gone (an OperationalError without SQLSTATE); False
+    for everything else (the application's errors, constraint violations)."""
+    if not isinstance(error, psycopg.Error):
+        return False
+    state = error.sqlstate
+    if state is not None:
+        return state[:2] in FAULT_SQLSTATE_CLASSES or state in FAULT_SQLSTATES
+    return isinstance(error, psycopg.OperationalError)
+
+
+__all__ = ["FAULT_SQLSTATES", "FAULT_SQLSTATE_CLASSES", "is_database_fault"]

@@ -1,0 +1,51 @@
+//! Database faults: the errors that mean the database failed under a request (its
+//! connection died, the server shut down, crashed or refused connections, the statement
+//! was cancelled, the commit's outcome is unknown), not the request's own, and the one
+//! answer to them (`database_fault` in client/protocol.json): 503 database-unavailable
+//! with Retry-After. A retry with the same key runs the request once or replays it.
+
+use crate::http::{problem_response, Problem, Response};
+
+/// SQLSTATE classes of a database fault: connection exception, operator intervention
+/// (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57014 cancel).
+pub const FAULT_SQLSTATE_CLASSES: [&str; 2] = ["08", "57"];
+/// SQLSTATEs of a database fault outside those classes: too many connections.
+pub const FAULT_SQLSTATES: [&str; 1] = ["53300"];
+/// The detail of the fault answer, word for word.
+pub const DATABASE_FAULT_DETAIL: &str = "The database failed or could not be reached while \
+     this request was processed. Retry it with the same Idempotency-Key: it runs once, or its \
+     stored response is replayed.";
+
+/// The one answer to a database fault: 503 database-unavailable with Retry-After (at
+/// least 1 second), its type under `type_base`.
+pub fn database_fault_response(retry_after: u32, type_base: &str) -> Response {
+    let mut response =
+        problem_response(Problem::DatabaseUnavailable, DATABASE_FAULT_DETAIL, type_base);
+    response.set_header("Retry-After", &retry_after.max(1).to_string());
+    response
+}
+
+/// True when a tokio-postgres error says the database failed or could not be reached:
+/// a fault SQLSTATE, a closed connection, or an error connecting or talking to the server
+/// (tokio-postgres has no public kind for those; its messages name them).
+pub(crate) fn is_fault(error: &tokio_postgres::Error) -> bool {
+    if let Some(state) = error.code() {
+        let code = state.code();
+        return FAULT_SQLSTATE_CLASSES.iter().any(|class| code.starts_with(class))
+            || FAULT_SQLSTATES.contains(&code);
+    }
+    if error.is_closed() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        if inner.downcast_ref::<std::io::Error>().is_some() {
+            return true;
+        }
+        source = inner.source();
+    }
+    let text = error.to_string();
+    ["error connecting to server", "error communicating with the server", "timeout waiting"]
+        .iter()
+        .any(|lost| text.starts_with(lost))
+}

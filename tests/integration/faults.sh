@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Every example service while its database fails under it (issue 41): on a
+# throwaway cluster of its own (it stops, crashes and restarts it), each service
+# is started while the database is down, must answer /health, and must serve
+# once the database is back; then tests/faults/driver.py runs 8 clients over a
+# small key space with backend terminations, cancels and one immediate restart,
+# and checks one effect per key, byte-identical 2xx per key, no stuck key and
+# every fault answered with protocol.json's database_fault (503). The service
+# must be alive at the end. About 25 s per service, 3-4 minutes in all.
+#
+#   FAULTS_SERVICES    the services to run (default: all six, by name below)
+#   FAULTS_SECONDS     seconds of load per service (default 16)
+#   FAULTS_START_DOWN  0: start each service with the database up (default 1)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+build=${BUILD_DIR:-build-test}
+all_services="orders-service python-orders asgi-orders node-orders go-orders rust-orders"
+services=${FAULTS_SERVICES:-$all_services}
+seconds=${FAULTS_SECONDS:-16}
+start_down=${FAULTS_START_DOWN:-1}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
+
+# shellcheck source=lib/service.bash
+source tests/integration/lib/service.bash
+cluster="$work/pg"
+# Ports the other suites leave free beside the run's cluster (+40..+46: the model checker,
+# +50, +51: binding_paths.sh): the cluster at +60, the services at +61...
+base_port=$((${PGPORT:-$((20000 + RANDOM % 6000))} + 60))
+trap 'scripts/pgcluster.sh stop "$cluster" >/dev/null 2>&1; cleanup_service_test' EXIT
+if ! scripts/pgcluster.sh start "$cluster" "$base_port" >/dev/null; then
+  echo "not ok - a cluster of its own"
+  exit 1
+fi
+# shellcheck disable=SC1091
+source "$cluster/env"
+
+as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+pg_ctl_() { as_postgres "$PGBIN/pg_ctl" -D "$cluster/data" "$@"; }
+db_up() { pg_ctl_ -l "$cluster/server.log" -w -t 60 start >/dev/null; }
+db_down() { pg_ctl_ -m fast -w stop >/dev/null; }
+restart_cmd="$(declare -f as_postgres); PGBIN='$PGBIN' cluster='$cluster';"
+restart_cmd+=" as_postgres \"\$PGBIN/pg_ctl\" -D \"\$cluster/data\" -m immediate -w stop"
+restart_cmd+=" >/dev/null &&"
+restart_cmd+=" sleep 1 && as_postgres \"\$PGBIN/pg_ctl\" -D \"\$cluster/data\""
+restart_cmd+=" -l \"\$cluster/server.log\" -w -t 60 start >/dev/null"
+
+# binary_of NAME: the command that runs the service (built here when it must be).
+binary_of() {
+  case $1 in
+  orders-service) echo "$build/orders-service" ;;
+  python-orders | asgi-orders | node-orders)
+    if [[ $1 == node-orders && ! -f client/node/dist/index.js ]]; then return 1; fi
+    echo "examples/$1/app.$([[ $1 == node-orders ]] && echo js || echo py)"
+    ;;
+  go-orders)
+    # shellcheck source=../../client/go/gopath.bash
+    source client/go/gopath.bash "$work" >/dev/null || return 1
+    go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders" || return 1
+    echo "$work/go-orders"
+    ;;
+  rust-orders)
+    (cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc \
+      RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet) || return 1
+    echo "build/rust/release/rust-orders"
+    ;;
+  *) return 1 ;;
+  esac
+}
+
+# wait_for_schema: the service made its tables once the database was back.
+wait_for_schema() {
+  for _ in $(seq 150); do
+    local made
+    made=$(psql -X -qAt -d "$service_db" -c "SELECT to_regclass('orders') IS NOT NULL" 2>/dev/null)
+    [[ $made == t ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# alive PID: running, not a zombie (the service is this shell's child until waited for).
+alive() { [[ -r /proc/$1/status ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+
+offset=0
+for name in $services; do
+  offset=$((offset + 1))
+  failed_before=$failures
+  port=$((base_port + offset))
+  echo "# $name"
+  if ! binary=$(binary_of "$name") || [[ ! -x $binary ]]; then
+    check "$name: built" false
+    continue
+  fi
+  fresh_database "idem_faults_${name//-/_}"
+  [[ $start_down == 1 ]] && db_down
+  if ! start_service "$port" "$binary"; then
+    check "$name: starts while the database is down" false
+    db_up
+    continue
+  fi
+  pid=${service_pids[-1]}
+  if [[ $start_down == 1 ]]; then
+    check "$name: answers /health while the database is down" true
+    db_up
+  fi
+  check "$name: serves once the database is back (its tables made)" wait_for_schema
+  check "$name: keeps its idempotency under database faults" \
+    /usr/bin/python3 tests/faults/driver.py \
+    --label "$name" --base-url "http://127.0.0.1:$port" --seconds "$seconds" \
+    --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}" \
+    --restart-cmd "$restart_cmd"
+  check "$name: alive at the end" alive "$pid"
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  if ((failures > failed_before)); then tail -n 20 "$work/service.log" | sed 's/^/#   /'; fi
+  : >"$work/service.log"
+done
+cd "$root" && report
