@@ -61,10 +61,12 @@ matrix_integration=" binding_paths cancel_long_calls client client_install count
 matrix_integration=" $(echo $matrix_integration) "
 # Those that use the C++ build (build-test): the client, its examples, jcs_tool.
 cpp_integration=" client client_install conformance_orders_service docs_blocks faults fingerprints orders_service proxy_service "
+# Those that use the Node client as built (client/node/dist): its example, the doc blocks.
+node_integration=" conformance_node_orders docs_blocks faults fingerprints "
 
 # The suites, in order. Tiers: f = the whole run, q = --quick, m = inside a
 # matrix chroot. Needs: e = the extension built and installed, b = the C++ build,
-# c = the run's cluster; x = a chroot suite (the background stream of the whole
+# n = the Node client built, c = the run's cluster; x = a chroot suite (the background stream of the whole
 # run; left out when IDEM_MATRIX is empty). "@integration" stands for the
 # integration tests, in file order.
 SUITES=(
@@ -104,6 +106,7 @@ for row in "${SUITES[@]}"; do
       [[ $matrix_integration == *" $name "* ]] && tiers+=m
       needs=ec
       [[ $cpp_integration == *" $name "* ]] && needs+=b
+      [[ $tier != m && $node_integration == *" $name "* ]] && needs+=n
       rows+=("$tiers|$needs|$name|integration: $name|bash $t")
     done
     continue
@@ -237,11 +240,12 @@ python_client_tests() {
 # The Node package built the way users build it (npm install, whose prepare
 # step runs tsc), then its tests (node --test) against a cluster they start
 # themselves. npm's lock file is not kept (.gitignore), like bench/'s.
+build_node() {
+  (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
+     npm run --silent build)
+}
 node_client_tests() {
-  (cd client/node &&
-     npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
-     npm run --silent build &&
-     IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
+  build_node && have+=n && (cd client/node && IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
 }
 
 cluster=$(mktemp -d /tmp/idem-test.XXXXXX)
@@ -273,6 +277,7 @@ need() {  # need LETTERS: makes what is missing; false when a setup step failed
     case $letter in
     e) echo "=== setup: extension build and install"; build_extension ;;
     b) echo "=== setup: C++ build"; build_cpp ;;
+    n) echo "=== setup: Node client build"; build_node ;;
     c) scripts/pgcluster.sh start "$cluster/pg" "$port" && source "$cluster/pg/env" ;;
     esac
     if (($? == 0)); then have+=$letter; else

@@ -19,6 +19,17 @@ key once more, and checks:
 - one effect per key: exactly one row of the example's orders table per key;
 - faults happened: at least one termination, the restart, one fault answer.
 
+With --mode proxy (examples/proxy-service: the lease protocol, an effect outside
+the database) the clients post to /v1/call/charge and the effect is the
+upstream's call, which the database cannot undo: a holder whose lease or whose
+completion the faults took may have called upstream without storing the answer,
+so a key may be called again by the holder after it (docs/leases.md). There the
+checks are: every 2xx of a key whose outcome (X-Lease-Outcome) is fresh or a
+replay is byte-identical to the stored one; a `fresh_unfenced` 2xx (the lease was
+lost while the call ran) is counted, not compared; every key ends replayed; and
+every upstream call beyond one per key is explained by a holder that did not
+store its answer (a fault answer or a fresh_unfenced one).
+
 Standard library and psycopg only. Prints a summary and "ok"/"not ok" lines;
 exits 1 on any failure.
 """
@@ -66,6 +77,7 @@ class Run:
         self.statuses: collections.Counter = collections.Counter()
         self.faults: collections.Counter = collections.Counter()
         self.first_2xx: Dict[str, Tuple[int, bytes]] = {}
+        self.unfenced = 0  # --mode proxy: 2xx answers of holders that lost their lease
         self.failures: List[str] = []
         self.requests = 0
 
@@ -75,12 +87,15 @@ class Run:
                 self.failures.append(what)
 
 
+PATH = "/orders"  # --mode proxy: /v1/call/charge
+
+
 def post(base: str, key: str, body: bytes, principal: str, query: str = "",
          timeout: float = 20.0) -> Answer:
     url = urlsplit(base)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
     try:
-        conn.request("POST", "/orders" + query, body=body,
+        conn.request("POST", PATH + query, body=body,
                      headers={"Content-Type": "application/json", "Idempotency-Key": key,
                               "Authorization": "Bearer " + principal})
         response = conn.getresponse()
@@ -96,6 +111,10 @@ def classify(run: Run, key: str, answer: Answer) -> str:
     status, headers, data = answer
     with run.lock:
         run.statuses[status] += 1
+    if 200 <= status < 300 and headers.get("x-lease-outcome") == "fresh_unfenced":
+        with run.lock:
+            run.unfenced += 1
+        return "ok"
     if 200 <= status < 300:
         with run.lock:
             first = run.first_2xx.setdefault(key, (status, data))
@@ -233,6 +252,26 @@ def check_effects(run: Run, args, keys: List[str], items: Dict[str, str]) -> Non
         run.fail(f"orders of no key: {sorted(stray)[:5]}")
 
 
+def check_upstream_calls(run: Run, args, keys: List[str]) -> None:
+    """--mode proxy: at least one upstream call per key, and every further call
+    made by a holder that did not store its answer."""
+    url = urlsplit(args.upstream_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.request("GET", "/calls")
+        calls = int(json.loads(conn.getresponse().read())["calls"])
+    finally:
+        conn.close()
+    unstored = run.statuses[FAULT_KIND["status"]] + run.unfenced
+    print(f"{args.label}: {calls} upstream calls for {len(keys)} keys;"
+          f" {run.unfenced} fresh_unfenced answers")
+    if calls < len(keys):
+        run.fail(f"{calls} upstream calls for {len(keys)} keys that all ended replayed")
+    if calls - len(keys) > unstored:
+        run.fail(f"{calls - len(keys)} upstream calls beyond one per key, but only {unstored}"
+                 " holders that did not store their answer")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base-url", required=True)
@@ -245,12 +284,21 @@ def main() -> int:
     parser.add_argument("--max-requests", type=int, default=4000, help="per client")
     parser.add_argument("--settle-seconds", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument("--mode", choices=["orders", "proxy"], default="orders")
+    parser.add_argument("--upstream-url", help="--mode proxy: the upstream (GET /calls)")
     args = parser.parse_args()
+    global PATH
+    if args.mode == "proxy":
+        PATH = "/v1/call/charge"
+        if not args.upstream_url:
+            parser.error("--mode proxy needs --upstream-url")
     run_id = uuid.uuid4().hex[:8]
     args.principal = f"faults-{run_id}"
     keys = [f"fault-{run_id}-{i}" for i in range(args.keys)]
     items = {key: "item-" + key for key in keys}
     bodies = {key: json.dumps({"item": items[key], "quantity": 1}).encode() for key in keys}
+    if args.mode == "proxy":
+        bodies = {key: json.dumps({"amount": 100 + i}).encode() for i, key in enumerate(keys)}
 
     run = Run()
     started = time.monotonic()
@@ -275,7 +323,10 @@ def main() -> int:
         run.fail("the service does not answer /health after the run")
     else:
         final_pass(run, args, keys, bodies)
-        check_effects(run, args, keys, items)
+        if args.mode == "proxy":
+            check_upstream_calls(run, args, keys)
+        else:
+            check_effects(run, args, keys, items)
     if run.faults["terminate"] == 0 or run.faults["restart"] != 1:
         run.fail(f"the faults did not happen: {dict(run.faults)}")
     if load.get(FAULT_KIND["status"], 0) == 0:

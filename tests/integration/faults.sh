@@ -6,16 +6,19 @@
 # small key space with backend terminations, cancels and one immediate restart,
 # and checks one effect per key, byte-identical 2xx per key, no stuck key and
 # every fault answered with protocol.json's database_fault (503). The service
-# must be alive at the end. About 25 s per service, 3-4 minutes in all.
+# must be alive at the end. examples/proxy-service (the lease protocol, an
+# effect outside the database) runs the driver's --mode proxy: its checks allow
+# the upstream call that a holder which lost its lease or its completion may
+# have made (tests/faults/driver.py). About 25 s per service, 3-4 minutes in all.
 #
-#   FAULTS_SERVICES    the services to run (default: all six, by name below)
+#   FAULTS_SERVICES    the services to run (default: all seven, by name below)
 #   FAULTS_SECONDS     seconds of load per service (default 16)
 #   FAULTS_START_DOWN  0: start each service with the database up (default 1)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 build=${BUILD_DIR:-build-test}
-all_services="orders-service python-orders asgi-orders node-orders go-orders rust-orders"
+all_services="orders-service python-orders asgi-orders node-orders go-orders rust-orders proxy-service"
 services=${FAULTS_SERVICES:-$all_services}
 seconds=${FAULTS_SECONDS:-16}
 start_down=${FAULTS_START_DOWN:-1}
@@ -48,7 +51,7 @@ restart_cmd+=" -l \"\$cluster/server.log\" -w -t 60 start >/dev/null"
 # binary_of NAME: the command that runs the service (built here when it must be).
 binary_of() {
   case $1 in
-  orders-service) echo "$build/orders-service" ;;
+  orders-service | proxy-service) echo "$build/$1" ;;
   python-orders | asgi-orders | node-orders)
     if [[ $1 == node-orders && ! -f client/node/dist/index.js ]]; then return 1; fi
     echo "examples/$1/app.$([[ $1 == node-orders ]] && echo js || echo py)"
@@ -86,7 +89,8 @@ offset=0
 for name in $services; do
   offset=$((offset + 1))
   failed_before=$failures
-  port=$((base_port + offset))
+  # The services' ports step by two: proxy-service's upstream listens on its port + 1.
+  port=$((base_port + 2 * offset))
   echo "# $name"
   if ! binary=$(binary_of "$name") || [[ ! -x $binary ]]; then
     check "$name: built" false
@@ -94,7 +98,10 @@ for name in $services; do
   fi
   fresh_database "idem_faults_${name//-/_}"
   [[ $start_down == 1 ]] && db_down
-  if ! start_service "$port" "$binary"; then
+  # proxy-service: a lease short enough that the final pass outlives a dead holder's.
+  extra=()
+  [[ $name == proxy-service ]] && extra=(--lease-ms 1000)
+  if ! start_service "$port" "$binary" "${extra[@]}"; then
     check "$name: starts while the database is down" false
     db_up
     continue
@@ -104,9 +111,14 @@ for name in $services; do
     check "$name: answers /health while the database is down" true
     db_up
   fi
-  check "$name: serves once the database is back (its tables made)" wait_for_schema
+  mode=(--mode orders)
+  if [[ $name == proxy-service ]]; then  # no tables of its own
+    mode=(--mode proxy --upstream-url "http://127.0.0.1:$((port + 1))")
+  else
+    check "$name: serves once the database is back (its tables made)" wait_for_schema
+  fi
   check "$name: keeps its idempotency under database faults" \
-    /usr/bin/python3 tests/faults/driver.py \
+    /usr/bin/python3 tests/faults/driver.py "${mode[@]}" \
     --label "$name" --base-url "http://127.0.0.1:$port" --seconds "$seconds" \
     --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}" \
     --restart-cmd "$restart_cmd"
