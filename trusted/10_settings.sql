@@ -1,0 +1,110 @@
+-- Settings. Without the library nobody registers the idempotency.* settings:
+-- a value set for one (SET, ALTER ROLE/DATABASE ... SET, postgresql.conf) is a
+-- placeholder PostgreSQL keeps as text. They are read here with
+-- current_setting(name, true) and checked at every use against the ranges of
+-- the C++ edition: a value out of range or not understood refuses the call
+-- with 22023 naming the setting, instead of running with a value nobody chose.
+
+DO $$
+BEGIN
+    -- date_bin (the expiry index) and hashtextextended need PostgreSQL 14.
+    IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4
+           OPERATOR(pg_catalog.<) 140000 THEN
+        RAISE EXCEPTION 'the trusted edition of idempotency needs PostgreSQL 14 or later'
+            USING ERRCODE = '0A000';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION idempotency.setting_bad(name text, value text, range text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, value
+        USING ERRCODE = '22023',
+              HINT = format('The trusted edition reads %s at every call; allowed: %s.',
+                            name, range);
+END
+$$;
+COMMENT ON FUNCTION idempotency.setting_bad(text, text, text) IS
+    'Trusted edition: raises 22023 for a setting whose value is out of range';
+
+-- An integer setting, with an optional unit (the GUC units of the C++
+-- edition: ms, s, min, h, d), in the setting's base unit.
+CREATE FUNCTION idempotency.setting_int(name text, fallback bigint, low bigint, high bigint,
+                                        base_unit text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    raw text := current_setting(name, true);
+    parts text[];
+    value numeric;
+    factor numeric := 1;
+BEGIN
+    IF raw IS NULL OR raw = '' THEN
+        RETURN fallback;
+    END IF;
+    parts := regexp_match(raw, '^\s*([0-9]+)\s*(ms|s|min|h|d)?\s*$');
+    IF parts IS NULL OR (parts[2] IS NOT NULL AND base_unit IS NULL) THEN
+        PERFORM idempotency.setting_bad(name, raw, format('%s to %s', low, high));
+    END IF;
+    IF parts[2] IS NOT NULL THEN
+        factor := CASE parts[2] WHEN 'ms' THEN 1 WHEN 's' THEN 1000 WHEN 'min' THEN 60000
+                                WHEN 'h' THEN 3600000 ELSE 86400000 END
+                  / CASE base_unit WHEN 'ms' THEN 1 ELSE 1000 END;
+    END IF;
+    value := parts[1]::numeric * factor;
+    IF value <> trunc(value) OR value < low OR value > high THEN
+        PERFORM idempotency.setting_bad(name, raw, format('%s to %s', low, high));
+    END IF;
+    RETURN value::bigint;
+END
+$$;
+COMMENT ON FUNCTION idempotency.setting_int(text, bigint, bigint, bigint, text) IS
+    'Trusted edition: an integer idempotency.* setting in its base unit, checked (22023)';
+
+-- The settings every protocol call reads, in one call: key_ttl (s),
+-- wait_timeout (ms), lease (ms), max_key_length, key_format, and the principal
+-- binding, which the trusted edition cannot enforce (any role may SET a
+-- placeholder): a value other than off refuses every call (0A000).
+CREATE FUNCTION idempotency.protocol_settings(
+    OUT key_ttl interval, OUT wait_ms bigint, OUT lease interval, OUT max_key_length integer,
+    OUT key_format text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    binding text := current_setting('idempotency.principal_binding', true);
+    distributed text := current_setting('idempotency.distributed', true);
+BEGIN
+    IF binding IS NOT NULL AND binding NOT IN ('', 'off') THEN
+        RAISE EXCEPTION 'idempotency.principal_binding is not available in the trusted edition'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Without the library any role may set the parameter, so a binding '
+                           'could not be enforced.',
+                  HINT = 'Use the C++ edition for bound principals, or RESET the parameter.';
+    END IF;
+    IF distributed IS NOT NULL AND distributed NOT IN ('', 'auto') THEN
+        RAISE EXCEPTION 'idempotency.distributed = % is not available in the trusted edition',
+                        distributed
+            USING ERRCODE = '0A000';
+    END IF;
+    key_ttl := make_interval(secs => idempotency.setting_int('idempotency.key_ttl', 86400, 1,
+                                                              366 * 86400, 's'));
+    wait_ms := idempotency.setting_int('idempotency.wait_timeout', 5000, 0, 3600000, 'ms');
+    lease := make_interval(secs => idempotency.setting_int('idempotency.lease', 30000, 100,
+                                                            86400000, 'ms') / 1000.0);
+    max_key_length := idempotency.setting_int('idempotency.max_key_length', 255, 1, 1024);
+    key_format := coalesce(nullif(current_setting('idempotency.key_format', true), ''), 'any');
+    IF key_format NOT IN ('any', 'uuid', 'uuidv7') THEN
+        PERFORM idempotency.setting_bad('idempotency.key_format', key_format,
+                                        'any, uuid, uuidv7');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION idempotency.protocol_settings() IS
+    'Trusted edition: the idempotency.* settings of the protocol, checked (22023, 0A000)';
