@@ -84,7 +84,7 @@ NO_PRELOAD_REGRESS = $(patsubst tests/no_preload/sql/%.sql,%,$(sort $(wildcard t
 installcheck-nopreload:
 	$(pg_regress_installcheck) --inputdir=tests/no_preload --outputdir=output_nopreload \
 	    --load-extension=$(EXTENSION) $(NO_PRELOAD_REGRESS)
-EXTRA_CLEAN += output_nopreload
+EXTRA_CLEAN += output_nopreload output_trusted
 .PHONY: installcheck-nopreload
 
 # The trusted edition (SQL and PL/pgSQL only, for managed services that refuse

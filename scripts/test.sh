@@ -145,7 +145,7 @@ regress_distributed() { PGOPTIONS="-c idempotency.distributed=on" regress; }
 # Integration tests: every tests/integration/*.sh, one suite each. --quick runs
 # the ones below; the matrix chroots have no node, Java or Go.
 quick_integration=" client conformance_orders_service conformance_python_orders conformance_node_orders docs_blocks "
-host_only=" conformance_node_orders conformance_go_orders go_client conformance_rust_orders rust_client languages_jdbc languages_pgx "
+host_only=" conformance_node_orders conformance_go_orders go_client conformance_rust_orders rust_client languages_jdbc languages_pgx trusted_edition "
 integration_tests() {
   local t name
   for t in tests/integration/*.sh; do

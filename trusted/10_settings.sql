@@ -68,9 +68,10 @@ COMMENT ON FUNCTION idempotency.setting_int(text, bigint, bigint, bigint, text) 
     'Trusted edition: an integer idempotency.* setting in its base unit, checked (22023)';
 
 -- The settings every protocol call reads, in one call: key_ttl (s),
--- wait_timeout (ms), lease (ms), max_key_length, key_format, and the principal
--- binding, which the trusted edition cannot enforce (any role may SET a
--- placeholder): a value other than off refuses every call (0A000).
+-- wait_timeout (ms), lease (ms), max_key_length, key_format. The principal
+-- binding cannot be enforced without the library (any role may SET the
+-- placeholder), so a binding in force anywhere - this session, ALTER ROLE or
+-- ALTER DATABASE - refuses every call (0A000) instead of running unbound.
 CREATE FUNCTION idempotency.protocol_settings(
     OUT key_ttl interval, OUT wait_ms bigint, OUT lease interval, OUT max_key_length integer,
     OUT key_format text)
@@ -81,7 +82,19 @@ DECLARE
     binding text := current_setting('idempotency.principal_binding', true);
     distributed text := current_setting('idempotency.distributed', true);
 BEGIN
-    IF binding IS NOT NULL AND binding NOT IN ('', 'off') THEN
+    -- A role may SET the placeholder off in its session; what ALTER DATABASE
+    -- (the owner) or ALTER ROLE set for it still refuses.
+    IF (binding IS NOT NULL AND binding NOT IN ('', 'off'))
+       OR EXISTS (SELECT FROM pg_db_role_setting AS d
+                   WHERE d.setdatabase IN (0, (SELECT oid FROM pg_database
+                                                WHERE datname = current_database()))
+                     AND d.setrole IN (0, (SELECT oid FROM pg_roles
+                                            WHERE rolname = session_user))
+                     AND EXISTS (SELECT FROM unnest(d.setconfig) AS c
+                                  WHERE c LIKE 'idempotency.principal\_binding=%'
+                                    AND c NOT IN ('idempotency.principal_binding=off',
+                                                  'idempotency.principal_binding=')))
+    THEN
         RAISE EXCEPTION 'idempotency.principal_binding is not available in the trusted edition'
             USING ERRCODE = '0A000',
                   DETAIL = 'Without the library any role may set the parameter, so a binding '
@@ -108,3 +121,19 @@ END
 $$;
 COMMENT ON FUNCTION idempotency.protocol_settings() IS
     'Trusted edition: the idempotency.* settings of the protocol, checked (22023, 0A000)';
+
+-- Every idempotency.* setting checked at once (22023 naming the first bad one).
+CREATE FUNCTION idempotency.settings_in_use()
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM idempotency.protocol_settings();
+    PERFORM idempotency.setting_int('idempotency.cleanup_batch_size', 1000, 1, 1000000);
+    PERFORM idempotency.setting_int('idempotency.max_json_depth', 1000, 1, 1000000);
+    PERFORM idempotency.is_final(200);
+END
+$$;
+COMMENT ON FUNCTION idempotency.settings_in_use() IS
+    'Trusted edition: checks every idempotency.* setting as the calls read them (22023)';

@@ -243,7 +243,7 @@ DECLARE
     item text;
     found boolean := false;
 BEGIN
-    FOREACH item IN ARRAY string_to_array(replace(list, ' ', ''), ',') LOOP
+    FOREACH item IN ARRAY string_to_array(lower(replace(list, ' ', '')), ',') LOOP
         IF item ~ '^[1-5]xx$' THEN
             found := found OR status / 100 = substr(item, 1, 1)::integer;
         ELSIF item ~ '^[0-9]{3}$' AND item::integer BETWEEN 100 AND 599 THEN

@@ -62,9 +62,10 @@ $$;
 COMMENT ON FUNCTION idempotency.next_fence(bigint) IS
     'Trusted edition: a fence above the clock and the row''s fence (22003 at the largest)';
 
--- Whether an expired key is refused (a tombstone while it lives, or a dead
--- row whose action's policy refuses within its grace).
-CREATE FUNCTION idempotency.expiry_refuses(r idempotency.keys)
+-- Whether an expired key is refused when a call would write over it: a
+-- tombstone until its end, any other row whose ttl ran out as its action's
+-- policy says (whatever a lease says: it may end before the write).
+CREATE FUNCTION idempotency.expiry_refuses_takeover(r idempotency.keys)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -76,12 +77,32 @@ BEGIN
     IF r.state = 'expired' THEN
         RETURN r.expires_at > now();
     END IF;
-    IF r.expires_at > now() OR (r.state = 'in_progress' AND r.lease_until > clock_timestamp())
-    THEN
+    IF r.expires_at > now() THEN
         RETURN false;
     END IF;
     RETURN EXISTS (SELECT FROM idempotency.expiry_policies AS p
                     WHERE p.action = r.action AND r.expires_at + p.grace > now());
+END
+$$;
+COMMENT ON FUNCTION idempotency.expiry_refuses_takeover(idempotency.keys) IS
+    'Trusted edition: whether an expired key refuses a write over it (save_final)';
+
+-- Whether a key answers expired: a live row only as a tombstone, a dead one
+-- as expiry_refuses_takeover says.
+CREATE FUNCTION idempotency.expiry_refuses(r idempotency.keys)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF r.principal IS NULL THEN
+        RETURN false;
+    END IF;
+    IF r.expires_at > now()
+       OR (r.state = 'in_progress' AND r.lease_until > clock_timestamp()) THEN
+        RETURN r.state = 'expired';
+    END IF;
+    RETURN idempotency.expiry_refuses_takeover(r);
 END
 $$;
 COMMENT ON FUNCTION idempotency.expiry_refuses(idempotency.keys) IS
@@ -181,8 +202,14 @@ BEGIN
         SELECT * INTO r FROM idempotency.keys AS k
          WHERE k.principal = find_key.principal AND k.key = find_key.key;
     ELSE
-        SELECT * INTO r FROM idempotency.keys AS k
-         WHERE k.principal = find_key.principal AND k.key = find_key.key FOR UPDATE;
+        BEGIN
+            SELECT * INTO r FROM idempotency.keys AS k
+             WHERE k.principal = find_key.principal AND k.key = find_key.key FOR UPDATE;
+        EXCEPTION WHEN serialization_failure THEN
+            RAISE EXCEPTION 'could not serialize access due to a concurrent use of the '
+                            'idempotency key' USING ERRCODE = '40001',
+                HINT = 'Retry the transaction; it will see the stored response.';
+        END;
     END IF;
     RETURN r;
 END
@@ -205,6 +232,27 @@ $$;
 COMMENT ON FUNCTION idempotency.refuse_read_only() IS
     'Trusted edition: 25006 in a read-only transaction';
 
+-- The row of a key begun in this transaction (NULL when another row exists).
+CREATE FUNCTION idempotency.insert_begun(principal text, key text, action text,
+                                         fingerprint bytea, ttl interval, fence bigint)
+RETURNS idempotency.keys
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r idempotency.keys;
+BEGIN
+    INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state,
+                                       created_at, expires_at, fence)
+    VALUES (principal, key, action, fingerprint, 'in_progress', now(), now() + ttl, fence)
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+    RETURNING * INTO r;
+    RETURN r;
+END
+$$;
+COMMENT ON FUNCTION idempotency.insert_begun(text, text, text, bytea, interval, bigint) IS
+    'Trusted edition: inserts the row of a key begun in this transaction';
+
 -- begin for one key whose arguments are checked: shared by begin and
 -- begin_batch. A started key writes its row at once, in_progress with no
 -- lease (only this transaction sees it); complete turns it into the
@@ -220,7 +268,7 @@ DECLARE
     r idempotency.keys;
     outcome text;
     lock_id bigint := idempotency.key_lock_id(principal, key);
-    fence bigint;
+    new_fence bigint;
 BEGIN
     -- A live completed row answers without the lock: it cannot change while
     -- it lives (only forget removes it), so a replay never queues.
@@ -236,13 +284,13 @@ BEGIN
     END IF;
     IF NOT pg_try_advisory_xact_lock(lock_id) THEN
         IF wait_ms <= 0 THEN
-            RETURN ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+            RETURN idempotency.answer('in_progress', NULL);
         END IF;
         -- Contended: wait in a subtransaction. When the outcome is not started,
         -- the subtransaction is rolled back, which releases the lock at once.
         BEGIN
             IF NOT idempotency.key_lock(lock_id, wait_ms) THEN
-                RETURN ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+                RETURN idempotency.answer('in_progress', NULL);
             END IF;
             r := idempotency.find_key(principal, key);
             outcome := idempotency.outcome_for(r, fingerprint);
@@ -259,14 +307,21 @@ BEGIN
             RETURN idempotency.answer(outcome, r);
         END IF;
     END IF;
-    fence := idempotency.next_fence(r.fence);
+    new_fence := idempotency.next_fence(r.fence);
     IF r.principal IS NULL THEN
-        INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state,
-                                           created_at, expires_at, fence)
-        VALUES (principal, key, action, fingerprint, 'in_progress', now(), now() + ttl, fence)
-        ON CONFLICT (principal, key) DO NOTHING
-        RETURNING * INTO r;
-        IF NOT FOUND THEN
+        -- Under REPEATABLE READ a row committed after the snapshot makes the
+        -- INSERT raise 40001 (a subtransaction there only, for the message).
+        IF current_setting('transaction_isolation') = 'read committed' THEN
+            r := idempotency.insert_begun(principal, key, action, fingerprint, ttl, new_fence);
+        ELSE
+            BEGIN
+                r := idempotency.insert_begun(principal, key, action, fingerprint, ttl,
+                                              new_fence);
+            EXCEPTION WHEN serialization_failure THEN
+                r := NULL;
+            END;
+        END IF;
+        IF r.principal IS NULL THEN
             RAISE EXCEPTION 'could not serialize access due to a concurrent use of the '
                             'idempotency key' USING ERRCODE = '40001',
                 HINT = 'Retry the transaction; it will see the stored response.';
@@ -275,7 +330,7 @@ BEGIN
         UPDATE idempotency.keys AS k
            SET action = begin_key.action, request_sha256 = fingerprint, state = 'in_progress',
                response_status = NULL, response_headers = NULL, response_body = NULL,
-               resource_id = NULL, one_time_secret = false, fence = begin_key.fence,
+               resource_id = NULL, one_time_secret = false, fence = new_fence,
                lease_until = NULL, created_at = now(), expires_at = now() + ttl
          WHERE k.principal = begin_key.principal AND k.key = begin_key.key
         RETURNING * INTO r;
@@ -445,7 +500,7 @@ BEGIN
         RETURN false;
     END IF;
     r := idempotency.find_key(principal, key);
-    IF idempotency.expiry_refuses(r) THEN
+    IF idempotency.expiry_refuses_takeover(r) THEN
         RETURN false;
     END IF;
     INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state,
@@ -456,7 +511,7 @@ BEGIN
             CASE WHEN secret THEN NULL ELSE headers END,
             CASE WHEN secret THEN NULL ELSE body END, NULL, secret, now(), now() + span,
             idempotency.next_fence(r.fence))
-    ON CONFLICT (principal, key) DO UPDATE
+    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
        SET action = excluded.action, request_sha256 = excluded.request_sha256,
            state = 'completed', response_status = excluded.response_status,
            response_headers = excluded.response_headers, response_body = excluded.response_body,

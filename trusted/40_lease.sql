@@ -24,7 +24,7 @@ BEGIN
     PERFORM idempotency.refuse_begun(principal, key,
                                      'A key is held by begin or by acquire, not both.');
     IF NOT idempotency.key_lock(idempotency.key_lock_id(principal, key), wait_ms) THEN
-        RETURN ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+        RETURN idempotency.answer('in_progress', NULL);
     END IF;
     r := idempotency.find_key(principal, key);
     outcome := idempotency.outcome_for(r, fingerprint);
@@ -37,7 +37,7 @@ BEGIN
                                        lease_until, created_at, expires_at, fence)
     VALUES (principal, key, action, fingerprint, 'in_progress', clock_timestamp() + hold,
             now(), now() + span, idempotency.next_fence(r.fence))
-    ON CONFLICT (principal, key) DO UPDATE
+    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
        SET action = excluded.action, request_sha256 = excluded.request_sha256,
            state = 'in_progress', response_status = NULL, response_headers = NULL,
            response_body = NULL, resource_id = NULL, one_time_secret = false,
@@ -174,7 +174,7 @@ BEGIN
                                        response_status, created_at, expires_at, fence)
     VALUES (principal, key, 'claim', decode(repeat('00', 32), 'hex'), 'completed', 204,
             now(), now() + ttl, idempotency.next_fence(r.fence))
-    ON CONFLICT (principal, key) DO UPDATE
+    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
        SET action = excluded.action, request_sha256 = excluded.request_sha256,
            state = 'completed', response_status = 204, response_headers = NULL,
            response_body = NULL, resource_id = NULL, one_time_secret = false,

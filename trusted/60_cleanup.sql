@@ -260,9 +260,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') THEN
         RAISE EXCEPTION 'pg_cron is not installed in this database'
             USING ERRCODE = '55000',
-                  HINT = 'Install pg_cron (on a managed service: enable it in the service''s '
-                         'parameters and run CREATE EXTENSION pg_cron), or call CALL '
-                         'idempotency.cleanup() from any other scheduler.';
+                  HINT = format(
+                      'Install postgresql-%s-cron (Debian; pg_cron for PostgreSQL %s elsewhere; '
+                      'on a managed service enable pg_cron in its parameters), set '
+                      'cron.database_name to this database and run CREATE EXTENSION pg_cron. '
+                      'Or call CALL idempotency.cleanup() from any other scheduler.',
+                      current_setting('server_version_num')::integer / 10000,
+                      current_setting('server_version_num')::integer / 10000);
     END IF;
     -- A named job: scheduling again updates it instead of adding a second one.
     RETURN cron.schedule('idempotency:cleanup', schedule,
