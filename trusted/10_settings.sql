@@ -106,12 +106,24 @@ BEGIN
                         distributed
             USING ERRCODE = '0A000';
     END IF;
-    key_ttl := make_interval(secs => idempotency.setting_int('idempotency.key_ttl', 86400, 1,
-                                                              366 * 86400, 's'));
-    wait_ms := idempotency.setting_int('idempotency.wait_timeout', 5000, 0, 3600000, 'ms');
-    lease := make_interval(secs => idempotency.setting_int('idempotency.lease', 30000, 100,
-                                                            86400000, 'ms') / 1000.0);
-    max_key_length := idempotency.setting_int('idempotency.max_key_length', 255, 1, 1024);
+    -- Unset (the usual case): the defaults, without parsing anything.
+    key_ttl := CASE WHEN coalesce(current_setting('idempotency.key_ttl', true), '') = ''
+                    THEN interval '1 day'
+                    ELSE make_interval(secs => idempotency.setting_int(
+                             'idempotency.key_ttl', 86400, 1, 366 * 86400, 's')) END;
+    wait_ms := CASE WHEN coalesce(current_setting('idempotency.wait_timeout', true), '') = ''
+                    THEN 5000
+                    ELSE idempotency.setting_int('idempotency.wait_timeout', 5000, 0, 3600000,
+                                                 'ms') END;
+    lease := CASE WHEN coalesce(current_setting('idempotency.lease', true), '') = ''
+                  THEN interval '30 seconds'
+                  ELSE make_interval(secs => idempotency.setting_int(
+                           'idempotency.lease', 30000, 100, 86400000, 'ms') / 1000.0) END;
+    max_key_length := CASE WHEN coalesce(current_setting('idempotency.max_key_length', true),
+                                         '') = ''
+                           THEN 255
+                           ELSE idempotency.setting_int('idempotency.max_key_length', 255, 1,
+                                                        1024) END;
     key_format := coalesce(nullif(current_setting('idempotency.key_format', true), ''), 'any');
     IF key_format NOT IN ('any', 'uuid', 'uuidv7') THEN
         PERFORM idempotency.setting_bad('idempotency.key_format', key_format,

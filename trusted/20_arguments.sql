@@ -13,8 +13,14 @@ BEGIN
         RAISE EXCEPTION 'principal, key, action and fingerprint must not be null'
             USING ERRCODE = '22004';
     END IF;
-    PERFORM idempotency.check_principal(principal);
-    PERFORM idempotency.check_key(key, max_key_length, key_format);
+    -- check_principal and check_key, inline (this runs on every request).
+    IF octet_length(principal) = 0 OR octet_length(principal) > 1024 THEN
+        PERFORM idempotency.check_principal(principal);
+    END IF;
+    IF octet_length(key) = 0 OR octet_length(key) > max_key_length OR key_format <> 'any'
+       OR key ~ '[\x01-\x1f\x7f\u0080-\u009f]' THEN
+        PERFORM idempotency.check_key(key, max_key_length, key_format);
+    END IF;
     IF octet_length(action) = 0 THEN
         RAISE EXCEPTION 'action must not be empty' USING ERRCODE = '22023';
     END IF;
@@ -238,11 +244,13 @@ LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    list text := coalesce(nullif(current_setting('idempotency.final_statuses', true), ''),
-                          '2xx,400,403,404,409,410,412,413,415,422');
+    list text := nullif(current_setting('idempotency.final_statuses', true), '');
     item text;
     found boolean := false;
 BEGIN
+    IF list IS NULL THEN
+        RETURN status / 100 = 2 OR status IN (400, 403, 404, 409, 410, 412, 413, 415, 422);
+    END IF;
     FOREACH item IN ARRAY string_to_array(lower(replace(list, ' ', '')), ',') LOOP
         IF item ~ '^[1-5]xx$' THEN
             found := found OR status / 100 = substr(item, 1, 1)::integer;

@@ -267,8 +267,10 @@ AS $$
 DECLARE
     r idempotency.keys;
     outcome text;
-    lock_id bigint := idempotency.key_lock_id(principal, key);
+    lock_id bigint := hashtextextended(octet_length(principal)::text || ':' || principal || key,
+                                       18756);  -- idempotency.key_lock_id, inline
     new_fence bigint;
+    started_row idempotency.key_outcome;
 BEGIN
     -- A live completed row answers without the lock: it cannot change while
     -- it lives (only forget removes it), so a replay never queues.
@@ -300,6 +302,17 @@ BEGIN
         EXCEPTION WHEN SQLSTATE 'IDEM1' THEN
             RETURN idempotency.answer(outcome, r);
         END;
+    ELSIF current_setting('transaction_isolation') = 'read committed' THEN
+        -- Under READ COMMITTED the lookup before the lock is read again: a
+        -- transaction may have committed the key in between.
+        SELECT * INTO r FROM idempotency.keys AS k
+         WHERE k.principal = begin_key.principal AND k.key = begin_key.key;
+        IF r.principal IS NOT NULL THEN
+            outcome := idempotency.outcome_for(r, fingerprint);
+            IF outcome <> 'started' THEN
+                RETURN idempotency.answer(outcome, r);
+            END IF;
+        END IF;
     ELSE
         r := idempotency.find_key(principal, key);
         outcome := idempotency.outcome_for(r, fingerprint);
@@ -307,12 +320,20 @@ BEGIN
             RETURN idempotency.answer(outcome, r);
         END IF;
     END IF;
-    new_fence := idempotency.next_fence(r.fence);
+    new_fence := CASE WHEN r.fence IS NULL OR r.fence < 9223372036854775807
+                      THEN greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+                                    coalesce(r.fence + 1, 1))
+                      ELSE idempotency.next_fence(r.fence) END;  -- 22003 at the largest
     IF r.principal IS NULL THEN
         -- Under REPEATABLE READ a row committed after the snapshot makes the
         -- INSERT raise 40001 (a subtransaction there only, for the message).
         IF current_setting('transaction_isolation') = 'read committed' THEN
-            r := idempotency.insert_begun(principal, key, action, fingerprint, ttl, new_fence);
+            INSERT INTO idempotency.keys AS k (principal, key, action, request_sha256, state,
+                                               created_at, expires_at, fence)
+            VALUES (principal, key, action, fingerprint, 'in_progress', now(), now() + ttl,
+                    new_fence)
+            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+            RETURNING * INTO r;
         ELSE
             BEGIN
                 r := idempotency.insert_begun(principal, key, action, fingerprint, ttl,
@@ -335,7 +356,11 @@ BEGIN
          WHERE k.principal = begin_key.principal AND k.key = begin_key.key
         RETURNING * INTO r;
     END IF;
-    RETURN idempotency.answer('started', r);
+    started_row.outcome := 'started';
+    started_row.created_at := r.created_at;
+    started_row.expires_at := r.expires_at;
+    started_row.fence := r.fence;
+    RETURN started_row;
 END
 $$;
 COMMENT ON FUNCTION idempotency.begin_key(text, text, text, bytea, interval, bigint) IS
@@ -352,10 +377,14 @@ DECLARE
 BEGIN
     PERFORM idempotency.check_request(principal, key, action, fingerprint,
                                       s.max_key_length, s.key_format);
-    PERFORM idempotency.refuse_read_only();
+    IF current_setting('transaction_read_only') = 'on' THEN
+        PERFORM idempotency.refuse_read_only();
+    END IF;
     RETURN idempotency.begin_key(principal, key, action, fingerprint,
-                                 idempotency.check_ttl(ttl, s.key_ttl),
-                                 idempotency.check_wait(wait, s.wait_ms));
+                                 CASE WHEN ttl IS NULL THEN s.key_ttl
+                                      ELSE idempotency.check_ttl(ttl, s.key_ttl) END,
+                                 CASE WHEN wait IS NULL THEN s.wait_ms
+                                      ELSE idempotency.check_wait(wait, s.wait_ms) END);
 END
 $$;
 COMMENT ON FUNCTION idempotency.begin(text, text, text, bytea, interval, interval) IS
@@ -427,16 +456,47 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s record := idempotency.protocol_settings();
+    -- Without a fence only the key's checks are read here: the key must be one
+    -- begin started in this transaction, after begin checked every setting.
+    s record;
+    max_key_length integer;
+    key_format text;
 BEGIN
+    IF fence IS NOT NULL THEN
+        s := idempotency.protocol_settings();
+        max_key_length := s.max_key_length;
+        key_format := s.key_format;
+    ELSE
+        max_key_length :=
+            CASE WHEN coalesce(current_setting('idempotency.max_key_length', true), '') = ''
+                 THEN 255
+                 ELSE idempotency.setting_int('idempotency.max_key_length', 255, 1, 1024) END;
+        key_format := coalesce(nullif(current_setting('idempotency.key_format', true), ''),
+                               'any');
+        IF key_format NOT IN ('any', 'uuid', 'uuidv7') THEN
+            PERFORM idempotency.setting_bad('idempotency.key_format', key_format,
+                                            'any, uuid, uuidv7');
+        END IF;
+    END IF;
     IF principal IS NULL OR key IS NULL OR status IS NULL THEN
         RAISE EXCEPTION 'principal, key and status must not be null' USING ERRCODE = '22004';
     END IF;
-    PERFORM idempotency.check_principal(principal);
-    PERFORM idempotency.check_key(key, s.max_key_length, s.key_format);
-    PERFORM idempotency.check_status(status);
-    PERFORM idempotency.check_headers(headers);
-    PERFORM idempotency.refuse_read_only();
+    IF octet_length(principal) = 0 OR octet_length(principal) > 1024 THEN
+        PERFORM idempotency.check_principal(principal);
+    END IF;
+    IF octet_length(key) = 0 OR octet_length(key) > max_key_length OR key_format <> 'any'
+       OR key ~ '[\x01-\x1f\x7f\u0080-\u009f]' THEN
+        PERFORM idempotency.check_key(key, max_key_length, key_format);
+    END IF;
+    IF status < 100 OR status > 599 THEN
+        PERFORM idempotency.check_status(status);
+    END IF;
+    IF headers IS NOT NULL THEN
+        PERFORM idempotency.check_headers(headers);
+    END IF;
+    IF current_setting('transaction_read_only') = 'on' THEN
+        PERFORM idempotency.refuse_read_only();
+    END IF;
     IF fence IS NOT NULL THEN
         RETURN idempotency.complete_lease(principal, key, fence, status, body, headers,
                                           resource_id, coalesce(one_time_secret, false));
@@ -445,8 +505,21 @@ BEGIN
         RAISE EXCEPTION 'status % is not final', status USING ERRCODE = '22023',
             HINT = 'Roll back instead, so that a retry runs again (idempotency.final_statuses).';
     END IF;
-    RETURN idempotency.complete_key(principal, key, status, body, headers, resource_id,
-                                    one_time_secret);
+    -- complete_key, inline.
+    UPDATE idempotency.keys AS k
+       SET state = 'completed', response_status = status,
+           response_body = CASE WHEN complete.one_time_secret THEN NULL ELSE body END,
+           response_headers = CASE WHEN complete.one_time_secret THEN NULL ELSE headers END,
+           resource_id = complete.resource_id,
+           one_time_secret = coalesce(complete.one_time_secret, false)
+     WHERE k.principal = complete.principal AND k.key = complete.key
+       AND k.state = 'in_progress' AND k.lease_until IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idempotency key was not begun in this transaction, or already completed'
+            USING ERRCODE = '55000',
+                  HINT = 'Call idempotency.begin() first, in the same transaction.';
+    END IF;
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION idempotency.complete(text, text, integer, bytea, jsonb, text, boolean,
