@@ -6,7 +6,8 @@
 #
 #   bench/protocol/trusted.sh        # about 4 minutes on 2 cores
 #
-# Settings: ROUNDS (3), SECONDS_PER_RUN (5), CLIENTS (2), PROTO_PGPORT (55451).
+# Settings: ROUNDS (3), SECONDS_PER_RUN (5), CLIENTS (2), PROTO_PGPORT (55451),
+# WHAT ("keyed_write fingerprint jcs").
 # Every run is pgbench -n -M prepared -c CLIENTS -j CLIENTS -T SECONDS_PER_RUN,
 # the editions alternating; reported: the median over rounds of TPS and of the
 # server's CPU (postmaster and children, from /proc) per transaction.
@@ -72,7 +73,7 @@ median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 
 echo "cores: $(nproc); $(pgbench --version); rounds: $rounds x ${seconds}s, $clients clients"
 printf '| what | edition | TPS (median) | server CPU per call, µs (median) |\n|---|---|---|---|\n'
-for what in keyed_write fingerprint jcs; do
+for what in ${WHAT:-keyed_write fingerprint jcs}; do
   for db in cpp trusted; do run "$db" "$what" >/dev/null; done  # warm-up
   : >"$dir/cpp.$what"
   : >"$dir/trusted.$what"

@@ -12,12 +12,15 @@
 #      equal_bytes.py; the C++ edition in another database of the cluster,
 #      where CREATE EXTENSION loads the library into that database's sessions);
 #   5. cleanup through pg_cron, run by the owner's job;
-#   6. from the trusted edition to the C++ edition on the same data and back.
+#   6. from the trusted edition to the C++ edition on the same data and back;
+#   7. the HTTP conformance suite against the Python orders service on it.
 # Port: PGPORT + 33 of the cluster of scripts/test.sh (IDEM_TRUSTED_PORT overrides).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=$(mktemp -d /tmp/idem-trusted.XXXXXX)
-trap 'scripts/pgcluster.sh stop "$dir/pg" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+service_pid=""
+trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null
+      scripts/pgcluster.sh stop "$dir/pg" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 PGCLUSTER_PRELOAD=pg_cron PGCLUSTER_CONF="cron.use_background_workers = on" \
   scripts/pgcluster.sh start "$dir/pg" "${IDEM_TRUSTED_PORT:-$((${PGPORT:-54329} + 33))}"
 # shellcheck disable=SC1091
@@ -177,6 +180,20 @@ q -d idem_trusted -c "DROP EXTENSION idempotency" -c "DROP SCHEMA idempotency" \
 q -U idem_owner -d idem_trusted -f "$script"
 q -U idem_owner -d idem_trusted -f "$dir/keys2.sql" >/dev/null
 check "C++ -> trusted edition: the stored response replays" test "$(replay)" = "replay moved 1"
+
+# 7. The conformance suite, one example service on a database with the trusted
+#    edition. The suite reads idempotency.wait_timeout, which has no value until
+#    someone sets it without the library: its own connection sets the default.
+q -c "CREATE DATABASE idem_conformance OWNER idem_owner"
+q -U idem_owner -d idem_conformance -f "$script"
+service_port=$((PGPORT + 7))
+/usr/bin/python3 examples/python-orders/app.py --port "$service_port" \
+  --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres" 2>"$dir/service.log" &
+service_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$service_port/health" >/dev/null && break; sleep 0.1; done
+check "conformance: the Python orders service on the trusted edition" \
+  /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$service_port" \
+  --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres options='-c idempotency.wait_timeout=5s'"
 
 echo "$passes passed, $failures failed"
 ((failures == 0))
