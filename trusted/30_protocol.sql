@@ -354,7 +354,18 @@ BEGIN
                resource_id = NULL, one_time_secret = false, fence = new_fence,
                lease_until = NULL, created_at = now(), expires_at = now() + ttl
          WHERE k.principal = begin_key.principal AND k.key = begin_key.key
+           AND k.fence = r.fence
         RETURNING * INTO r;
+        IF NOT FOUND THEN
+            -- cleanup (or forget), which takes no key lock, deleted the dead row
+            -- after it was read: the key has no row now.
+            r := idempotency.insert_begun(principal, key, action, fingerprint, ttl, new_fence);
+            IF r.principal IS NULL THEN
+                RAISE EXCEPTION 'could not serialize access due to a concurrent use of the '
+                                'idempotency key' USING ERRCODE = '40001',
+                    HINT = 'Retry the transaction; it will see the stored response.';
+            END IF;
+        END IF;
     END IF;
     started_row.outcome := 'started';
     started_row.created_at := r.created_at;

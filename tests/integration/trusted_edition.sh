@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=$(mktemp -d /tmp/idem-trusted.XXXXXX)
 service_pid=""
-trap '[[ -n $service_pid ]] && kill "$service_pid" 2>/dev/null
+trap 'if [[ -n $service_pid ]]; then kill "$service_pid" 2>/dev/null || true; fi
       scripts/pgcluster.sh stop "$dir/pg" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 PGCLUSTER_PRELOAD=pg_cron PGCLUSTER_CONF="cron.use_background_workers = on" \
   scripts/pgcluster.sh start "$dir/pg" "${IDEM_TRUSTED_PORT:-$((${PGPORT:-54329} + 33))}"
@@ -87,7 +87,8 @@ regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits f
 isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once counters_across_backends
            duplicate_waits_then_replays expired_retry_races_cleanup key_table_invalidation lease_and_begin
            principals_are_separate repeatable_read_conflict repeatable_read_expired_winner
-           rollback_lets_duplicate_start save_final_races_release wait_timeout_keeps_transaction)
+           rollback_lets_duplicate_start save_final_races_release wait_timeout_keeps_transaction
+           trusted_cleanup_deletes_begun_row)
 rm -rf output_trusted
 mkdir -p output_trusted/regress output_trusted/isolation
 q -c "CREATE DATABASE idem_regress OWNER idem_owner"
@@ -186,11 +187,12 @@ check "C++ -> trusted edition: the stored response replays" test "$(replay)" = "
 #    someone sets it without the library: its own connection sets the default.
 q -c "CREATE DATABASE idem_conformance OWNER idem_owner"
 q -U idem_owner -d idem_conformance -f "$script"
-service_port=$((PGPORT + 7))
+service_port=${IDEM_TRUSTED_SERVICE_PORT:-$((PGPORT + 7))}
 /usr/bin/python3 examples/python-orders/app.py --port "$service_port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres" 2>"$dir/service.log" &
 service_pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$service_port/health" >/dev/null && break; sleep 0.1; done
+curl -fs "http://127.0.0.1:$service_port/health" >/dev/null || cat "$dir/service.log"
 check "conformance: the Python orders service on the trusted edition" \
   /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$service_port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres options='-c idempotency.wait_timeout=5s'"
