@@ -32,7 +32,8 @@ for db in cpp trusted; do
     q -d trusted -f "build/trusted/idempotency--$(cat VERSION).sql"; fi
   q -d "$db" -c "CREATE SCHEMA bench" -c "CREATE TABLE bench.effects (
       id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, principal text NOT NULL,
-      order_ref text NOT NULL, amount integer NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+      order_ref text NOT NULL, amount integer NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now())"
 done
 body='{"order":{"items":[{"sku":"A-1","qty":2,"price":19.99},{"sku":"B-7","qty":1,"price":5.5}],'
 body+='"currency":"eur","customer":{"id":"c_42","email":"a@example.com"}},"note":"leave at door"}'
@@ -61,7 +62,8 @@ run() {
   local p0 p1 log="$dir/log"
   q -d "$1" -c "TRUNCATE bench.effects, idempotency.keys" -c "CHECKPOINT"
   p0=$(pg_ticks)
-  pgbench -n -M prepared -c "$clients" -j "$clients" -T "$seconds" -f "$dir/$2.sql" "$1" >"$log" 2>&1
+  pgbench -n -M prepared -c "$clients" -j "$clients" -T "$seconds" -f "$dir/$2.sql" "$1" \
+    >"$log" 2>&1
   p1=$(pg_ticks)
   if grep -qi -E 'error|aborted' "$log"; then cat "$log" >&2; exit 1; fi
   awk -v p="$((p1 - p0))" -v hz="$hz" '
@@ -69,7 +71,10 @@ run() {
     /^tps = / {tps = $3}
     END {printf "%.0f %.1f\n", tps, p * 1e6 / hz / n}' "$log"
 }
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+median() {
+  sort -n | awk '{v[NR] = $1}
+                 END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
 
 echo "cores: $(nproc); $(pgbench --version); rounds: $rounds x ${seconds}s, $clients clients"
 printf '| what | edition | TPS (median) | server CPU per call, µs (median) |\n|---|---|---|---|\n'

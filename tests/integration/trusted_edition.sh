@@ -37,17 +37,27 @@ failures=0
 check() {
   local what=$1
   shift
-  if "$@"; then echo "ok - $what"; passes=$((passes + 1)); else echo "not ok - $what"; failures=$((failures + 1)); fi
+  if "$@"; then
+    echo "ok - $what"
+    passes=$((passes + 1))
+  else
+    echo "not ok - $what"
+    failures=$((failures + 1))
+  fi
 }
 q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 
-[[ $(q -c "SHOW shared_preload_libraries") == pg_cron ]] || { echo "FAIL: library preloaded"; exit 1; }
+[[ $(q -c "SHOW shared_preload_libraries") == pg_cron ]] || {
+  echo "FAIL: library preloaded"
+  exit 1
+}
 q -c "CREATE ROLE idem_owner LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" \
   -c "CREATE DATABASE idem_trusted OWNER idem_owner"
 
 # 1. The owner installs it.
 check "the owner is not a superuser" \
-  test "$(q -U idem_owner -d idem_trusted -c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")" = f
+  test "$(q -U idem_owner -d idem_trusted \
+          -c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")" = f
 check "psql -f as the owner installs the edition" \
   q -U idem_owner -d idem_trusted -f "$script"
 check "no function of the edition is in C, no extension row" test "$(q -d idem_trusted -c "
@@ -78,14 +88,17 @@ check "the pg_tle form parses and its body installs as the owner" \
   q -U idem_owner -d idem_tle -o /dev/null -f "$tle"
 check "the pg_tle body is the psql -f body" test "$(q -d idem_tle -c "
   SELECT count(*) FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace")" \
-  = "$(q -d idem_trusted -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace")"
+  = "$(q -d idem_trusted \
+        -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace")"
 
 # 3. pg_regress and the isolation specs that apply.
 # guarantees.sql's section 8 binds principals per session, which the trusted
 # edition cannot (the binding check below is its own).
-regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080 fingerprint)
-isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once counters_across_backends
-           duplicate_waits_then_replays expired_retry_races_cleanup key_table_invalidation lease_and_begin
+regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080
+         fingerprint)
+isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once
+           counters_across_backends duplicate_waits_then_replays expired_retry_races_cleanup
+           key_table_invalidation lease_and_begin
            principals_are_separate repeatable_read_conflict repeatable_read_expired_winner
            rollback_lets_duplicate_start save_final_races_release wait_timeout_keeps_transaction
            trusted_cleanup_deletes_begun_row)
@@ -96,25 +109,33 @@ q -U idem_owner -d idem_regress -f "$script"
 # The files of sql/, with the check of tests/trusted/refused_at_use.awk after each SET.
 mkdir -p "$dir/regress/sql"
 ln -s "$PWD/tests/trusted/expected" "$dir/regress/expected"
-for t in "${regress[@]}"; do awk -f tests/trusted/refused_at_use.awk "sql/$t.sql" >"$dir/regress/sql/$t.sql"; done
+for t in "${regress[@]}"; do
+  awk -f tests/trusted/refused_at_use.awk "sql/$t.sql" >"$dir/regress/sql/$t.sql"
+done
 check "pg_regress: ${#regress[@]} files" \
-  "$PGXS_DIR/test/regress/pg_regress" --use-existing --dbname=idem_regress --inputdir="$dir/regress" \
+  "$PGXS_DIR/test/regress/pg_regress" --use-existing --dbname=idem_regress \
+  --inputdir="$dir/regress" \
   --outputdir=output_trusted/regress --bindir="$PGBIN" "${regress[@]}"
 q -c "CREATE DATABASE idem_isolation OWNER idem_owner"
 q -U idem_owner -d idem_isolation -f "$script"
 check "isolation: ${#isolation[@]} specs" \
   "$PGXS_DIR/test/isolation/pg_isolation_regress" --use-existing --dbname=idem_isolation \
-  --inputdir=tests/trusted/isolation --outputdir=output_trusted/isolation --bindir="$PGBIN" "${isolation[@]}"
+  --inputdir=tests/trusted/isolation --outputdir=output_trusted/isolation --bindir="$PGBIN" \
+  "${isolation[@]}"
 cat output_trusted/*/regression.diffs 2>/dev/null | head -100 || true
 
 # A principal binding the trusted edition cannot enforce refuses (0A000), also
 # after the role SETs the placeholder off in its session.
-q -c "CREATE ROLE idem_tenant LOGIN" -c "GRANT USAGE ON SCHEMA idempotency TO idem_tenant" -d idem_regress
-q -U idem_owner -d idem_regress -c "GRANT EXECUTE ON FUNCTION idempotency.claim(text, text, interval) TO idem_tenant"
-q -d idem_regress -c "ALTER DATABASE idem_regress SET idempotency.principal_binding = 'current_user'"
+q -d idem_regress -c "CREATE ROLE idem_tenant LOGIN" \
+  -c "GRANT USAGE ON SCHEMA idempotency TO idem_tenant"
+q -U idem_owner -d idem_regress \
+  -c "GRANT EXECUTE ON FUNCTION idempotency.claim(text, text, interval) TO idem_tenant"
+q -d idem_regress \
+  -c "ALTER DATABASE idem_regress SET idempotency.principal_binding = 'current_user'"
 check "a database-wide principal binding refuses every call (0A000), SET off or not" \
   test "$(psql -X -q -At -U idem_tenant -d idem_regress -c '\set VERBOSITY sqlstate' \
-          -c 'SET idempotency.principal_binding = off' -c "SELECT idempotency.claim('other', 'k')" 2>&1)" \
+          -c 'SET idempotency.principal_binding = off' \
+          -c "SELECT idempotency.claim('other', 'k')" 2>&1)" \
   = "ERROR:  0A000"
 q -d idem_regress -c "ALTER DATABASE idem_regress RESET idempotency.principal_binding"
 
@@ -127,7 +148,8 @@ check "jcs and fingerprint: the C++ edition's bytes" /usr/bin/python3 tests/trus
 
 # 5. Cleanup through pg_cron (pg_cron lives in cron.database_name, idem_cron): the
 #    owner schedules it, the job (every minute) runs as the owner.
-check "schedule_cleanup without pg_cron: 55000" test "$(psql -X -q -At -U idem_owner -d idem_trusted \
+check "schedule_cleanup without pg_cron: 55000" \
+  test "$(psql -X -q -At -U idem_owner -d idem_trusted \
   -c '\set VERBOSITY sqlstate' -c 'SELECT idempotency.schedule_cleanup()' 2>&1)" = "ERROR:  55000"
 q -d idem_cron -c "ALTER DATABASE idem_cron OWNER TO idem_owner" -c "CREATE EXTENSION pg_cron" \
   -c "GRANT USAGE ON SCHEMA cron TO idem_owner"
@@ -145,10 +167,12 @@ q -U idem_owner -d idem_cron -c "
   SELECT idempotency.schedule_cleanup();
   SELECT idempotency.schedule_cleanup('* * * * *');" >/dev/null
 check "one job idempotency:cleanup, the owner's" test "$(q -d idem_cron -c "
-  SELECT count(*) || ' ' || min(username) FROM cron.job WHERE jobname = 'idempotency:cleanup'")" = "1 idem_owner"
+  SELECT count(*) || ' ' || min(username) FROM cron.job WHERE jobname = 'idempotency:cleanup'")" \
+  = "1 idem_owner"
 echo "waiting for the job (at most 80 s)..."
 for _ in $(seq 80); do
-  [[ $(q -d idem_cron -c "SELECT count(*) FROM idempotency.keys WHERE key LIKE 'expired-%'") == 0 ]] && break
+  left=$(q -d idem_cron -c "SELECT count(*) FROM idempotency.keys WHERE key LIKE 'expired-%'")
+  [[ $left == 0 ]] && break
   sleep 1
 done
 check "the owner's pg_cron job deleted the expired keys" \
@@ -161,7 +185,8 @@ check "unschedule_cleanup removes the job" \
 # 6. From one edition to the other on the same data (docs/installation.md).
 q -U idem_owner -d idem_trusted -c "
   BEGIN;
-  SELECT outcome FROM idempotency.begin('u', 'move-1', 'a', idempotency.fingerprint('POST', '/m', '\\x7b7d'));
+  SELECT outcome FROM idempotency.begin('u', 'move-1', 'a',
+                                        idempotency.fingerprint('POST', '/m', '\\x7b7d'));
   SELECT idempotency.complete('u', 'move-1', 201, convert_to('moved', 'UTF8'));
   COMMIT;
   SELECT idempotency.set_expiry_policy('pay', 'refuse', '3 days');" >/dev/null
@@ -191,11 +216,15 @@ service_port=${IDEM_TRUSTED_SERVICE_PORT:-$((PGPORT + 7))}
 /usr/bin/python3 examples/python-orders/app.py --port "$service_port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres" 2>"$dir/service.log" &
 service_pid=$!
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$service_port/health" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do
+  curl -fs "http://127.0.0.1:$service_port/health" >/dev/null && break
+  sleep 0.1
+done
 curl -fs "http://127.0.0.1:$service_port/health" >/dev/null || cat "$dir/service.log"
 check "conformance: the Python orders service on the trusted edition" \
   /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$service_port" \
-  --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres options='-c idempotency.wait_timeout=5s'"
+  --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres
+         options='-c idempotency.wait_timeout=5s'"
 
 echo "$passes passed, $failures failed"
 ((failures == 0))
