@@ -204,6 +204,15 @@ BEGIN
     IF headers IS NULL THEN
         RETURN;
     END IF;
+    -- An object whose every name and value is fine (the usual case): one query.
+    IF kind = 'object' AND NOT EXISTS (
+           SELECT FROM jsonb_each(headers) AS o
+            WHERE jsonb_typeof(o.value) <> 'string'
+               OR (o.key !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$'
+                   AND o.key NOT IN (':chunks', ':not_kept'))
+               OR (o.value #>> '{}') ~ '[^\t\x20-\x7e\u0080-\u00ff]') THEN
+        RETURN;
+    END IF;
     IF kind NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'headers must be a JSON object of name to value or an array of '
                         '[name, value] pairs' USING ERRCODE = '22023';

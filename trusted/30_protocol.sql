@@ -303,14 +303,17 @@ BEGIN
             RETURN idempotency.answer(outcome, r);
         END;
     ELSIF current_setting('transaction_isolation') = 'read committed' THEN
-        -- Under READ COMMITTED the lookup before the lock is read again: a
-        -- transaction may have committed the key in between.
-        SELECT * INTO r FROM idempotency.keys AS k
-         WHERE k.principal = begin_key.principal AND k.key = begin_key.key;
+        -- Under READ COMMITTED a row seen before the lock is read again (a
+        -- transaction may have changed it in between). With no row before the
+        -- lock, the INSERT below finds out whether one was committed since.
         IF r.principal IS NOT NULL THEN
-            outcome := idempotency.outcome_for(r, fingerprint);
-            IF outcome <> 'started' THEN
-                RETURN idempotency.answer(outcome, r);
+            SELECT * INTO r FROM idempotency.keys AS k
+             WHERE k.principal = begin_key.principal AND k.key = begin_key.key;
+            IF r.principal IS NOT NULL THEN
+                outcome := idempotency.outcome_for(r, fingerprint);
+                IF outcome <> 'started' THEN
+                    RETURN idempotency.answer(outcome, r);
+                END IF;
             END IF;
         END IF;
     ELSE
@@ -334,6 +337,16 @@ BEGIN
                     new_fence)
             ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
             RETURNING * INTO r;
+            IF r.principal IS NULL THEN
+                -- Committed between the first lookup and the lock: answer for it.
+                SELECT * INTO r FROM idempotency.keys AS k
+                 WHERE k.principal = begin_key.principal AND k.key = begin_key.key;
+                outcome := idempotency.outcome_for(r, fingerprint);
+                IF r.principal IS NOT NULL AND outcome <> 'started' THEN
+                    RETURN idempotency.answer(outcome, r);
+                END IF;
+                r := NULL;  -- gone again, or already dead: the caller retries (40001)
+            END IF;
         ELSE
             BEGIN
                 r := idempotency.insert_begun(principal, key, action, fingerprint, ttl,
