@@ -112,7 +112,7 @@ fi
 trusted_seconds=${MODEL_TRUSTED_SECONDS:-20}
 if [[ $trusted_seconds != 0 ]]; then
   make -s trusted >/dev/null
-  trusted_script=$(ls build/trusted/idempotency--*.sql | grep -v pgtle | head -1)
+  trusted_script=build/trusted/idempotency--$(cat VERSION).sql
   if PGCLUSTER_PRELOAD=pg_cron scripts/pgcluster.sh start "$work/nopreload" "$((port + 3))" >/dev/null; then
     one_run "trusted edition, seed $random_seed" -- \
       --cluster-dir "$work/nopreload" --install-script "$trusted_script" --seed "$random_seed" \
