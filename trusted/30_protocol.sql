@@ -505,13 +505,6 @@ BEGIN
     IF principal IS NULL OR key IS NULL OR status IS NULL THEN
         RAISE EXCEPTION 'principal, key and status must not be null' USING ERRCODE = '22004';
     END IF;
-    IF octet_length(principal) = 0 OR octet_length(principal) > 1024 THEN
-        PERFORM idempotency.check_principal(principal);
-    END IF;
-    IF octet_length(key) = 0 OR octet_length(key) > max_key_length OR key_format <> 'any'
-       OR key ~ '[\x01-\x1f\x7f\u0080-\u009f]' THEN
-        PERFORM idempotency.check_key(key, max_key_length, key_format);
-    END IF;
     IF status < 100 OR status > 599 THEN
         PERFORM idempotency.check_status(status);
     END IF;
@@ -522,12 +515,30 @@ BEGIN
         PERFORM idempotency.refuse_read_only();
     END IF;
     IF fence IS NOT NULL THEN
+        IF octet_length(principal) = 0 OR octet_length(principal) > 1024 THEN
+            PERFORM idempotency.check_principal(principal);
+        END IF;
+        IF octet_length(key) = 0 OR octet_length(key) > max_key_length
+           OR key_format <> 'any' OR key ~ '[\x01-\x1f\x7f\u0080-\u009f]' THEN
+            PERFORM idempotency.check_key(key, max_key_length, key_format);
+        END IF;
         RETURN idempotency.complete_lease(principal, key, fence, status, body, headers,
                                           resource_id, coalesce(one_time_secret, false));
     END IF;
+    -- Without a fence, as the C++ edition: a key not begun in this transaction
+    -- is 55000 before anything else is judged (its principal and key were
+    -- checked by begin), then a status that is not final is 22023.
     IF NOT idempotency.is_final(status) THEN
-        RAISE EXCEPTION 'status % is not final', status USING ERRCODE = '22023',
-            HINT = 'Roll back instead, so that a retry runs again (idempotency.final_statuses).';
+        IF EXISTS (SELECT FROM idempotency.keys AS k
+                    WHERE k.principal = complete.principal AND k.key = complete.key
+                      AND k.state = 'in_progress' AND k.lease_until IS NULL) THEN
+            RAISE EXCEPTION 'status % is not final', status USING ERRCODE = '22023',
+                HINT = 'Roll back instead, so that a retry runs again '
+                       '(idempotency.final_statuses).';
+        END IF;
+        RAISE EXCEPTION 'idempotency key was not begun in this transaction, or already completed'
+            USING ERRCODE = '55000',
+                  HINT = 'Call idempotency.begin() first, in the same transaction.';
     END IF;
     -- complete_key, inline.
     UPDATE idempotency.keys AS k

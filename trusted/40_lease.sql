@@ -128,7 +128,7 @@ COMMENT ON FUNCTION idempotency.complete_lease(text, text, bigint, integer, byte
 
 CREATE FUNCTION idempotency.release(principal text, key text, fence bigint)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

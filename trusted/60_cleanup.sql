@@ -3,7 +3,7 @@
 
 CREATE FUNCTION idempotency.check_expiry_policy(action text, grace interval)
 RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -70,7 +70,7 @@ CREATE FUNCTION idempotency.stats_counters(
     OUT wait_le_ms double precision[], OUT wait_buckets bigint[],
     OUT stats_reset timestamptz, OUT begin_expired bigint, OUT acquire_expired bigint)
 RETURNS SETOF record
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -99,7 +99,7 @@ COMMENT ON FUNCTION idempotency.stats_reset() IS
 
 CREATE FUNCTION idempotency.count_cleanup(action text, deleted bigint)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 RETURN true;
 COMMENT ON FUNCTION idempotency.count_cleanup(text, bigint) IS

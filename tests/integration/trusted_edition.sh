@@ -212,7 +212,9 @@ check "C++ -> trusted edition: the stored response replays" test "$(replay)" = "
 #    someone sets it without the library: its own connection sets the default.
 q -c "CREATE DATABASE idem_conformance OWNER idem_owner"
 q -U idem_owner -d idem_conformance -f "$script"
-service_port=${IDEM_TRUSTED_SERVICE_PORT:-$((PGPORT + 7))}
+# Not a port derived from PGPORT: the example service binds without
+# SO_REUSEADDR, so a run right after another would meet its TIME_WAIT sockets.
+service_port=${IDEM_TRUSTED_SERVICE_PORT:-$((30000 + RANDOM % 20000))}
 /usr/bin/python3 examples/python-orders/app.py --port "$service_port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=idem_conformance user=postgres" 2>"$dir/service.log" &
 service_pid=$!
