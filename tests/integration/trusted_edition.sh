@@ -146,6 +146,25 @@ check "jcs and fingerprint: the C++ edition's bytes" /usr/bin/python3 tests/trus
   --cpp "host=$PGHOST port=$PGPORT dbname=idem_cpp user=postgres" \
   --trusted "host=$PGHOST port=$PGPORT dbname=idem_trusted user=idem_owner"
 
+# The same answers, call by call (tests/trusted/calls.sql), in fresh databases.
+q -c "CREATE DATABASE idem_calls_cpp" && q -d idem_calls_cpp -c "CREATE EXTENSION idempotency"
+q -c "CREATE DATABASE idem_calls OWNER idem_owner"
+q -U idem_owner -d idem_calls -f "$script"
+answer() { { psql -X -q -At -d "$1" -c '\set VERBOSITY sqlstate' -c "$2" 2>&1 || true; } | tr '\n' ' '; }
+differ=0
+entries=0
+while IFS= read -r -d $'\x1e' entry; do
+  [[ -z ${entry//[$'\n ']/} ]] && continue
+  entries=$((entries + 1))
+  cpp=$(answer idem_calls_cpp "$entry")
+  trusted=$(answer idem_calls "$entry")
+  if [[ $cpp != "$trusted" ]]; then
+    echo "# differs: $entry"$'\n'"#   C++: $cpp"$'\n'"#   trusted: $trusted"
+    differ=$((differ + 1))
+  fi
+done < <(grep -v '^--' tests/trusted/calls.sql | awk 'BEGIN {RS = ""; ORS = "\x1e"} {print}')
+check "the same answers and SQLSTATEs for $entries calls (tests/trusted/calls.sql)" test "$differ" = 0
+
 # 5. Cleanup through pg_cron (pg_cron lives in cron.database_name, idem_cron): the
 #    owner schedules it, the job (every minute) runs as the owner.
 check "schedule_cleanup without pg_cron: 55000" \
