@@ -95,7 +95,7 @@ check "the pg_tle body is the psql -f body" test "$(q -d idem_tle -c "
 # guarantees.sql's section 8 binds principals per session, which the trusted
 # edition cannot (the binding check below is its own).
 regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080
-         fingerprint)
+         fingerprint security_search_path)
 isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once
            counters_across_backends duplicate_waits_then_replays expired_retry_races_cleanup
            key_table_invalidation lease_and_begin
@@ -106,11 +106,14 @@ rm -rf output_trusted
 mkdir -p output_trusted/regress output_trusted/isolation
 q -c "CREATE DATABASE idem_regress OWNER idem_owner"
 q -U idem_owner -d idem_regress -f "$script"
-# The files of sql/, with the check of tests/trusted/refused_at_use.awk after each SET.
+# The files of sql/, with the check of tests/trusted/refused_at_use.awk after each SET,
+# and the edition's objects found by schema instead of extension membership
+# (tests/trusted/members.sed, for security_search_path.sql).
 mkdir -p "$dir/regress/sql"
 ln -s "$PWD/tests/trusted/expected" "$dir/regress/expected"
 for t in "${regress[@]}"; do
-  awk -f tests/trusted/refused_at_use.awk "sql/$t.sql" >"$dir/regress/sql/$t.sql"
+  sed -f tests/trusted/members.sed "sql/$t.sql" | awk -f tests/trusted/refused_at_use.awk \
+    >"$dir/regress/sql/$t.sql"
 done
 check "pg_regress: ${#regress[@]} files" \
   "$PGXS_DIR/test/regress/pg_regress" --use-existing --dbname=idem_regress \
