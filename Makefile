@@ -84,5 +84,13 @@ NO_PRELOAD_REGRESS = $(patsubst tests/no_preload/sql/%.sql,%,$(sort $(wildcard t
 installcheck-nopreload:
 	$(pg_regress_installcheck) --inputdir=tests/no_preload --outputdir=output_nopreload \
 	    --load-extension=$(EXTENSION) $(NO_PRELOAD_REGRESS)
-EXTRA_CLEAN += output_nopreload
+EXTRA_CLEAN += output_nopreload output_trusted
 .PHONY: installcheck-nopreload
+
+# The trusted edition (SQL and PL/pgSQL only, for managed services that refuse
+# C extensions): build/trusted/idempotency--$(EXTVERSION).sql for psql -f by the
+# database owner, and its pg_tle form beside it. Sources in trusted/.
+trusted: build/trusted/$(EXTENSION)--$(EXTVERSION).sql
+build/trusted/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard trusted/*.sql)) tools/trusted.sh VERSION
+	tools/trusted.sh $(EXTVERSION) build/trusted
+.PHONY: trusted

@@ -392,6 +392,9 @@ def reduce_failure(args, cluster, first, log, out):
 def main(argv):
     """Runs the checker; returns the exit status (0 clean, 1 violations, 2 could not start)."""
     args = parse_args(argv, __doc__)
+    if args.install_script:
+        import cluster as cluster_module
+        cluster_module.INSTALL_SCRIPT = os.path.abspath(args.install_script)
     # SIGTERM (CI timeouts, kill) ends the run through the finally below, which stops the cluster.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     out = lambda line: print(line, flush=True)  # noqa: E731

@@ -16,6 +16,9 @@
 #     MODEL_ROLES_SECONDS (default 20; 0 leaves it out) twice: on the same
 #     cluster (library preloaded) and on a second one started here without
 #     idempotency in shared_preload_libraries (port MODEL_PORT + 1);
+#   - the trusted edition (make trusted, installed with psql -f on a cluster
+#     without the library, port MODEL_PORT + 3), the random seed, plain and
+#     with --refuse 0.5, MODEL_TRUSTED_SECONDS each (default 20; 0 leaves it out);
 #   - the function-call form through PL/Proxy (4 shards and a proxy, started by
 #     the checker on ports MODEL_PROXY_PORT..+4, default MODEL_PORT + 2), seed
 #     MODEL_PROXY_SEED (default 53) for MODEL_PROXY_SECONDS (default 30, about
@@ -98,6 +101,27 @@ if [[ $roles_seconds != 0 ]]; then
       --cluster-dir "$work/nopreload" --roles --seed "$roles_seed" --seconds "$roles_seconds" --reduce-seconds 60
   else
     echo "--- role dimension, library not preloaded: FAILED, cannot start a cluster on port $((port + 1))"
+    runs=$((runs + 1))
+    failed=$((failed + 1))
+  fi
+  scripts/pgcluster.sh stop "$work/nopreload"
+fi
+# The trusted edition (make trusted: SQL and PL/pgSQL, installed with psql -f)
+# on a cluster without the library, with the same invariants; the role
+# dimension does not apply (it cannot bind principals, docs/sql-reference.md).
+trusted_seconds=${MODEL_TRUSTED_SECONDS:-20}
+if [[ $trusted_seconds != 0 ]]; then
+  make -s trusted >/dev/null
+  trusted_script=build/trusted/idempotency--$(cat VERSION).sql
+  if PGCLUSTER_PRELOAD=pg_cron scripts/pgcluster.sh start "$work/nopreload" "$((port + 3))" >/dev/null; then
+    one_run "trusted edition, seed $random_seed" -- \
+      --cluster-dir "$work/nopreload" --install-script "$trusted_script" --seed "$random_seed" \
+      --seconds "$trusted_seconds" --reduce-seconds 60
+    one_run "trusted edition, expiry policy refuse (tombstones), seed $random_seed" -- \
+      --cluster-dir "$work/nopreload" --install-script "$trusted_script" --refuse 0.5 \
+      --seed "$random_seed" --seconds "$trusted_seconds" --reduce-seconds 60
+  else
+    echo "--- trusted edition: FAILED, cannot start a cluster on port $((port + 3))"
     runs=$((runs + 1))
     failed=$((failed + 1))
   fi

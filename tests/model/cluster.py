@@ -11,6 +11,9 @@ import tempfile
 import psycopg
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The trusted edition's install script (checker.py --install-script), run with
+# psql in each fresh database instead of CREATE EXTENSION; None: the extension.
+INSTALL_SCRIPT = None
 PGBIN_DEFAULT = "/usr/lib/postgresql/15/bin"
 
 EFFECTS_TABLE = """
@@ -114,10 +117,20 @@ class Cluster:
 
     def fresh_database(self, name):
         """Creates database `name` with the extension and the effect table; returns
-        the extension version."""
+        the extension version. With INSTALL_SCRIPT set (--install-script), the
+        script is run with psql instead of CREATE EXTENSION (the trusted edition)."""
         with psycopg.connect(self.admin_conninfo(), autocommit=True, connect_timeout=10) as conn:
             conn.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
             conn.execute('CREATE DATABASE "%s"' % name)
+        if INSTALL_SCRIPT:
+            subprocess.run([os.path.join(self.pgbin, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                            "-d", self.conninfo(name), "-f", INSTALL_SCRIPT],
+                           check=True, stdout=subprocess.DEVNULL)
+            with psycopg.connect(self.conninfo(name), autocommit=True, connect_timeout=10) as conn:
+                conn.execute(EFFECTS_TABLE)
+                conn.execute("CREATE INDEX ON model_effects (op_id)")
+                # 'trusted 0.9.0'
+                return conn.execute("SELECT idempotency.edition()").fetchone()[0].split()[-1]
         with psycopg.connect(self.conninfo(name), autocommit=True, connect_timeout=10) as conn:
             conn.execute("CREATE EXTENSION idempotency")
             conn.execute(EFFECTS_TABLE)

@@ -72,6 +72,9 @@ def parse_args(argv, doc):
                         "0.8.0; invariant EXP; claims refuse too); default 0: no policy")
     p.add_argument("--grace-min", type=int, default=300, help="shortest grace of a refusing action, ms (default 300)")
     p.add_argument("--grace-max", type=int, default=1500, help="longest grace, ms (default 1500)")
+    p.add_argument("--install-script",
+                   help="install the extension with this psql script instead of CREATE EXTENSION "
+                        "(the trusted edition: build/trusted/idempotency--<version>.sql)")
     p.add_argument("--keep-going", action="store_true", help="do not stop the run at the first violation")
     p.add_argument("--reduce-seconds", type=float, default=150,
                    help="time budget for reducing a failure (default 150; 0: no reduction)")
