@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 
 #include <pqxx/pqxx>
 
@@ -13,9 +14,8 @@ bool is_database_fault(const std::exception& error) noexcept {
     if (dynamic_cast<const pqxx::in_doubt_error*>(&error) != nullptr) return true;
     const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error);
     if (sql == nullptr) return false;
-    const std::string& state = sql->sqlstate();
-    if (state.size() != 5) return false;
-    const std::string_view code(state);
+    const std::string_view code = sql->sqlstate();  // std::string in libpqxx 6 and 7
+    if (code.size() != 5) return false;
     return std::any_of(fault_sqlstate_classes.begin(), fault_sqlstate_classes.end(),
                        [code](std::string_view c) { return code.substr(0, 2) == c; }) ||
            std::find(fault_sqlstates.begin(), fault_sqlstates.end(), code) != fault_sqlstates.end();
