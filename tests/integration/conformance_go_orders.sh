@@ -16,5 +16,6 @@ go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders"
 fresh_database idem_conformance_go
 port=$((PGPORT + 18))
 start_service "$port" "$work/go-orders"
+wait_for_tables orders api_keys
 /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}"

@@ -15,5 +15,6 @@ source tests/integration/lib/service.bash
 fresh_database idem_conformance_node
 port=$((PGPORT + 7))
 start_service "$port" examples/node-orders/app.js
+wait_for_tables orders api_keys
 /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}"

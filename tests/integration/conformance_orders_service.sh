@@ -9,5 +9,6 @@ source tests/integration/lib/service.bash
 fresh_database idem_conformance_cpp
 port=$((PGPORT + 5))
 start_service "$port" "$build/orders-service"
+wait_for_tables orders api_keys
 /usr/bin/python3 tests/conformance/conformance.py --base-url "http://127.0.0.1:$port" \
   --dsn "host=$PGHOST port=$PGPORT dbname=$service_db user=${PGUSER:-postgres}"

@@ -9,6 +9,7 @@ source tests/integration/lib/service.bash
 fresh_database idem_shop
 port=$((PGPORT + 2))
 start_service "$port" "$build/orders-service"
+wait_for_tables orders api_keys
 url="http://127.0.0.1:$port"
 
 # request OUT KEY BODY [QUERY] [AUTH]: writes headers to OUT.h and the body to OUT.b; prints the status

@@ -20,6 +20,25 @@ fresh_database() {
   psql -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE EXTENSION idempotency"
 }
 
+# wait_for_tables TABLE...: the service made its tables in service_db. The example
+# services answer /health at once and make their tables once the database answers
+# (they start while it is down), so a test waits for both before its first request.
+wait_for_tables() {
+  local table missing
+  for _ in $(seq 150); do
+    missing=0
+    for table in "$@"; do
+      [[ $(psql -X -qAt -d "$service_db" -c "SELECT to_regclass('$table') IS NOT NULL" 2>/dev/null) == t ]] ||
+        missing=1
+    done
+    ((missing)) || return 0
+    sleep 0.2
+  done
+  echo "the service did not make its tables ($*) within 30 s:" >&2
+  cat "$work/service.log" >&2
+  return 1
+}
+
 # start_service PORT BINARY ARGS...: starts it against service_db and waits for /health.
 start_service() {
   local port=$1 binary=$2
