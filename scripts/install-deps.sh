@@ -19,8 +19,11 @@ packages=(
   libssl-dev libfast-float-dev libgtest-dev googletest
   libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev pgbouncer
   curl bc git  # git: scripts/test-matrix.sh copies the work tree with git ls-files
-  python3-psycopg python3-pytest python3-setuptools python3-pip python3-venv python3-yaml
-  python3-starlette python3-fastapi python3-uvicorn python3-httpx  # client/python ASGI, examples/asgi-orders
+  # /usr/bin/python3's own: psycopg and yaml for the test tools (tests/conformance, tests/model,
+  # monitoring_queries); venv for client/python, whose tests and example services run in a venv
+  # with psycopg's compiled speedups, Django and Starlette from the package index
+  # (client/python/tools/env.sh).
+  python3-psycopg python3-venv python3-yaml
 )
 if [[ $scope == full ]]; then
   packages+=(clang-14 libclang-rt-14-dev clang-format wrk debootstrap)  # debootstrap: scripts/test-matrix.sh

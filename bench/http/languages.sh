@@ -13,7 +13,8 @@
 # (Starlette on uvicorn, ASGI middleware, AsyncClient).
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
-# /usr/bin/python3 with psycopg, client/node built (npm install there), and for
+# python3-venv (the Python services run in client/python/tools/env.sh's venv: the
+# built wheel, psycopg's compiled speedups), client/node built (npm install there), and for
 # Go golang-go with golang-github-jackc-pgx-v4-dev (examples/go-orders is built here).
 # Rust: Debian's cargo and rustc (examples/rust-orders, release build, here).
 set -euo pipefail
@@ -53,12 +54,16 @@ if [[ " ${LANGS:-python asgi node go rust} " == *" go "* ]]; then  # Go: GOPATH 
   go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders"
 fi
 
+case " ${LANGS:-python asgi} " in
+*" python "* | *" asgi "*) python_env=$(client/python/tools/env.sh /usr/bin/python3) ;;
+esac
+
 printf '%-8s %-7s %9s %9s %8s  %s\n' service round keyed plain keyed/pl \
   "server us/req keyed plain, service us/req keyed plain"
 for lang in ${LANGS:-python asgi node go rust}; do
   case $lang in
-    python) start_service /usr/bin/python3 examples/python-orders/app.py ;;
-    asgi) start_service /usr/bin/python3 examples/asgi-orders/app.py ;;
+    python) start_service "$python_env/bin/python" examples/python-orders/app.py ;;
+    asgi) start_service "$python_env/bin/python" examples/asgi-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
     go) start_service "$work/go-orders" ;;
     rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)

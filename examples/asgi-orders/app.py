@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """asgi-orders: the orders service of examples/orders-service on Starlette and
 uvicorn (psycopg 3 AsyncConnection), idempotent through pg_idempotency's ASGI
 middleware.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """python-orders: the orders service of examples/orders-service in Python (plain
 WSGI on wsgiref, psycopg 3), idempotent through pg_idempotency's middleware.
 

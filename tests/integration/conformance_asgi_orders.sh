@@ -2,12 +2,14 @@
 # The HTTP conformance suite (tests/conformance) against the ASGI example,
 # examples/asgi-orders (Starlette on uvicorn, the ASGI middleware and
 # AsyncClient of client/python), on a fresh database of the throwaway cluster.
-# PYTHONPATH may point at an installed copy of the package; otherwise the
-# example uses the one in client/python/src.
+# The service runs in the venv of client/python/tools/env.sh (the built wheel,
+# psycopg's compiled speedups, Starlette and uvicorn): its bin is first on PATH,
+# where the example's `env python3` finds it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
+PATH=$(client/python/tools/env.sh /usr/bin/python3)/bin:$PATH
 fresh_database idem_conformance_asgi
 port=$((PGPORT + 17))
 start_service "$port" examples/asgi-orders/app.py

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The HTTP conformance suite (tests/conformance) against the Python example,
 # examples/python-orders (WSGI middleware of client/python), on a fresh
-# database of the throwaway cluster. PYTHONPATH may point at an installed copy
-# of the package (scripts/test.sh installs it with pip); otherwise the example
-# uses the one in client/python/src.
+# database of the throwaway cluster. The service runs in the venv of
+# client/python/tools/env.sh (the built wheel, psycopg's compiled speedups):
+# its bin is first on PATH, where the example's `env python3` finds it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
+PATH=$(client/python/tools/env.sh /usr/bin/python3)/bin:$PATH
 fresh_database idem_conformance_python
 port=$((PGPORT + 6))
 start_service "$port" examples/python-orders/app.py

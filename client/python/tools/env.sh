@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A virtual environment with pg-idempotency installed the way a user installs it:
+# the wheel built by `python -m build` from this folder, then `pip install` of that
+# wheel with its extras [binary,pool,django,asgi] and requirements-test.txt, every
+# version pinned by constraints.txt. Prints the environment's folder (its bin/python
+# runs the tests and the example services).
+#
+#   client/python/tools/env.sh [PYTHON]    PYTHON: the interpreter (default python3)
+#
+# The environment is kept in build/python-env/<hash> of the sources, the pins and
+# the interpreter, so the suites of one run (the client tests, the conformance of
+# the Python examples) build it once; a change to any of them builds a new one.
+# Works from an empty pip cache (it downloads from the package index pip is set up
+# for). IDEM_PY_ENV_FRESH=1 rebuilds even when a kept one exists.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$here/../.." && pwd)
+python=${1:-python3}
+
+if ! version=$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null); then
+  echo "env.sh: cannot run the interpreter $python" >&2
+  exit 1
+fi
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "env.sh: $python is Python $version; pg-idempotency needs 3.10 or later" >&2
+  exit 1
+fi
+where=$(command -v "$python")
+where=$(readlink -f "$where")
+hash=$({
+  echo "$where $version"
+  cd "$here" && git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE src \
+    constraints.txt requirements-test.txt | LC_ALL=C sort | xargs cat
+} | sha256sum | cut -c1-16)
+env=$root/build/python-env/$hash
+mkdir -p "$root/build/python-env"
+
+# One builder at a time per environment (suites may start side by side).
+exec 9>"$env.lock"
+flock 9
+if [[ -x $env/bin/python && -e $env/.complete && ${IDEM_PY_ENV_FRESH:-0} != 1 ]]; then
+  echo "$env"
+  exit 0
+fi
+rm -rf "$env" "$env.build"
+log=$env.log
+{
+  export PIP_CONSTRAINT=$here/constraints.txt PIP_DISABLE_PIP_VERSION_CHECK=1
+  # The builder: `build` in a venv of its own; it installs setuptools (pinned by
+  # PIP_CONSTRAINT) into an isolated environment and builds the wheel from a copy of
+  # the sources, so nothing is written into the work tree.
+  "$python" -m venv "$env.build/venv"
+  "$env.build/venv/bin/python" -m pip install -q build
+  "$env.build/venv/bin/python" -m build -q --wheel --outdir "$env.build/dist" "$here"
+  wheel=$(ls "$env.build/dist"/pg_idempotency-*.whl)
+  "$python" -m venv "$env"
+  "$env/bin/python" -m pip install -q "$wheel[binary,pool,django,asgi]" -r "$here/requirements-test.txt"
+} >"$log" 2>&1 || {
+  cat "$log" >&2
+  echo "env.sh: could not build the environment for $python ($version)" >&2
+  rm -rf "$env" "$env.build"
+  exit 1
+}
+rm -rf "$env.build" "$log"
+touch "$env/.complete"
+echo "$env"
