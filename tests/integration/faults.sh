@@ -11,14 +11,14 @@
 # the upstream call that a holder which lost its lease or its completion may
 # have made (tests/faults/driver.py). About 25 s per service, 3-4 minutes in all.
 #
-#   FAULTS_SERVICES    the services to run (default: all seven, by name below)
+#   FAULTS_SERVICES    the services to run (default: all eight, by name below)
 #   FAULTS_SECONDS     seconds of load per service (default 16)
 #   FAULTS_START_DOWN  0: start each service with the database up (default 1)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 build=${BUILD_DIR:-build-test}
-all_services="orders-service python-orders asgi-orders node-orders go-orders rust-orders proxy-service"
+all_services="orders-service python-orders asgi-orders django-orders node-orders go-orders rust-orders proxy-service"
 services=${FAULTS_SERVICES:-$all_services}
 seconds=${FAULTS_SECONDS:-16}
 start_down=${FAULTS_START_DOWN:-1}
@@ -26,6 +26,11 @@ PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
+# The Python services run in client/python's venv (the built wheel): its bin first on
+# PATH, where their `env python3` finds it.
+if [[ " $services " =~ \ (python|asgi|django)-orders\  ]]; then
+  PATH=$(client/python/tools/env.sh /usr/bin/python3)/bin:$PATH || exit 1
+fi
 cluster="$work/pg"
 # Ports the other suites leave free beside the run's cluster (+40..+46: the model checker,
 # +50, +51: binding_paths.sh): the cluster at +60, the services at +61...
@@ -52,7 +57,7 @@ restart_cmd+=" -l \"\$cluster/server.log\" -w -t 60 start >/dev/null"
 binary_of() {
   case $1 in
   orders-service | proxy-service) echo "$build/$1" ;;
-  python-orders | asgi-orders | node-orders)
+  python-orders | asgi-orders | django-orders | node-orders)
     if [[ $1 == node-orders && ! -f client/node/dist/index.js ]]; then return 1; fi
     echo "examples/$1/app.$([[ $1 == node-orders ]] && echo js || echo py)"
     ;;

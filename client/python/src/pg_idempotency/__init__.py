@@ -8,7 +8,8 @@ protocol (``Client``), the lease protocol for external effects
 both clients), routing by principal under Citus (``Router``, ``AsyncRouter``),
 the HTTP mapping (``Response``, problem bodies identical to the
 C++ client's), a WSGI middleware
-(``pg_idempotency.wsgi``) and an ASGI one (``pg_idempotency.asgi``).
+(``pg_idempotency.wsgi``), an ASGI one (``pg_idempotency.asgi``) and a Django one
+(``pg_idempotency.django``, imported on its own: it needs Django).
 """
 
 from ._batch import BatchFlag, BatchOutcome
@@ -22,7 +23,7 @@ from .async_transactional import AsyncAttempt, AsyncClient, AsyncHandler, finger
 from .router import AsyncRouter, Route, Router, RouterCounters, is_stale_placement
 from .transactional import Attempt, Client, Counters, Handler, Options, fingerprint
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 __all__ = [
     "AsyncAttempt",
