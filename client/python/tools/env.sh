@@ -47,11 +47,14 @@ log=$env.log
 {
   export PIP_CONSTRAINT=$here/constraints.txt PIP_DISABLE_PIP_VERSION_CHECK=1
   # The builder: `build` in a venv of its own; it installs setuptools (pinned by
-  # PIP_CONSTRAINT) into an isolated environment and builds the wheel from a copy of
-  # the sources, so nothing is written into the work tree.
+  # PIP_CONSTRAINT) into an isolated environment and builds the wheel. From a copy of
+  # the package's files: setuptools writes build/ and *.egg-info beside its input.
   "$python" -m venv "$env.build/venv"
   "$env.build/venv/bin/python" -m pip install -q build
-  "$env.build/venv/bin/python" -m build -q --wheel --outdir "$env.build/dist" "$here"
+  mkdir -p "$env.build/source"
+  (cd "$here" && git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE src |
+     xargs cp --parents -t "$env.build/source")
+  "$env.build/venv/bin/python" -m build -q --wheel --outdir "$env.build/dist" "$env.build/source"
   wheel=$(ls "$env.build/dist"/pg_idempotency-*.whl)
   "$python" -m venv "$env"
   "$env/bin/python" -m pip install -q "$wheel[binary,pool,django,asgi]" -r "$here/requirements-test.txt"
