@@ -10,7 +10,8 @@
 #   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node go rust" by default
 #
 # python: examples/python-orders (WSGI, Client); asgi: examples/asgi-orders
-# (Starlette on uvicorn, ASGI middleware, AsyncClient).
+# (Starlette on uvicorn, ASGI middleware, AsyncClient); django: examples/django-orders
+# (Django on gunicorn, the Django middleware; not in the default list).
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # python3-venv (the Python services run in client/python/tools/env.sh's venv: the
@@ -30,8 +31,15 @@ trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh sto
 source bench/http/service.sh  # start_shop, start_service
 start_shop "${BENCH_PORT:-55470}"
 
-# CPU ticks (utime + stime, getconf CLK_TCK a second) of the service process.
-service_ticks() { sed 's/.*) //' "/proc/$service/stat" | awk '{ print $12 + $13 }'; }
+# CPU ticks (utime + stime, getconf CLK_TCK a second) of the service process and its
+# children (gunicorn serves django-orders from a worker process).
+service_ticks() {
+  local pid ticks=0
+  for pid in "$service" $(pgrep -P "$service"); do
+    ticks=$((ticks + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+  done
+  echo "$ticks"
+}
 
 rps() {  # rps PATH RUN-ID -> "requests/s server-us/request service-us/request"
   local pg0 svc0 out requests
@@ -55,7 +63,7 @@ if [[ " ${LANGS:-python asgi node go rust} " == *" go "* ]]; then  # Go: GOPATH 
 fi
 
 case " ${LANGS:-python asgi} " in
-*" python "* | *" asgi "*) python_env=$(client/python/tools/env.sh /usr/bin/python3) ;;
+*" python "* | *" asgi "* | *" django "*) python_env=$(client/python/tools/env.sh /usr/bin/python3) ;;
 esac
 
 printf '%-8s %-7s %9s %9s %8s  %s\n' service round keyed plain keyed/pl \
@@ -64,6 +72,7 @@ for lang in ${LANGS:-python asgi node go rust}; do
   case $lang in
     python) start_service "$python_env/bin/python" examples/python-orders/app.py ;;
     asgi) start_service "$python_env/bin/python" examples/asgi-orders/app.py ;;
+    django) start_service "$python_env/bin/python" examples/django-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
     go) start_service "$work/go-orders" ;;
     rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)

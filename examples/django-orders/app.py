@@ -100,19 +100,24 @@ def serve(port: int, threads: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     class Server(BaseApplication):
+        """gunicorn's embedding API: the settings below, Django's WSGI application."""
+
         def load_config(self) -> None:
+            """gunicorn's settings for the service (no configuration file, no argv)."""
             for name, value in {"bind": f"127.0.0.1:{port}", "workers": 1, "worker_class": "gthread",
                                 "threads": threads, "accesslog": None, "loglevel": "warning",
                                 "graceful_timeout": 5}.items():
                 self.cfg.set(name, value)
 
         def load(self):
+            """The WSGI application gunicorn serves."""
             return get_wsgi_application()
 
     Server().run()
 
 
 def main() -> int:
+    """The service: its tables in the background, Django configured, gunicorn in front."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--dsn", default="")

@@ -30,6 +30,7 @@ def answer(status: int, body: bytes, content_type: str = "application/json", **h
 
 
 def problem(status: int, title: str, detail: str) -> HttpResponse:
+    """An RFC 9457 problem body of the example's own (type about:blank)."""
     body = dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
     return answer(status, body, "application/problem+json")
 
@@ -59,10 +60,12 @@ def duplicates(request: HttpRequest) -> str:
 
 
 def health(request: HttpRequest) -> HttpResponse:
+    """GET /health: answers without the database."""
     return answer(200, b"ok", "text/plain")
 
 
 def count(request: HttpRequest) -> HttpResponse:
+    """GET /orders/count: every principal's orders."""
     if request.method != "GET":
         return not_found(request)
     return answer(200, dumps({"orders": Order.objects.count()}))
@@ -86,6 +89,7 @@ def _json(body: bytes) -> Optional[dict]:
 
 
 def create_order(request: HttpRequest, principal: str) -> HttpResponse:
+    """The handler of every orders route: validates the body, inserts the order (ORM)."""
     data = _json(request.body)
     if data is None or not isinstance(data.get("item"), str) or not data["item"]:
         return problem(400, "Invalid order", 'The body must be a JSON object with a non-empty "item" string.')
