@@ -7,8 +7,8 @@
 #
 #   bench/http/profile_python.sh        N=2000 by default
 #
-# Needs the extension installed in PGBIN's PostgreSQL and /usr/bin/python3
-# with psycopg (as bench/http/languages.sh).
+# Needs the extension installed in PGBIN's PostgreSQL; runs in the venv of
+# client/python/tools/env.sh (the built wheel, psycopg[binary]), as bench/http/languages.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d /tmp/idem-pyprof.XXXXXX)
@@ -16,11 +16,12 @@ trap 'scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
 # shellcheck source=service.sh
 source bench/http/service.sh  # start_shop
 start_shop "${BENCH_PORT:-55480}"
-N=${N:-2000} DSN="host=$PGHOST port=$PGPORT dbname=shop user=postgres" /usr/bin/python3 - <<'PY'
+python_env=$(client/python/tools/env.sh /usr/bin/python3)
+N=${N:-2000} DSN="host=$PGHOST port=$PGPORT dbname=shop user=postgres" "$python_env/bin/python" - <<'PY'
 import cProfile, io, os, pstats, sys, time, uuid
 sys.path.insert(0, "examples/python-orders")
-sys.path.insert(0, "client/python/src")
 import psycopg
+print(f"psycopg {psycopg.__version__}, implementation {psycopg.pq.__impl__}, libpq {psycopg.pq.version()}")
 import app as orders
 
 n, dsn = int(os.environ["N"]), os.environ["DSN"]
@@ -51,10 +52,11 @@ for path in ("/orders", "/plain/orders"):
     wall = (time.perf_counter() - start) / n * 1e6
     print(f"{path:14s} {wall:8.0f} us per request (wall, under cProfile)")
     stats[path] = pstats.Stats(profile).stats
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         call(path)
-    print(f"{path:14s} {(time.perf_counter() - start) / n * 1e6:8.0f} us per request (wall, no profiler)")
+    print(f"{path:14s} {(time.perf_counter() - start) / n * 1e6:8.0f} us per request (wall, no profiler),"
+          f" {(time.process_time() - cpu) / n * 1e6:.0f} us CPU")
 
 def own(st):
     out = {}
