@@ -54,7 +54,7 @@ reference_times=$root/tests/suite-times.tsv
 # Integration tests: every tests/integration/*.sh is a suite of its own name.
 # --quick runs the first list; the matrix chroots run the second (what depends on
 # the server's major version or libpqxx's; the rest runs once, on the host).
-quick_integration=" client conformance_orders_service conformance_python_orders conformance_node_orders docs_blocks "
+quick_integration=" client conformance_orders_service conformance_python_orders conformance_django_orders conformance_node_orders docs_blocks "
 matrix_integration=" binding_paths cancel_long_calls client client_install counters_server fences_survive
   installcheck_no_preload json_depth_immutable monitoring_queries no_preload orders_service pg_cron pgtap
   scale_out_plproxy stress_same_key "
