@@ -36,7 +36,7 @@ where=$(command -v "$python")
 where=$(readlink -f "$where")
 hash=$({
   echo "$where $version $flavour"
-  cd "$here" && git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE src \
+  cd "$here" && git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE src tools \
     constraints.txt requirements-test.txt | LC_ALL=C sort | xargs cat
 } | sha256sum | cut -c1-16)
 env=$root/build/python-env/$hash

@@ -17,7 +17,6 @@ from .http import (  # noqa: F401
     REPLAY_HEADER,
     STREAM_CHUNKS_ENTRY,
     Response,
-    header_name_equal,
 )
 
 # The server refuses a key it cannot accept (empty, too long, bad characters,
@@ -56,7 +55,8 @@ class Request:
 
 def valid_key(key: str, max_length: int) -> bool:
     """1 to max_length visible ASCII characters (space included), as the C++ client checks."""
-    return 0 < len(key) <= max_length and all(0x20 <= ord(c) <= 0x7E for c in key)
+    # isprintable() on ASCII is exactly 0x20..0x7E (space in, DEL and controls out).
+    return 0 < len(key) <= max_length and key.isascii() and key.isprintable()
 
 
 def interval(value: Optional[timedelta]) -> Optional[str]:
@@ -82,12 +82,10 @@ def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
         return json.dumps({NOT_KEPT_ENTRY: NOT_KEPT_VALUE}, separators=(",", ":"))
     # The expiry header belongs to the key, added to every answer: never stored. Names
     # starting with ":" are the reserved entries, written below only.
+    wanted = {name.lower() for name in kept}
+    wanted.discard(EXPIRES_HEADER.lower())
     chosen: List[List[str]] = [
-        [name, value]
-        for name, value in response.headers
-        if any(header_name_equal(name, wanted) for wanted in kept)
-        and not header_name_equal(name, EXPIRES_HEADER)
-        and not name.startswith(":")
+        [name, value] for name, value in response.headers if name.lower() in wanted and not name.startswith(":")
     ]
     if response.chunks is not None:
         chosen.append([STREAM_CHUNKS_ENTRY, ",".join(str(length) for length in response.chunks)])
