@@ -74,14 +74,6 @@ class Result:
         return dict(zip(self.columns, self.rows[0]))
 
 
-def _encode(encoding: str, value: Union[str, bytes, None]):
-    if value is None:
-        return None, 0, TEXT
-    if isinstance(value, bytes):
-        return value, BYTEA_OID, BINARY
-    return value.encode(encoding), 0, TEXT  # 0: untyped, the server infers
-
-
 def _queue(pgconn: "pq.abc.PGconn", encoding: str, step: Step) -> None:
     if isinstance(step, Sync):
         pgconn.pipeline_sync()
@@ -89,15 +81,14 @@ def _queue(pgconn: "pq.abc.PGconn", encoding: str, step: Step) -> None:
     if isinstance(step, Prepare):
         pgconn.send_prepare(step.name, step.sql)
         return
-    values, types, formats = [], [], []
-    for param in step.params:
-        v, t, f = _encode(encoding, param)
-        values.append(v)
-        types.append(t)
-        formats.append(f)
+    # Text unless bytes (sent binary as bytea); str untyped (0): the server infers.
+    params = step.params
+    values = [v if v is None or isinstance(v, bytes) else v.encode(encoding) for v in params]
+    formats = [BINARY if isinstance(v, bytes) else TEXT for v in params]
     if step.name is not None:
         pgconn.send_query_prepared(step.name, values, formats, TEXT)
     else:
+        types = [BYTEA_OID if f == BINARY else 0 for f in formats]
         pgconn.send_query_params(step.sql, values, types, formats, TEXT)
 
 
