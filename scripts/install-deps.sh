@@ -48,6 +48,9 @@ else
   # procps: ps and kill for the tests' helpers in a minimal chroot.
   packages+=(procps)
 fi
+# gdb: tests/integration/lock_timeout_race.sh holds a backend at one instant
+# (on the host and in the 17/18 chroots: the timers differ between majors).
+packages+=(gdb)
 
 missing=()
 for p in "${packages[@]}"; do

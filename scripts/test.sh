@@ -56,7 +56,7 @@ reference_times=$root/tests/suite-times.tsv
 # the server's major version or libpqxx's; the rest runs once, on the host).
 quick_integration=" client conformance_orders_service conformance_python_orders conformance_node_orders docs_blocks "
 matrix_integration=" binding_paths cancel_long_calls client client_install counters_server fences_survive
-  installcheck_no_preload json_depth_immutable monitoring_queries no_preload orders_service pg_cron pgtap
+  installcheck_no_preload json_depth_immutable lock_timeout_race monitoring_queries no_preload orders_service pg_cron pgtap
   scale_out_plproxy stress_same_key "
 matrix_integration=" $(echo $matrix_integration) "
 # Those that use the C++ build (build-test): the client, its examples, jcs_tool.
