@@ -94,7 +94,7 @@ check "the pg_tle body is the psql -f body" test "$(q -d idem_tle -c "
 # 3. pg_regress and the isolation specs that apply.
 # guarantees.sql's section 8 binds principals per session, which the trusted
 # edition cannot (the binding check below is its own).
-regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080
+regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080 http_answer
          fingerprint security_search_path)
 isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once
            counters_across_backends duplicate_waits_then_replays expired_retry_races_cleanup
