@@ -184,4 +184,27 @@ CREATE FUNCTION idempotency.http_answer(result idempotency.batch_outcome,
                                    type_base, retry_after);
 COMMENT ON FUNCTION idempotency.http_answer(idempotency.batch_outcome, text, integer) IS
     'idempotency.http_answer of one row of begin_batch';
+-- What a handler's status means for storage, the one table every middleware
+-- follows: a final 2xx commits with the key; a final error (4xx) rolls the
+-- handler's writes back and is saved alone (save_final); anything not final
+-- (401, 428, 429, 3xx, 5xx by default: idempotency.final_statuses) rolls back
+-- and stores nothing, so a retry runs.
+CREATE FUNCTION idempotency.http_storage(status integer)
+    RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF status IS NULL OR status < 100 OR status > 599 THEN
+        RAISE EXCEPTION 'an HTTP status is 100 to 599, not %', coalesce(status::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT idempotency.is_final(status) THEN
+        RETURN 'not_stored';
+    END IF;
+    RETURN CASE WHEN status >= 400 THEN 'saved_after_rollback' ELSE 'committed_with_key' END;
+END
+$$;
+COMMENT ON FUNCTION idempotency.http_storage(integer) IS
+    'What a handler''s response with this status does: committed_with_key (final, below 400), saved_after_rollback (final error: roll back, then save_final), not_stored (not final per idempotency.final_statuses: roll back, a retry runs); 22023 outside 100-599';
 -- <<< shared with the trusted edition

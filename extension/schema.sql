@@ -606,6 +606,26 @@ $function$;
 COMMENT ON FUNCTION idempotency.http_answer(idempotency.key_outcome,text,integer) IS 'The HTTP answer of an outcome that does not run the handler: replay (the stored status, kept headers and body, Idempotent-Replay, Idempotency-Expires), mismatch 422, in_progress 409 with Retry-After, secret_replay and a response not kept 409, expired 410, as RFC 9457 problems under type_base; started: all NULL (run the handler). Headers are [name, value] pairs in order; a name starting with ":" (":chunks") is the client''s instruction, not a header';
 -- privileges: the default (EXECUTE for PUBLIC)
 
+CREATE OR REPLACE FUNCTION idempotency.http_storage(status integer)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF status IS NULL OR status < 100 OR status > 599 THEN
+        RAISE EXCEPTION 'an HTTP status is 100 to 599, not %', coalesce(status::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT idempotency.is_final(status) THEN
+        RETURN 'not_stored';
+    END IF;
+    RETURN CASE WHEN status >= 400 THEN 'saved_after_rollback' ELSE 'committed_with_key' END;
+END
+$function$;
+COMMENT ON FUNCTION idempotency.http_storage(integer) IS 'What a handler''s response with this status does: committed_with_key (final, below 400), saved_after_rollback (final error: roll back, then save_final), not_stored (not final per idempotency.final_statuses: roll back, a retry runs); 22023 outside 100-599';
+-- privileges: the default (EXECUTE for PUBLIC)
+
 CREATE OR REPLACE FUNCTION idempotency.is_final(status integer)
  RETURNS boolean
  LANGUAGE c

@@ -128,9 +128,22 @@ SELECT * FROM idempotency.http_answer(ROW('replayed', NULL, NULL, NULL, NULL, NU
 SELECT * FROM idempotency.http_answer(ROW('mismatch', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::idempotency.key_outcome, NULL);
 SELECT * FROM idempotency.http_answer(ROW('mismatch', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::idempotency.key_outcome, retry_after => NULL);
 
+-- What a handler's status means for storage: one table, which follows
+-- idempotency.final_statuses as is_final does.
+SELECT s, idempotency.http_storage(s)
+  FROM unnest(ARRAY[100, 200, 201, 204, 301, 304, 400, 401, 403, 404, 409, 410, 412, 413, 415, 422,
+                    428, 429, 500, 503, 599]) AS s;
+SET idempotency.final_statuses = '2xx,404,503';
+SELECT s, idempotency.http_storage(s) FROM unnest(ARRAY[201, 400, 404, 503]) AS s;
+RESET idempotency.final_statuses;
+SELECT idempotency.http_storage(99);
+SELECT idempotency.http_storage(600);
+SELECT idempotency.http_storage(NULL);
+
 -- Anyone may call it (it reads nothing): PUBLIC executes it, as jcs and fingerprint.
 SELECT has_function_privilege('public', 'idempotency.http_answer(idempotency.key_outcome, text, integer)', 'EXECUTE');
 SELECT has_function_privilege('public', 'idempotency.http_answer(idempotency.batch_outcome, text, integer)', 'EXECUTE');
+SELECT has_function_privilege('public', 'idempotency.http_storage(integer)', 'EXECUTE');
 
 SELECT idempotency.set_expiry_policy('pay-refuse', 'run');
 DELETE FROM idempotency.keys WHERE principal = 'h';
