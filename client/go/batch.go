@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // Many keys in one call: idempotency.begin_batch, complete_batch and
@@ -75,7 +75,7 @@ type BatchClaim struct {
 
 // Querier is what ClaimBatch needs: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
 type Querier interface {
-	Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // batchShape checks what one batch call can carry: one principal, one action,

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Request is one HTTP request as the protocol sees it.
@@ -58,7 +58,7 @@ func validKey(key string, maxLength int) bool {
 }
 
 // interval is a duration as a query argument: nil (the server's default) for 0.
-func interval(d time.Duration) interface{} {
+func interval(d time.Duration) any {
 	if d <= 0 {
 		return nil
 	}
@@ -66,7 +66,7 @@ func interval(d time.Duration) interface{} {
 }
 
 // excludeArg is the exclude pointers as a query argument: nil when there are none.
-func excludeArg(pointers []string) interface{} {
+func excludeArg(pointers []string) any {
 	if len(pointers) == 0 {
 		return nil
 	}
@@ -127,7 +127,7 @@ func newFinalStatuses(statuses []int) (*finalStatuses, error) {
 
 // querier is what load needs: a *pgx.Conn or a pool.
 type querier interface {
-	Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // load reads the server's idempotency.final_statuses (one round trip, once).

@@ -19,11 +19,11 @@ const pastEpoch = int64(1700000000) // Tue, 14 Nov 2023 22:13:20 GMT
 
 func checkGone(t *testing.T, what string, response Response) {
 	t.Helper()
-	var body map[string]interface{}
+	var body map[string]any
 	if err := json.Unmarshal(response.Body, &body); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	want := map[string]interface{}{"status": float64(410), "title": "Idempotency-Key has expired",
+	want := map[string]any{"status": float64(410), "title": "Idempotency-Key has expired",
 		"type": "/problems/idempotency-key-expired", "detail": Outcomes["expired"].Detail}
 	if response.Status != 410 || len(body) != len(want) {
 		t.Fatalf("%s: %d %s", what, response.Status, response.Body)

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ConnSource hands the middleware an idle connection for one request and a

@@ -21,9 +21,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The routing defaults of client/protocol.json ("routing"; protocol_test.go compares).
@@ -68,7 +68,7 @@ func IsStalePlacement(err error) bool {
 // RouterPool is a Router's target: a *pgxpool.Pool (or anything with its Acquire and Query).
 type RouterPool interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
-	Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // RouterOptions configure a Router; zero values take the defaults.

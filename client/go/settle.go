@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // settle ends a started attempt by what the handler answered: a final success
@@ -34,7 +34,7 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 		// (save_final runs in an implicit transaction of its own, same flight).
 		// A one-time secret is sent without body and headers: the server would
 		// drop them anyway.
-		body, kept := response.Body, interface{}(headers)
+		body, kept := response.Body, any(headers)
 		if response.OneTimeSecret {
 			body, kept = []byte{}, nil
 		}
@@ -51,7 +51,7 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 		atomic.AddInt64(&c.counters.StoredErrors, 1)
 		return stamped(response, stored), nil
 	}
-	var resourceID interface{}
+	var resourceID any
 	if response.ResourceID != "" {
 		resourceID = response.ResourceID
 	}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // The statements of the transactional protocol. The fingerprint is computed by
@@ -267,13 +267,13 @@ func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
 }
 
 // waitArg is begin's wait: 0 in reject mode (409 at once), else Options.Wait.
-func (c *Client) waitArg(req Request) interface{} {
+func (c *Client) waitArg(req Request) any {
 	return waitArg(req.Duplicates, c.options.Duplicates, c.options.Wait)
 }
 
 // waitArg is begin's or acquire's wait: 0 in reject mode (the request's mode, else
 // the configured one), else wait (0: the server's idempotency.wait_timeout).
-func waitArg(mode, configured DuplicateMode, wait time.Duration) interface{} {
+func waitArg(mode, configured DuplicateMode, wait time.Duration) any {
 	if mode == "" {
 		mode = configured
 	}

@@ -1,5 +1,5 @@
 // go-orders: the orders service of examples/orders-service in Go (net/http,
-// pgx v4), idempotent through pg_idempotency's middleware (client/go).
+// pgx v5), idempotent through pg_idempotency's middleware (client/go).
 //
 //	go-orders --port 8080 --dsn "host=... dbname=..." [--threads 8]
 //
@@ -33,8 +33,8 @@ import (
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const schema = `
@@ -61,19 +61,18 @@ func serve(port int, dsn string, connections int) error {
 		return err
 	}
 	config.MaxConns = int32(connections)
-	// Connections are made when needed, so the service starts while its database is
-	// down (or restarting) and serves when it is back; the tables are made then.
-	config.LazyConnect = true
+	// pgxpool makes connections when needed, so the service starts while its database
+	// is down (or restarting) and serves when it is back; the tables are made then.
 	// For a few seconds after a database fault, a connection is pinged before it is
 	// handed out (a restart ended the idle ones too; pgx sees that only when used).
 	var lastFault int64
-	config.BeforeAcquire = func(ctx context.Context, conn *pgx.Conn) bool {
+	config.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		if time.Since(time.Unix(0, atomic.LoadInt64(&lastFault))) > 5*time.Second {
-			return true
+			return true, nil
 		}
-		return conn.Ping(ctx) == nil
+		return conn.Ping(ctx) == nil, nil
 	}
-	pool, err := pgxpool.ConnectConfig(ctx, config)
+	pool, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {
 		return err
 	}

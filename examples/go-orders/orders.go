@@ -8,12 +8,12 @@ import (
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // decodeObject reads a JSON object with its numbers kept as written.
-func decodeObject(body []byte) map[string]interface{} {
-	var document map[string]interface{}
+func decodeObject(body []byte) map[string]any {
+	var document map[string]any
 	decoder := json.NewDecoder(bytes.NewReader(body))
 	decoder.UseNumber()
 	if decoder.Decode(&document) != nil || decoder.More() {
@@ -52,7 +52,7 @@ func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
 	if err != nil {
 		return internalError(err), ""
 	}
-	document := map[string]interface{}{"id": id, "item": item, "quantity": quantity,
+	document := map[string]any{"id": id, "item": item, "quantity": quantity,
 		"created_at": createdAt}
 	headers := idempotency.Headers{{Name: "Content-Type", Value: "application/json"},
 		{Name: "Location", Value: "/orders/" + strconv.FormatInt(id, 10)}}
@@ -76,6 +76,6 @@ func createAPIKey(ctx context.Context, tx pgx.Tx, principal string, body []byte)
 	}
 	headers := idempotency.Headers{{Name: "Content-Type", Value: "application/json"},
 		{Name: "Location", Value: "/api-keys/" + strconv.FormatInt(id, 10)}}
-	document := map[string]interface{}{"id": id, "name": name, "secret": randomSecret()}
+	document := map[string]any{"id": id, "name": name, "secret": randomSecret()}
 	return result{201, headers, dumps(document)}, strconv.FormatInt(id, 10)
 }
