@@ -26,7 +26,7 @@ func batchKeys(outcomes []BatchOutcome) string {
 func TestBeginBatchOutcomesPerKeyThenCompleteBatch(t *testing.T) {
 	ordersTable(t)
 	ctx, who, conn := context.Background(), principal(t), connect(t)
-	client := newClient(t, Options{Duplicates: DuplicatesReject})
+	client := newClient(t, Options{Wait: Reject})
 	// done: completed with the same body (replay); other: another body (mismatch);
 	// held: held by an open transaction (in_progress at once in reject mode).
 	for _, key := range []string{"done", "other"} {

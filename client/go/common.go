@@ -31,8 +31,9 @@ type Request struct {
 	Exclude []string
 	// Action is the operation name stored with the key; "" means "METHOD path".
 	Action string
-	// Duplicates overrides Options.Duplicates for this call ("" keeps it).
-	Duplicates DuplicateMode
+	// Route holds this call's TTL, Wait and MethodsRequiringKey; its zero values
+	// keep the Client's (route.go).
+	Route Route
 }
 
 // ActionName is the action stored with the key.
@@ -57,7 +58,7 @@ func validKey(key string, maxLength int) bool {
 	return true
 }
 
-// interval is a duration as a query argument: nil (the server's default) for 0.
+// interval is a duration as a query argument: nil (the server's setting) for 0.
 func interval(d time.Duration) any {
 	if d <= 0 {
 		return nil

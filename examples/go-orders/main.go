@@ -97,10 +97,9 @@ func serve(port int, dsn string, connections int) error {
 		},
 	}
 	keyed := idempotency.Middleware(options)
-	// The same middleware in reject mode: a duplicate gets 409 at once.
-	options.Duplicates = func(*http.Request) idempotency.DuplicateMode {
-		return idempotency.DuplicatesReject
-	}
+	// The same Client and pool on a route of its own in reject mode: a duplicate
+	// gets 409 at once.
+	options.Route = idempotency.Route{Wait: idempotency.Reject}
 	rejecting := idempotency.Middleware(options)
 	s := &service{pool: pool, flakyFailed: map[[2]string]bool{}}
 	routes := http.NewServeMux()
