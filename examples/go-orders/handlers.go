@@ -16,11 +16,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 )
 
-// service holds the pool and the flaky route's memory.
+// service holds the pool, River's client and the flaky route's memory.
 type service struct {
 	pool        *pgxpool.Pool
+	jobs        *river.Client[pgx.Tx]
 	flakyMu     sync.Mutex
 	flakyFailed map[[2]string]bool
 }

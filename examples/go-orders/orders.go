@@ -22,23 +22,35 @@ func decodeObject(body []byte) map[string]any {
 	return document
 }
 
-// createOrder validates the body and inserts the order in tx.
-func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
-	delayMs int) (result, string) {
+// parseOrder reads an order's body: its item and quantity, or the answer to a
+// body that is not an order.
+func parseOrder(body []byte) (string, int64, *result) {
 	data := decodeObject(body)
 	item, _ := data["item"].(string)
 	if data == nil || item == "" {
-		return problem(400, "Invalid order",
-			`The body must be a JSON object with a non-empty "item" string.`), ""
+		invalid := problem(400, "Invalid order",
+			`The body must be a JSON object with a non-empty "item" string.`)
+		return "", 0, &invalid
 	}
 	quantity := int64(1)
 	if raw, present := data["quantity"]; present {
 		number, isNumber := raw.(json.Number)
 		value, err := strconv.ParseInt(string(number), 10, 64)
 		if !isNumber || err != nil || value < 1 || value > 1000 {
-			return problem(422, "Invalid quantity", "quantity must be 1 to 1000."), ""
+			invalid := problem(422, "Invalid quantity", "quantity must be 1 to 1000.")
+			return "", 0, &invalid
 		}
 		quantity = value
+	}
+	return item, quantity, nil
+}
+
+// createOrder validates the body and inserts the order in tx.
+func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
+	delayMs int) (result, string) {
+	item, quantity, invalid := parseOrder(body)
+	if invalid != nil {
+		return *invalid, ""
 	}
 	if delayMs > 0 {
 		if _, err := tx.Exec(ctx, "SELECT pg_sleep($1::float8 / 1000)", delayMs); err != nil {
