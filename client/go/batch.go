@@ -60,17 +60,17 @@ func (o BatchOutcome) Started() bool { return o.Outcome == "started" }
 
 // BatchCompletion is what complete_batch answered for one key.
 type BatchCompletion struct {
-	Ord       int
-	Key       string
-	Completed bool
+	Ord       int    // the key's 1-based position in the batch
+	Key       string // the key
+	Completed bool   // complete_batch stored the response (as complete's true)
 }
 
 // BatchClaim is what claim_batch answered for one key: Claimed is true for
 // the call that claimed it, as idempotency.claim.
 type BatchClaim struct {
-	Ord     int
-	Key     string
-	Claimed bool
+	Ord     int    // the key's 1-based position in the batch
+	Key     string // the key
+	Claimed bool   // this call claimed it
 }
 
 // Querier is what ClaimBatch needs: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.

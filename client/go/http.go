@@ -8,8 +8,8 @@ import (
 
 // HeaderField is one HTTP header field; names compare case-insensitively.
 type HeaderField struct {
-	Name  string
-	Value string
+	Name  string // the field name, as written
+	Value string // the field value
 }
 
 // Headers are header fields in order, repeated names (Set-Cookie, Link) included.

@@ -84,13 +84,14 @@ type LeaseOptions struct {
 	Wait Wait
 	// KeptHeaders, FinalStatuses, ProblemTypeBase, MaxKeyLength as in Options.
 	KeptHeaders     []string
-	FinalStatuses   []int
-	ProblemTypeBase string
-	MaxKeyLength    int
+	FinalStatuses   []int  // as Options.FinalStatuses (nil: ask the server)
+	ProblemTypeBase string // as Options.ProblemTypeBase ("": "/problems/")
+	MaxKeyLength    int    // as Options.MaxKeyLength (0: 255)
 }
 
 // LeaseResult is the result of one run.
 type LeaseResult struct {
+	// Outcome is how the run ended (Fresh, Replayed, InProgress, ...).
 	Outcome LeaseOutcome
 	// Response is what to send: the body's, the stored one, or a problem response.
 	Response Response

@@ -307,14 +307,17 @@ type captureWriter struct {
 	stream *streamState
 }
 
+// Header is the captured response's header map.
 func (c *captureWriter) Header() http.Header { return c.header }
 
+// WriteHeader captures the status (the first one counts).
 func (c *captureWriter) WriteHeader(status int) {
 	if c.status == 0 {
 		c.status = status
 	}
 }
 
+// Write captures body bytes, or queues them as the next chunk of a stream.
 func (c *captureWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK

@@ -83,8 +83,12 @@ func (o Options) withDefaults() Options {
 
 // Counters say what a Client did, for metrics.
 type Counters struct {
+	// Started, Replayed, Mismatched, InProgress, SecretReplayed count begin's
+	// outcomes (the handler ran; stored response; 422; 409; one-time secret 409).
 	Started, Replayed, Mismatched, InProgress, SecretReplayed int64
-	RejectedKeys, NotStored, StoredErrors, Retries            int64
+	// RejectedKeys counts 400s for keys; NotStored non-final answers; StoredErrors
+	// final errors stored by save_final; Retries reruns on 40001 and 40P01.
+	RejectedKeys, NotStored, StoredErrors, Retries int64
 	// Expired counts retries of keys that expired under an on_expiry 'refuse' policy (410).
 	Expired int64
 }

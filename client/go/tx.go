@@ -55,6 +55,7 @@ type notingRow struct {
 	tx  *attemptTx
 }
 
+// Scan reads the row; its error is noted.
 func (r notingRow) Scan(dest ...any) error { return r.tx.note(r.row.Scan(dest...)) }
 
 var _ pgx.Tx = (*attemptTx)(nil)

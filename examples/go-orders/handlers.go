@@ -172,6 +172,7 @@ func (s *service) plainOrders(w http.ResponseWriter, r *http.Request) {
 
 type rollback struct{}
 
+// Error says the transaction was rolled back on purpose.
 func (rollback) Error() string { return "rolled back" }
 
 var errRollback error = rollback{}

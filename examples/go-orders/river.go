@@ -40,6 +40,7 @@ type orderCreatedWorker struct {
 	river.WorkerDefaults[orderCreated]
 }
 
+// Work confirms the order.
 func (orderCreatedWorker) Work(ctx context.Context, job *river.Job[orderCreated]) error {
 	fmt.Fprintf(os.Stderr, "go-orders: order %d of %s confirmed\n", job.Args.OrderID,
 		job.Args.Principal)
@@ -59,6 +60,7 @@ type keyCleanupWorker struct {
 	pool *pgxpool.Pool
 }
 
+// Work deletes expired keys.
 func (w keyCleanupWorker) Work(ctx context.Context, job *river.Job[keyCleanup]) error {
 	_, err := w.pool.Exec(ctx, "CALL idempotency.cleanup(max_runtime => '50 seconds')")
 	return err

@@ -6,9 +6,9 @@ import (
 
 // Order is a row of orders.
 type Order struct {
-	ID        int64
-	Principal string
-	Item      string
-	Quantity  int32
-	CreatedAt pgtype.Timestamptz
+	ID        int64              // id bigserial
+	Principal string             // principal text
+	Item      string             // item text
+	Quantity  int32              // quantity int
+	CreatedAt pgtype.Timestamptz // created_at timestamptz
 }

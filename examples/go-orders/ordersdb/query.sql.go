@@ -25,9 +25,9 @@ RETURNING id, principal, item, quantity, created_at
 
 // CreateOrderParams are CreateOrder's arguments.
 type CreateOrderParams struct {
-	Principal string
-	Item      string
-	Quantity  int32
+	Principal string // $1
+	Item      string // $2
+	Quantity  int32  // $3
 }
 
 // CreateOrder inserts an order and returns its row.
