@@ -33,7 +33,8 @@ if [[ $scope == full ]]; then
   packages+=(libpostgresql-jdbc-java)
   # Go for client/go, examples/go-orders and tests/languages/pgx_forms.go: modules
   # (pgx v5, River) come from the Go module proxy at build time, pinned by each
-  # module's go.sum. The machine ships Go 1.26 (/usr/local/go); the modules say go 1.25.
+  # module's go.sum. The machine ships Go 1.26 (/usr/local/go); client/go says go 1.25,
+  # examples/go-orders go 1.26 (River 0.51's own minimum).
   # Debian's golang-go only where no go is on PATH (bookworm's 1.19 is too old for them).
   command -v go >/dev/null || packages+=(golang-go)
   # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 on

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
 if ! command -v go >/dev/null; then
-  echo "not ok - go toolchain (Go 1.25 or later; scripts/install-deps.sh)"
+  echo "not ok - go toolchain (Go 1.26 or later; scripts/install-deps.sh)"
   echo "0 passed, 1 failed"
   exit 1
 fi

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v go >/dev/null; then
-  echo "not ok - needs go (Go 1.25 or later; scripts/install-deps.sh)"
+  echo "not ok - needs go (Go 1.26 or later; scripts/install-deps.sh)"
   echo "0 passed, 1 failed"
   exit 1
 fi
