@@ -94,7 +94,8 @@ func FromContext(ctx context.Context) *RequestContext {
 
 // ErrEmptyPrincipal is what OnError gets when Principal answered ("", true).
 var ErrEmptyPrincipal = errors.New(
-	"idempotency: Principal returned an empty principal with true (return false for anonymous requests)")
+	"idempotency: Principal returned an empty principal with true" +
+		" (return false for anonymous requests)")
 
 // Middleware wraps an http.Handler in the transactional protocol: it reads the
 // body once, runs the handler inside the transaction that holds the key

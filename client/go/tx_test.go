@@ -66,8 +66,8 @@ func TestTheHandlersTxIsAWholePgxTx(t *testing.T) {
 	if err != nil || response.Status != 201 {
 		t.Fatalf("%+v %v", response, err)
 	}
-	if n := scalarInt(t, "SELECT count(*) FROM go_orders WHERE principal = $1 AND item <> 'rolled back'",
-		who); n != 3 || orders(t, who) != 3 {
+	if n := scalarInt(t, "SELECT count(*) FROM go_orders"+
+		" WHERE principal = $1 AND item <> 'rolled back'", who); n != 3 || orders(t, who) != 3 {
 		t.Fatalf("%d orders kept, %d in all", n, orders(t, who))
 	}
 	if n := scalarInt(t, "SELECT length(lo_get($1::oid))", int64(oid)); n != 7 {

@@ -80,8 +80,9 @@ func newJobs(jobsPool, appPool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 			return keyCleanup{}, &river.InsertOpts{
 				UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
 		}, &river.PeriodicJobOpts{ID: "idempotency:cleanup"})
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return river.NewClient(riverpgxv5.New(jobsPool), &river.Config{
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:       logger,
 		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
 		Workers:      workers,
 		PeriodicJobs: []*river.PeriodicJob{cleanup},

@@ -142,7 +142,8 @@ func TestAJobExistsExactlyWhenTheRequestCommitted(t *testing.T) {
 	server := riverService(t)
 	t.Run("committed: one job, and a replay adds none", func(t *testing.T) {
 		who := principal(t)
-		first, again := post(t, server, "/river/orders", who, "k"), post(t, server, "/river/orders", who, "k")
+		first := post(t, server, "/river/orders", who, "k")
+		again := post(t, server, "/river/orders", who, "k")
 		if first.status != 201 || first.replayed || again.status != 201 || !again.replayed ||
 			!bytes.Equal(first.body, again.body) {
 			t.Fatalf("%+v %+v", first, again)
