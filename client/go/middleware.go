@@ -186,7 +186,8 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		if options.OnError != nil {
 			options.OnError(r, err)
 		}
-		WriteResponse(w, faultResponse(options.Client))
+		client := options.Client.options
+		WriteResponse(w, DatabaseFaultResponse(client.RetryAfter, client.ProblemTypeBase))
 		return
 	}
 	if streamed {
