@@ -73,11 +73,6 @@ type BatchClaim struct {
 	Claimed bool   // this call claimed it
 }
 
-// Querier is what ClaimBatch needs: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // batchShape checks what one batch call can carry: one principal, one action,
 // one exclude list, one TTL and one Wait, and a key for every request.
 func batchShape(reqs []Request) error {

@@ -126,13 +126,14 @@ func newFinalStatuses(statuses []int) (*finalStatuses, error) {
 	return f, nil
 }
 
-// querier is what load needs: a *pgx.Conn or a pool.
-type querier interface {
+// Querier is what ClaimBatch (and the final-status table) needs: a pgx.Tx, a
+// *pgx.Conn or a *pgxpool.Pool.
+type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // load reads the server's idempotency.final_statuses (one round trip, once).
-func (f *finalStatuses) load(ctx context.Context, q querier) error {
+func (f *finalStatuses) load(ctx context.Context, q Querier) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.loaded {
