@@ -116,7 +116,7 @@ func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]B
 		keys[i], methods[i], paths[i], bodies[i] = req.Key, req.Method, req.Path, req.Body
 	}
 	first := reqs[0]
-	route := first.Route.effective(c.options)
+	route := c.options.route(first.Route)
 	if err := route.check(); err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func TestExpiredIsAnswered410ByTheLeaseRunner(t *testing.T) {
 
 func TestTheWaitArgumentFollowsTheRouteThenTheOptions(t *testing.T) {
 	wait := func(route, options Wait) any {
-		return Route{Wait: route}.effective(Options{Wait: options}).Wait.arg()
+		return Options{Wait: options}.route(Route{Wait: route}).Wait.arg()
 	}
 	if got := wait(Wait{}, Reject); got != time.Duration(0) {
 		t.Errorf("reject in the options: %v", got)

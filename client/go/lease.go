@@ -171,7 +171,7 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 			return LeaseResult{}, err
 		}
 	}
-	route := req.Route.effective(Options{TTL: options.TTL, Wait: options.Wait})
+	route := Options{TTL: options.TTL, Wait: options.Wait}.route(req.Route)
 	if err := route.check(); err != nil {
 		return LeaseResult{}, err
 	}

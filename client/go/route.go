@@ -121,18 +121,6 @@ func (r Route) check() error {
 	return nil
 }
 
-// effective is the route's settings over the client's options.
-func (r Route) effective(o Options) Route {
-	if r.TTL == 0 {
-		r.TTL = o.TTL
-	}
-	r.Wait = r.Wait.or(o.Wait)
-	if r.MethodsRequiringKey == nil {
-		r.MethodsRequiringKey = o.MethodsRequiringKey
-	}
-	return r
-}
-
 // requiresKey reports whether a request of this method needs a key on the route.
 func (r Route) requiresKey(method string) bool {
 	for _, m := range r.MethodsRequiringKey {

@@ -81,6 +81,18 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// route is a call's Route over the options: each zero value of r takes o's.
+func (o Options) route(r Route) Route {
+	if r.TTL == 0 {
+		r.TTL = o.TTL
+	}
+	r.Wait = r.Wait.or(o.Wait)
+	if r.MethodsRequiringKey == nil {
+		r.MethodsRequiringKey = o.MethodsRequiringKey
+	}
+	return r
+}
+
 // Counters say what a Client did, for metrics.
 type Counters struct {
 	// Started, Replayed, Mismatched, InProgress, SecretReplayed count begin's
@@ -169,7 +181,7 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		return Response{}, fmt.Errorf("idempotency: the connection must be idle (status %q): "+
 			"the attempt opens and ends its own transaction", status)
 	}
-	route := req.Route.effective(c.options)
+	route := c.options.route(req.Route)
 	if err := route.check(); err != nil {
 		return Response{}, err
 	}
