@@ -53,7 +53,7 @@ type MiddlewareOptions struct {
 	// keeps the Client's. One Client and pool serve many routes: copy the options,
 	// set Route, and call Middleware again.
 	Route Route
-	// MaxBodyBytes bounds the request body read for the fingerprint (10 MiB);
+	// MaxBodyBytes bounds the request body read for the fingerprint (0: 10 MiB);
 	// a longer body is answered 413.
 	MaxBodyBytes int64
 	// OnError sees the errors the middleware answers itself (nil: none): the empty
