@@ -76,10 +76,11 @@ func newJobs(jobsPool, appPool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 	cleanup := river.NewPeriodicJob(river.PeriodicInterval(time.Minute),
 		func() (river.JobArgs, *river.InsertOpts) {
 			// One cleanup a minute however many services run: River's leader inserts it,
-			// and ByPeriod keeps a second one of the same minute out.
+			// and ByPeriod keeps a second one of the same minute out. RunOnStart: a
+			// new leader runs one at once.
 			return keyCleanup{}, &river.InsertOpts{
 				UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
-		}, &river.PeriodicJobOpts{ID: "idempotency:cleanup"})
+		}, &river.PeriodicJobOpts{ID: "idempotency:cleanup", RunOnStart: true})
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return river.NewClient(riverpgxv5.New(jobsPool), &river.Config{
 		Logger:       logger,

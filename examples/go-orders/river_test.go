@@ -114,10 +114,10 @@ func post(t *testing.T, server *httptest.Server, path, who, key string) reply {
 	return reply{response.StatusCode, response.Header.Get(idempotency.ReplayHeader) == "true", body}
 }
 
-func count(t *testing.T, sql, who string) int64 {
+func count(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	if err := testPool.QueryRow(context.Background(), sql, who).Scan(&n); err != nil {
+	if err := testPool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -193,6 +193,39 @@ func TestAJobExistsExactlyWhenTheRequestCommitted(t *testing.T) {
 			t.Fatalf("%d jobs, %d orders", jobs, orders)
 		}
 	})
+}
+
+func TestRiverRunsTheCleanupAtStart(t *testing.T) {
+	ctx, who := context.Background(), principal(t)
+	// An earlier run's cleanup of this minute would keep this one out (ByPeriod).
+	_, err := testPool.Exec(ctx, "DELETE FROM river_job WHERE kind = 'idempotency_cleanup'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testPool.Exec(ctx, "SELECT idempotency.claim($1, 'old', '1 millisecond')",
+		who); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	jobs, err := newJobs(testPool, testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jobs.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = jobs.Stop(ctx) }()
+	const done = "SELECT count(*) FROM river_job WHERE kind = 'idempotency_cleanup'" +
+		" AND state = 'completed'"
+	for deadline := time.Now().Add(30 * time.Second); count(t, done) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no completed idempotency_cleanup job within 30 s of River's start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := count(t, "SELECT count(*) FROM idempotency.keys WHERE principal = $1", who); n != 0 {
+		t.Fatalf("%d expired keys left", n)
+	}
 }
 
 func TestTheCleanupJobDeletesExpiredKeys(t *testing.T) {
