@@ -19,24 +19,33 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
 command -v gdb >/dev/null || { echo "not ok - gdb is not installed"; echo "0 passed, 1 failed"; exit 1; }
-fresh_database idem_lock_race
+# IDEM_RACE_DB: a database that has an edition already (tests/integration/
+# trusted_edition.sh runs this file against the trusted edition's); else a fresh
+# one with CREATE EXTENSION.
+if [[ -n ${IDEM_RACE_DB:-} ]]; then
+  db=$IDEM_RACE_DB
+else
+  fresh_database idem_lock_race
+  db=$service_db
+fi
 wait_s=8
 fp="idempotency.fingerprint('POST', '/race')"
 
 # Session A: holds the key (begin in an open transaction) until told to roll back.
 mkfifo "$work/a.in"
-psql -X -q -d "$service_db" <"$work/a.in" >"$work/a.out" 2>&1 &
+psql -X -q -d "$db" <"$work/a.in" >"$work/a.out" 2>&1 &
 exec 3>"$work/a.in"
 echo "BEGIN; SELECT (idempotency.begin('p', 'k', 'race', $fp)).outcome;" >&3
 key_lock_holders() {
-  psql -X -qAt -d "$service_db" -c \
-    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 18756 AND granted"
+  psql -X -qAt -d "$db" -c \
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 }
 for _ in $(seq 100); do [[ $(key_lock_holders) == 1 ]] && break; sleep 0.1; done
 check "session A holds the key lock" test "$(key_lock_holders)" = 1
 
 # Session B: waits for the key, then runs one more statement and commits.
-psql -X -d "$service_db" >"$work/b.out" 2>&1 <<SQL &
+psql -X -d "$db" >"$work/b.out" 2>&1 <<SQL &
 \\set VERBOSITY sqlstate
 BEGIN;
 SELECT 'b-outcome:' || (idempotency.begin('p', 'k', 'race', $fp, wait => '$wait_s s')).outcome;
@@ -46,7 +55,7 @@ SQL
 b_psql=$!
 b_pid=""
 for _ in $(seq 100); do
-  b_pid=$(psql -X -qAt -d "$service_db" -c \
+  b_pid=$(psql -X -qAt -d "$db" -c \
     "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
   [[ -n $b_pid ]] && break
   sleep 0.1
