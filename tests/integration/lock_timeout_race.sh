@@ -8,7 +8,7 @@
 # due to lock timeout", aborting the request's transaction.
 #
 # The interleaving, made certain with gdb: session A holds the key; session B
-# waits for it (wait => 8 s); gdb stops B in disable_timeouts, the call with
+# waits for it (wait => 15 s); gdb stops B in disable_timeouts, the call with
 # which ProcSleep turns the timers off once the lock is granted; A rolls back
 # (B is granted the lock); gdb holds B until B's wait has run out, then lets it
 # go, and the pending SIGALRM fires the lock timeout right there. The promise: B's
@@ -28,7 +28,8 @@ else
   fresh_database idem_lock_race
   db=$service_db
 fi
-wait_s=8
+# Long enough for gdb to attach on a loaded machine (6 s seen in a chroot).
+wait_s=15
 fp="idempotency.fingerprint('POST', '/race')"
 
 # Session A: holds the key (begin in an open transaction) until told to roll back.
@@ -62,6 +63,8 @@ for _ in $(seq 100); do
 done
 check "session B waits for the key lock" test -n "$b_pid"
 started=$SECONDS
+# B's wait runs out wait_s after it began (about now): gdb holds B until 1 s past that.
+deadline=$(($(date +%s) + wait_s + 1))
 
 # gdb stops B where the granted wait turns its timers off, sleeps past the wait's
 # end, and detaches: the SIGALRM queued meanwhile then fires the lock timeout.
@@ -69,7 +72,8 @@ gdb -p "$b_pid" -batch -nx \
   -ex 'handle SIGALRM nostop noprint pass' -ex 'handle SIGINT nostop noprint pass' \
   -ex 'handle SIGURG nostop noprint pass' -ex 'handle SIGUSR1 nostop noprint pass' \
   -ex 'break disable_timeouts' -ex "shell touch $work/gdb.ready" -ex 'continue' \
-  -ex "shell touch $work/gdb.held" -ex "shell sleep $((wait_s + 2))" -ex 'detach' \
+  -ex "shell touch $work/gdb.held" \
+  -ex "shell while [ \$(date +%s) -le $deadline ]; do sleep 0.2; done" -ex 'detach' \
   >"$work/gdb.out" 2>&1 &
 gdb_pid=$!
 for _ in $(seq 300); do [[ -e $work/gdb.ready ]] && break; sleep 0.05; done
