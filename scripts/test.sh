@@ -81,7 +81,7 @@ SUITES=(
   "fqm | ec  | regress           | pg_regress and isolation specs                           | regress"
   "fm  | ec  | regress_distributed | pg_regress and isolation specs, distributed mode (idempotency.distributed = on) | regress_distributed"
   "fq  | ec  | python_client     | Python client (pip install, pytest)                      | python_client_tests"
-  "fq  | ec  | node_client       | Node client (npm install, tsc, node --test)              | node_client_tests"
+  "fq  | ec  | node_client       | Node client (npm ci, tsc, node --test)                   | node_client_tests"
   "@integration"
   # Its own cluster (it restarts and crashes it on purpose): about 4 minutes on
   # the host, a short run elsewhere.
@@ -237,12 +237,10 @@ python_client_tests() {
   return "$status"
 }
 
-# The Node package built the way users build it (npm install, whose prepare
-# step runs tsc), then its tests (node --test) against a cluster they start
-# themselves. npm's lock file is not kept (.gitignore), like bench/'s.
+# The Node package built from its committed lock file (npm ci, whose prepare step
+# runs tsc), then its tests (node --test) against a cluster they start themselves.
 build_node() {
-  (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
-     npm run --silent build)
+  (cd client/node && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 }
 node_client_tests() {
   build_node && have+=n && (cd client/node && IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)
