@@ -258,3 +258,15 @@ export class FinalStatuses {
     return status >= 100 && status <= 599 && this.table[status - 100];
   }
 }
+
+/** What a framework adapter (Express middleware, Fastify plugin) hands the route as `idempotency`. */
+export interface RequestContext {
+  /** The connection whose transaction holds the key: do the request's writes here, never commit. */
+  db: Db;
+  /** The request as fingerprinted. */
+  request: Request;
+  /** Set to true when the response carries a secret: it is sent once and not stored. */
+  oneTimeSecret: boolean;
+  /** Id of what the request created, stored with the key. */
+  resourceId: string | null;
+}

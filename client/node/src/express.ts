@@ -33,31 +33,22 @@
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Pool, PoolClient } from "pg";
 
-import type { Db, Request } from "./common";
+import type { Db, Request, RequestContext } from "./common";
 import { isDatabaseFault, watchConnection, type ConnectionWatch } from "./fault";
 import {
   DEFAULT_MAX_STREAM_BYTES,
   EXPIRES_HEADER,
   Response,
+  StreamCapture,
+  checkMaxStreamBytes,
   databaseFaultResponse,
+  readStream,
   httpDate,
   type DuplicateMode,
   type Headers,
 } from "./http";
 import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
-
-/** What the middleware hands the route in `req.idempotency`. */
-export interface RequestContext {
-  /** The connection whose transaction holds the key: do the request's writes here, never commit. */
-  db: Db;
-  /** The request as fingerprinted. */
-  request: Request;
-  /** Set to true when the response carries a secret: it is sent once and not stored. */
-  oneTimeSecret: boolean;
-  /** Id of what the request created, stored with the key. */
-  resourceId: string | null;
-}
 
 declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace
@@ -136,54 +127,7 @@ async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer |
     // A body parser (express.json, urlencoded) consumed the stream: the bytes are gone.
     throw new Error("pg-idempotency: the middleware needs the raw body; put it before body parsers or use express.raw()");
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) return null;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
-
-/** A streamed response's chunks as they are sent, kept up to `maxBytes` in all. */
-export class StreamCapture {
-  /** Bytes streamed so far, kept or not. */
-  size = 0;
-  /** True once the stream went past maxBytes: nothing of it is kept. */
-  tooLarge = false;
-  private chunks: Buffer[] = [];
-
-  /** A capture that keeps at most maxBytes (a non-negative integer). */
-  constructor(readonly maxBytes: number = DEFAULT_MAX_STREAM_BYTES) {
-    checkMaxStreamBytes(maxBytes);
-  }
-
-  /** Records one chunk as sent (an empty one is no chunk: it is never sent). */
-  add(chunk: Buffer): void {
-    if (chunk.length === 0) return;
-    this.size += chunk.length;
-    if (this.tooLarge) return;
-    if (this.size > this.maxBytes) {
-      this.tooLarge = true;
-      this.chunks = []; // the memory goes back now, not at the end of the stream
-      return;
-    }
-    this.chunks.push(Buffer.from(chunk));
-  }
-
-  /** What the key is completed with: the chunks and their lengths, or the marker alone. */
-  response(status: number, headers: Headers): Response {
-    if (this.tooLarge) return new Response(status, headers, Buffer.alloc(0), { streamTooLarge: true });
-    const chunks = this.chunks.map((c) => c.length);
-    return new Response(status, headers, Buffer.concat(this.chunks), { chunks });
-  }
-}
-
-function checkMaxStreamBytes(value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
-  }
+  return readStream(req as AsyncIterable<Buffer>, limit);
 }
 
 /** What capture() hands back: the answer, and whether it went out as a stream. */

@@ -280,3 +280,57 @@ export function databaseFaultResponse(retryAfter = 1, typeBase = "/problems/"): 
   response.setHeader("Retry-After", String(Math.max(1, retryAfter)));
   return response;
 }
+
+/** A streamed response's chunks as they are sent, kept up to `maxBytes` in all. */
+export class StreamCapture {
+  /** Bytes streamed so far, kept or not. */
+  size = 0;
+  /** True once the stream went past maxBytes: nothing of it is kept. */
+  tooLarge = false;
+  private chunks: Buffer[] = [];
+
+  /** A capture that keeps at most maxBytes (a non-negative integer). */
+  constructor(readonly maxBytes: number = DEFAULT_MAX_STREAM_BYTES) {
+    checkMaxStreamBytes(maxBytes);
+  }
+
+  /** Records one chunk as sent (an empty one is no chunk: it is never sent). */
+  add(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    this.size += chunk.length;
+    if (this.tooLarge) return;
+    if (this.size > this.maxBytes) {
+      this.tooLarge = true;
+      this.chunks = []; // the memory goes back now, not at the end of the stream
+      return;
+    }
+    this.chunks.push(Buffer.from(chunk));
+  }
+
+  /** What the key is completed with: the chunks and their lengths, or the marker alone. */
+  response(status: number, headers: Headers): Response {
+    if (this.tooLarge) return new Response(status, headers, Buffer.alloc(0), { streamTooLarge: true });
+    const chunks = this.chunks.map((c) => c.length);
+    return new Response(status, headers, Buffer.concat(this.chunks), { chunks });
+  }
+}
+
+/** Throws RangeError unless `value` is a byte count (a safe integer >= 0). */
+export function checkMaxStreamBytes(value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
+  }
+}
+
+/** The bytes of a stream (a request body), or null once they pass `limit`. */
+export async function readStream(stream: AsyncIterable<Buffer | string>, limit: number): Promise<Buffer | null> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
+    size += bytes.length;
+    if (size > limit) return null;
+    chunks.push(bytes);
+  }
+  return Buffer.concat(chunks);
+}
