@@ -54,15 +54,15 @@ reference_times=$root/tests/suite-times.tsv
 # Integration tests: every tests/integration/*.sh is a suite of its own name.
 # --quick runs the first list; the matrix chroots run the second (what depends on
 # the server's major version or libpqxx's; the rest runs once, on the host).
-quick_integration=" client conformance_orders_service conformance_python_orders conformance_node_orders docs_blocks "
+quick_integration=" client conformance_orders_service conformance_python_orders conformance_node_orders conformance_fastify_orders docs_blocks "
 matrix_integration=" binding_paths cancel_long_calls client client_install counters_server fences_survive
   installcheck_no_preload json_depth_immutable monitoring_queries no_preload orders_service pg_cron pgtap
   scale_out_plproxy stress_same_key "
 matrix_integration=" $(echo $matrix_integration) "
 # Those that use the C++ build (build-test): the client, its examples, jcs_tool.
 cpp_integration=" client client_install conformance_orders_service docs_blocks faults fingerprints orders_service proxy_service "
-# Those that use the Node client as built (client/node/dist): its example, the doc blocks.
-node_integration=" conformance_node_orders docs_blocks faults fingerprints "
+# Those that use the Node client as built (client/node/dist): its examples, the doc blocks.
+node_integration=" conformance_node_orders conformance_fastify_orders docs_blocks faults fingerprints "
 
 # The suites, in order. Tiers: f = the whole run, q = --quick, m = inside a
 # matrix chroot. Needs: e = the extension built and installed, b = the C++ build,
