@@ -127,7 +127,7 @@ async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer |
     // A body parser (express.json, urlencoded) consumed the stream: the bytes are gone.
     throw new Error("pg-idempotency: the middleware needs the raw body; put it before body parsers or use express.raw()");
   }
-  return readStream(req as AsyncIterable<Buffer>, limit);
+  return readStream(req, limit);
 }
 
 /** What capture() hands back: the answer, and whether it went out as a stream. */
@@ -290,16 +290,13 @@ function rawHeaderNames(res: ServerResponse): string[] {
 
 /** Sends a Response on `res`, replacing whatever headers the route had set. */
 function send(res: ServerResponse, response: Response): void {
-  for (const name of res.getHeaderNames()) {
-    // Headers set before the chain reached the route (X-Powered-By, CORS) stay.
-    if (response.header(name) !== undefined) res.removeHeader(name);
-  }
-  const grouped = new Map<string, string[]>();
+  // Headers set before the chain reached the route (X-Powered-By, CORS) stay.
+  for (const [name] of response.headers) res.removeHeader(name);
   for (const [name, value] of response.headers) {
-    const key = [...grouped.keys()].find((k) => k.toLowerCase() === name.toLowerCase()) ?? name;
-    grouped.set(key, [...(grouped.get(key) ?? []), value]);
+    const previous = res.getHeader(name); // a repeated name (Set-Cookie, Link): one list
+    if (previous === undefined) res.setHeader(name, value);
+    else res.setHeader(name, [...(Array.isArray(previous) ? previous : [String(previous)]), value]);
   }
-  for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0] : values);
   res.statusCode = response.status;
   if (response.chunks !== null) {
     // A stored stream: the same chunks again, chunked.

@@ -173,7 +173,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   app.addHook("preParsing", async (request, reply, payload) => {
     const principal = !options.applies || options.applies(request) ? options.principal(request) : null;
     if (principal === null || principal === undefined) return payload;
-    const body = await readStream(payload as AsyncIterable<Buffer>, limit);
+    const body = await readStream(payload as unknown as NodeJS.ReadableStream, limit);
     if (body === null) {
       throw Object.assign(new Error("the request body is larger than the limit"), { statusCode: 413 });
     }

@@ -24,9 +24,13 @@ export const DUPLICATE_MODES: readonly DuplicateMode[] = ["wait", "reject"];
 /** The duplicate mode of a client or call that names none. */
 export const DEFAULT_DUPLICATE_MODE: DuplicateMode = "wait";
 
+let lastDate: [number, string] = [NaN, ""];
+
 /** Seconds since the Unix epoch as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"). */
 export function httpDate(epochSeconds: number): string {
-  return new Date(epochSeconds * 1000).toUTCString();
+  // Most answers in one second share an expiry: the last one is kept.
+  if (lastDate[0] !== epochSeconds) lastDate = [epochSeconds, new Date(epochSeconds * 1000).toUTCString()];
+  return lastDate[1];
 }
 
 /** The media type of problem bodies. */
@@ -322,15 +326,46 @@ export function checkMaxStreamBytes(value: number): void {
   }
 }
 
-/** The bytes of a stream (a request body), or null once they pass `limit`. */
-export async function readStream(stream: AsyncIterable<Buffer | string>, limit: number): Promise<Buffer | null> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
-    size += bytes.length;
-    if (size > limit) return null;
-    chunks.push(bytes);
-  }
-  return Buffer.concat(chunks);
+/**
+ * The bytes of a readable stream (a request body), or null once they pass `limit` (the
+ * stream is then left paused). Rejects when the stream fails or closes before its end.
+ * Events rather than `for await`: a request's body is read on every keyed request.
+ */
+export function readStream(stream: NodeJS.ReadableStream, limit: number): Promise<Buffer | null> {
+  const readable = stream as NodeJS.ReadableStream & { readableEnded?: boolean };
+  if (readable.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = () => {
+      stream.off("data", onData);
+      stream.off("end", onEnd);
+      stream.off("error", onError);
+      stream.off("close", onClose);
+    };
+    const onData = (chunk: Buffer | string) => {
+      const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
+      size += bytes.length;
+      if (size > limit) {
+        stop();
+        stream.pause();
+        resolve(null);
+        return;
+      }
+      chunks.push(bytes);
+    };
+    const onEnd = () => {
+      stop();
+      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    };
+    const onError = (error: Error) => {
+      stop();
+      reject(error);
+    };
+    const onClose = () => onError(new Error("the request closed before its body ended"));
+    stream.on("data", onData);
+    stream.on("end", onEnd);
+    stream.on("error", onError);
+    stream.on("close", onClose);
+  });
 }
