@@ -165,13 +165,13 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
     reject = no;
   });
   let ended = false;
-  res.once("close", () => {
-    // The client went away mid-stream: what the route did is rolled back, nothing kept.
-    if (streaming && !ended) {
+  // The client went away mid-stream: what the route did is rolled back, nothing kept.
+  const gone = () => {
+    if (!ended) {
       ended = true;
       reject(new Error("the client went away before the stream ended"));
     }
-  });
+  };
   const self = res as unknown as Record<string, unknown>;
   self.writeHead = function (status: number, ...rest: unknown[]) {
     res.statusCode = status;
@@ -201,6 +201,8 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   const piece = (data: Buffer, cb?: unknown): boolean => {
     if (!streaming) {
       streaming = true;
+      if (res.destroyed) gone();
+      else res.once("close", gone); // only a stream needs it: a whole answer commits anyway
       streamStatus = res.statusCode;
       onStream(streamStatus);
       // node's write() sends the head through res.writeHead (_implicitHeader): the real one now.
@@ -310,6 +312,17 @@ function send(res: ServerResponse, response: Response): void {
 }
 
 /**
+ * Sends the route's own answer: its status and headers are on `res` already, the
+ * protocol added at most the key's expiry.
+ */
+function sendOwn(res: ServerResponse, response: Response): void {
+  const expires = response.header(EXPIRES_HEADER);
+  if (expires !== undefined) res.setHeader(EXPIRES_HEADER, expires);
+  res.setHeader("Content-Length", String(response.body.length));
+  res.end(response.body);
+}
+
+/**
  * The middleware. The route finds the connection, already inside the transaction
  * that holds the key, in `req.idempotency.db`; it must do its writes there and
  * neither commit nor roll back. It may set `oneTimeSecret` and `resourceId` on
@@ -343,6 +356,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
       let watch: ConnectionWatch | null = null;
       let restore: (() => void) | null = null;
       let streamed = () => false;
+      let routeAnswer: Response | null = null;
       let broken = false;
       const client = options.client;
       const fault = () =>
@@ -385,6 +399,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           const answer = await captured.done;
           answer.oneTimeSecret = context.oneTimeSecret;
           answer.resourceId = context.resourceId;
+          routeAnswer = answer;
           return answer;
         };
         let response: Response;
@@ -417,6 +432,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         if (restore !== null) (restore as () => void)();
         restore = null;
         if (streamed()) res.end(); // streamed and committed: the response ends now
+        else if (response === routeAnswer) sendOwn(res, response);
         else send(res, response);
       } catch (error) {
         if (restore !== null) (restore as () => void)();
