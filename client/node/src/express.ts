@@ -249,42 +249,6 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   return { done, restore, streaming: () => streaming };
 }
 
-/**
- * Calls `onStale` when a query on `conn` fails with a stale placement (isStalePlacement),
- * until the returned function puts conn.query back. It sees the promise and callback forms
- * of query(), so the key's calls and the route's own statements; not a submittable's
- * (cursor, stream) errors.
- */
-function watchStalePlacement(conn: PoolClient, onStale: () => void): () => void {
-  const own = Object.getOwnPropertyDescriptor(conn, "query");
-  const query = conn.query as (...args: unknown[]) => unknown;
-  const see = (error: unknown) => {
-    if (isStalePlacement(error)) onStale();
-  };
-  (conn as unknown as { query: unknown }).query = function (this: unknown, ...args: unknown[]) {
-    const last = args[args.length - 1];
-    if (typeof last === "function") {
-      args[args.length - 1] = function (this: unknown, error: unknown, ...rest: unknown[]) {
-        see(error);
-        return (last as (...a: unknown[]) => unknown).call(this, error, ...rest);
-      };
-    }
-    const result = query.apply(this, args) as { then?: unknown; submit?: unknown } | undefined;
-    if (result && typeof result.then === "function" && typeof result.submit !== "function") {
-      // The caller's promise rejects as the original does (same error, unhandled if ignored).
-      return (result as Promise<unknown>).then(undefined, (error: unknown) => {
-        see(error);
-        throw error;
-      });
-    }
-    return result;
-  };
-  return () => {
-    if (own !== undefined) Object.defineProperty(conn, "query", own);
-    else delete (conn as unknown as { query?: unknown }).query;
-  };
-}
-
 function rawHeaderNames(res: ServerResponse): string[] {
   const raw = (res as unknown as { getRawHeaderNames?: () => string[] }).getRawHeaderNames;
   return raw ? raw.call(res) : res.getHeaderNames();
@@ -407,7 +371,8 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           conn = await connect(principal);
           watch = watchConnection(conn);
           let stale = false;
-          const unwatch = router !== undefined ? watchStalePlacement(conn, () => (stale = true)) : () => undefined;
+          // A query that answers the shard is not on this node: the placement is reported.
+          if (router !== undefined) watch.onQueryError = (error) => (stale ||= isStalePlacement(error));
           try {
             response = await client.handle(conn, request, handler);
             break;
@@ -415,7 +380,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
             // Refused before the route ran (the key's begin): rolled back, nothing written.
             if (!stale || restore !== null || attempt > 1 || !isStalePlacement(error)) throw error;
           } finally {
-            unwatch();
+            watch.onQueryError = null;
             if (stale) (router as Pick<Router, "reportStalePlacement">).reportStalePlacement(principal);
           }
           watch.stop();
