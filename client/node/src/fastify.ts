@@ -240,8 +240,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
       early = await Promise.race([ready, state.outcome]);
     } catch (error) {
       state.settled = true;
+      const faulted = isDatabaseFault(error) || (state.watch?.faulted() ?? false);
       finish(state, true);
-      if (!isDatabaseFault(error)) throw error;
+      if (!faulted) throw error;
       return reply.send(apply(reply, fault()));
     }
     if (early === null) return; // begin said started: the route runs in the transaction

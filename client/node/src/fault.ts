@@ -33,13 +33,13 @@ const LOST_MESSAGES = [
  * connection. Anything else (the route's own errors, constraint violations) is not.
  */
 export function isDatabaseFault(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && SOCKET_CODES.includes(code)) return true; // EPIPE looks like an SQLSTATE
   const state = sqlstate(error);
   if (state !== undefined) {
     return FAULT_SQLSTATE_CLASSES.includes(state.slice(0, 2)) || FAULT_SQLSTATES.includes(state);
   }
   if (!(error instanceof Error)) return false;
-  const code = (error as { code?: unknown }).code;
-  if (typeof code === "string" && SOCKET_CODES.includes(code)) return true;
   return LOST_MESSAGES.some((m) => error.message.startsWith(m));
 }
 
