@@ -40,6 +40,7 @@ import {
   EXPIRES_HEADER,
   Response,
   StreamCapture,
+  checkDuplicates,
   checkMaxStreamBytes,
   databaseFaultResponse,
   readStream,
@@ -301,10 +302,14 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
   const limit = options.limit ?? 1024 * 1024;
   const maxStreamBytes = options.maxStreamBytes ?? DEFAULT_MAX_STREAM_BYTES;
   checkMaxStreamBytes(maxStreamBytes);
+  checkMaxStreamBytes(limit, "limit");
+  checkDuplicates(options.duplicates);
   const { pool, router } = options;
   if ((pool === undefined) === (router === undefined)) {
     throw new TypeError("idempotency() needs either pool or router");
   }
+  if (!options.client || typeof options.client.handle !== "function") throw new TypeError("idempotency() needs a client");
+  if (typeof options.principal !== "function") throw new TypeError("principal must be a function");
   const connect = async (principal: string): Promise<PoolClient> =>
     router !== undefined
       ? (await router.connect(principal)).client

@@ -33,6 +33,7 @@ import {
   EXPIRES_HEADER,
   Response,
   StreamCapture,
+  checkDuplicates,
   checkMaxStreamBytes,
   databaseFaultResponse,
   httpDate,
@@ -136,6 +137,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   const limit = options.limit ?? 1024 * 1024;
   const maxStreamBytes = options.maxStreamBytes ?? DEFAULT_MAX_STREAM_BYTES;
   checkMaxStreamBytes(maxStreamBytes);
+  checkMaxStreamBytes(limit, "limit");
+  checkDuplicates(options.duplicates);
   const final = client["final"];
   const fault = () => databaseFaultResponse(client.options.retryAfter, client.options.problemTypeBase);
 

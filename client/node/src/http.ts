@@ -319,10 +319,18 @@ export class StreamCapture {
   }
 }
 
-/** Throws RangeError unless `value` is a byte count (a safe integer >= 0). */
-export function checkMaxStreamBytes(value: number): void {
+/** Throws RangeError unless `value` is a byte count (a safe integer >= 0); `name` says which. */
+export function checkMaxStreamBytes(value: number, name = "maxStreamBytes"): void {
   if (!Number.isSafeInteger(value) || value < 0) {
-    throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
+    throw new RangeError(`${name} must be an integer >= 0, not ${value}`);
+  }
+}
+
+/** Throws RangeError unless `duplicates` is a mode, a function or absent (an adapter's option). */
+export function checkDuplicates(duplicates: unknown): void {
+  if (duplicates === undefined || duplicates === null || typeof duplicates === "function") return;
+  if (!DUPLICATE_MODES.includes(duplicates as DuplicateMode)) {
+    throw new RangeError(`duplicates must be "wait", "reject" or a function, not ${String(duplicates)}`);
   }
 }
 

@@ -189,3 +189,14 @@ test("express: a body over the limit is 413; the process and the pool go on", as
     await new Promise((resolve) => listener.close(resolve));
   }
 });
+
+test("express: bad options are refused when the middleware is made", () => {
+  const client = new Client();
+  const principal = () => "p";
+  assert.throws(() => idempotency({ client, principal }), TypeError);
+  assert.throws(() => idempotency({ pool, principal }), TypeError);
+  assert.throws(() => idempotency({ pool, client }), TypeError);
+  assert.throws(() => idempotency({ pool, client, principal, limit: "big" }), RangeError);
+  assert.throws(() => idempotency({ pool, client, principal, maxStreamBytes: -1 }), RangeError);
+  assert.throws(() => idempotency({ pool, client, principal, duplicates: "sometimes" }), RangeError);
+});

@@ -273,4 +273,10 @@ test("fastify: a body over the limit is 413; bad options are refused at registra
     await assert.rejects(bad.register(idempotency, options).ready(), TypeError);
     await bad.close();
   }
+  const principal = () => "p";
+  for (const extra of [{ limit: "big" }, { maxStreamBytes: -1 }, { duplicates: "sometimes" }]) {
+    const bad = Fastify();
+    await assert.rejects(bad.register(idempotency, { pool, client: new Client(), principal, ...extra }).ready(), RangeError);
+    await bad.close();
+  }
 });
