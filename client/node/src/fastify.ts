@@ -274,6 +274,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
     const headers = headersOf(reply);
     const capture = new StreamCapture(maxStreamBytes);
     const out = new PassThrough();
+    let ending = false;
+    // The client went away: the loop below stops at its next piece (no wait on a drain).
+    reply.raw.once("close", () => {
+      if (!ending) out.destroy();
+    });
     const room = () =>
       new Promise<void>((resolve) => {
         const done = () => {
@@ -298,6 +303,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
         if (out.destroyed) throw new Error("the client went away before the stream ended");
         (state.answer as (r: Response) => void)(capture.response(status, headers));
         await state.outcome;
+        ending = true;
         out.end(); // committed: the response ends now
       } catch (error) {
         // Cut short (never seen to end as if it had worked); rolled back or in doubt.

@@ -280,3 +280,42 @@ test("fastify: a body over the limit is 413; bad options are refused at registra
     await bad.close();
   }
 });
+
+test("fastify: a client that goes away mid-stream: rolled back, not kept, the connection back", async () => {
+  const http = require("node:http");
+  const one = new pg.Pool({ ...db.config, max: 1 });
+  const server = Fastify();
+  await server.register(idempotency, { pool: one, client: new Client(), principal: () => "gone" });
+  server.post("/s", async (request, reply) => {
+    await request.idempotency.db.query("INSERT INTO orders (principal, item, quantity) VALUES ('gone', 'gone', 1)");
+    const body = new Readable({ read() {} });
+    let n = 0;
+    const timer = setInterval(() => {
+      body.push(Buffer.alloc(65536, "x"));
+      if (++n > 200) {
+        clearInterval(timer);
+        body.push(null);
+      }
+    }, 5);
+    return reply.header("content-type", "text/plain").send(body);
+  });
+  await server.listen({ port: 0, host: "127.0.0.1" });
+  const k = key();
+  try {
+    await new Promise((resolve) => {
+      const headers = { "idempotency-key": k, "content-type": "application/json" };
+      const req = http.request({ port: server.server.address().port, method: "POST", path: "/s", headers }, (res) => {
+        res.once("data", () => setTimeout(() => resolve(req.destroy()), 30));
+      });
+      req.on("error", () => undefined);
+      req.end("{}");
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const { rows } = await one.query("SELECT count(*)::int AS n FROM orders WHERE principal = 'gone'");
+    assert.equal(rows[0].n, 0, "rolled back; and the pool's one connection came back");
+    assert.equal(await stored("gone", k), undefined);
+  } finally {
+    await server.close();
+    await one.end();
+  }
+});
