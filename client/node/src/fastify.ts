@@ -41,6 +41,7 @@ import {
   type DuplicateMode,
   type Headers,
 } from "./http";
+import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
 
 declare module "fastify" {
@@ -55,7 +56,13 @@ declare module "fastify" {
 /** Settings of the plugin. */
 export interface FastifyIdempotencyOptions {
   /** A node-pg Pool; each handled request takes one connection for its duration. */
-  pool: Pick<Pool, "connect">;
+  pool?: Pick<Pool, "connect">;
+  /**
+   * Instead of `pool`: a Router (Citus), whose connection for the request's principal
+   * carries the whole request; a stale placement is reported to it, and a begin refused
+   * for one runs once more on a new connection (as the Express middleware's `router`).
+   */
+  router?: Pick<Router, "connect" | "reportStalePlacement">;
   /** The protocol client (its options: kept headers, ttl, wait, problem URIs). */
   client: Client;
   /** The authenticated principal, or null: such requests pass through untouched. */
@@ -85,6 +92,8 @@ interface State {
   /** What Client.handle returns (the answer to send), once the route answered. */
   outcome: Promise<Response> | null;
   settled: boolean;
+  /** A query answered that the principal's shard is not on the node (router only). */
+  stale: boolean;
 }
 
 const states = new WeakMap<FastifyRequest, State>();
@@ -130,8 +139,14 @@ function toBuffer(chunk: unknown): Buffer {
 }
 
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, options) => {
-  const { pool, client } = options;
-  if (!pool || typeof pool.connect !== "function") throw new TypeError("the idempotency plugin needs a pool");
+  const { pool, router, client } = options;
+  if ((pool === undefined) === (router === undefined)) {
+    throw new TypeError("the idempotency plugin needs either pool or router");
+  }
+  const connect = async (principal: string): Promise<PoolClient> =>
+    router !== undefined
+      ? (await router.connect(principal)).client
+      : ((await (pool as Pick<Pool, "connect">).connect()) as PoolClient);
   if (!client || typeof client.handle !== "function") throw new TypeError("the idempotency plugin needs a client");
   if (typeof options.principal !== "function") throw new TypeError("principal must be a function");
   const limit = options.limit ?? 1024 * 1024;
@@ -147,6 +162,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
 
   /** Gives the connection back (discarded when broken or the watch saw it fail). */
   const finish = (state: State, broken: boolean) => {
+    if (state.stale) router?.reportStalePlacement(state.request.principal);
+    state.stale = false;
     if (state.watch !== null) {
       broken ||= state.watch.faulted() || state.watch.dead();
       state.watch.stop();
@@ -199,6 +216,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
       fail: () => undefined,
       outcome: null,
       settled: false,
+      stale: false,
     };
     states.set(request, state);
     // The same bytes again for Fastify's content-type parsers.
@@ -210,43 +228,52 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   app.addHook("preHandler", async (request, reply) => {
     const state = states.get(request);
     if (state === undefined) return;
-    try {
-      state.conn = (await pool.connect()) as PoolClient;
-    } catch (error) {
-      state.settled = true;
-      if (!isDatabaseFault(error)) throw error;
-      return reply.send(apply(reply, fault()));
-    }
-    state.watch = watchConnection(state.conn);
-    let started!: () => void;
-    const ready = new Promise<null>((resolve) => (started = () => resolve(null)));
-    const routeAnswer = new Promise<Response>((resolve, reject) => {
-      state.answer = resolve;
-      state.fail = reject;
-    });
     let ran = false;
-    state.outcome = client.handle(state.conn, state.request, async (db, expiresEpoch) => {
-      if (ran) throw new Error("the plugin cannot run the route twice");
-      ran = true;
-      const context: RequestContext = { db, request: state.request, oneTimeSecret: false, resourceId: null };
-      request.idempotency = context;
-      state.expiresEpoch = expiresEpoch;
-      started();
-      const answer = await routeAnswer;
-      answer.oneTimeSecret = context.oneTimeSecret;
-      answer.resourceId = context.resourceId;
-      return answer;
-    });
-    state.outcome.catch(() => undefined); // awaited in onSend; never an unhandled rejection
-    let early: Response | null;
-    try {
-      early = await Promise.race([ready, state.outcome]);
-    } catch (error) {
-      state.settled = true;
-      const faulted = isDatabaseFault(error) || (state.watch?.faulted() ?? false);
-      finish(state, true);
-      if (!faulted) throw error;
-      return reply.send(apply(reply, fault()));
+    let early: Response | null = null;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        state.conn = await connect(state.request.principal);
+      } catch (error) {
+        state.settled = true;
+        if (!isDatabaseFault(error)) throw error;
+        return reply.send(apply(reply, fault()));
+      }
+      const watch = (state.watch = watchConnection(state.conn));
+      // A query that answers the shard is not on this node: the placement is reported.
+      if (router !== undefined) watch.onQueryError = (error) => (state.stale ||= isStalePlacement(error));
+      let started!: () => void;
+      const ready = new Promise<null>((resolve) => (started = () => resolve(null)));
+      const routeAnswer = new Promise<Response>((resolve, reject) => {
+        state.answer = resolve;
+        state.fail = reject;
+      });
+      state.outcome = client.handle(state.conn, state.request, async (db, expiresEpoch) => {
+        if (ran) throw new Error("the plugin cannot run the route twice");
+        ran = true;
+        const context: RequestContext = { db, request: state.request, oneTimeSecret: false, resourceId: null };
+        request.idempotency = context;
+        state.expiresEpoch = expiresEpoch;
+        started();
+        const answer = await routeAnswer;
+        answer.oneTimeSecret = context.oneTimeSecret;
+        answer.resourceId = context.resourceId;
+        return answer;
+      });
+      state.outcome.catch(() => undefined); // awaited in onSend; never an unhandled rejection
+      try {
+        early = await Promise.race([ready, state.outcome]);
+        break;
+      } catch (error) {
+        const faulted = isDatabaseFault(error) || watch.faulted();
+        // A begin refused for a stale placement (the route has not run): once more, on
+        // the node looked up again.
+        const again = state.stale && !ran && attempt === 1 && isStalePlacement(error);
+        finish(state, !again);
+        if (again) continue;
+        state.settled = true;
+        if (!faulted) throw error;
+        return reply.send(apply(reply, fault()));
+      }
     }
     if (early === null) return; // begin said started: the route runs in the transaction
     state.settled = true; // a replay or a problem: answered here, the route does not run
