@@ -91,6 +91,7 @@ EXTRA_CLEAN += output_nopreload output_trusted
 # C extensions): build/trusted/idempotency--$(EXTVERSION).sql for psql -f by the
 # database owner, and its pg_tle form beside it. Sources in trusted/.
 trusted: build/trusted/$(EXTENSION)--$(EXTVERSION).sql
-build/trusted/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard trusted/*.sql)) tools/trusted.sh VERSION
+build/trusted/$(EXTENSION)--$(EXTVERSION).sql: $(sort $(wildcard trusted/*.sql)) tools/trusted.sh VERSION \
+    extension/$(EXTENSION)--0.8.0--0.9.0.sql
 	tools/trusted.sh $(EXTVERSION) build/trusted
 .PHONY: trusted

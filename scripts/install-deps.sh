@@ -34,10 +34,11 @@ if [[ $scope == full ]]; then
   # pgjdbc for tests/languages/JdbcForms.java; a JDK (single-file source launch)
   # ships with the machine too, Debian's only where javac is missing.
   packages+=(libpostgresql-jdbc-java)
-  # pgx v4's sources (pgxpool included) for tests/languages/pgx_forms.go, client/go and
-  # examples/go-orders (GOPATH mode, nothing downloaded); the machine's Go builds them
-  # (the polyglot machine ships one), Debian's golang-go only where no go is on PATH.
-  packages+=(golang-github-jackc-pgx-v4-dev)
+  # Go for client/go, examples/go-orders and tests/languages/pgx_forms.go: modules
+  # (pgx v5, River) come from the Go module proxy at build time, pinned by each
+  # module's go.sum. The machine ships Go 1.26 (/usr/local/go); client/go says go 1.25,
+  # examples/go-orders go 1.26 (River 0.51's own minimum).
+  # Debian's golang-go only where no go is on PATH (bookworm's 1.19 is too old for them).
   command -v go >/dev/null || packages+=(golang-go)
   # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 on
   # purpose, beside the machine's rustup toolchain (which stays first on PATH): the
@@ -51,6 +52,9 @@ else
   # procps: ps and kill for the tests' helpers in a minimal chroot.
   packages+=(procps)
 fi
+# gdb: tests/integration/lock_timeout_race.sh holds a backend at one instant
+# (on the host and in the 17/18 chroots: the timers differ between majors).
+packages+=(gdb)
 
 missing=()
 for p in "${packages[@]}"; do

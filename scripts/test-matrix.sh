@@ -28,6 +28,9 @@
 #                       so that versions never share a port and runs of one
 #                       version, serialized by its lock, reuse theirs; the
 #                       package test uses base + 50, --major-upgrade 28600-28602)
+#   IDEM_MATRIX_NAMES   suites to run by name in each chroot (scripts/test.sh NAME...;
+#                       default: the whole matrix tier), e.g. with IDEM_MATRIX_PACKAGES=0:
+#                       IDEM_MATRIX_NAMES=lock_timeout_race IDEM_MATRIX_PACKAGES=0 scripts/test-matrix.sh 17
 #   IDEM_MATRIX_SUITE=0     skip the suite (only the package test)
 #   IDEM_MATRIX_PACKAGES=0  skip the package test: scripts/package.sh in the
 #                       suite's chroot, then tests/packages/install_test.sh in a
@@ -166,7 +169,8 @@ run_version() {
   if prepare "$suite" "$dir" >>"$log" 2>&1; then
     if [[ ${IDEM_MATRIX_SUITE:-1} != 0 ]]; then
       in_chroot "$dir" env IDEM_PG_VERSION="$version" IDEM_TEST_SCOPE=matrix \
-        IDEM_TEST_PORT="$(port_of "$version")" bash -c 'cd /src && bash scripts/test.sh' \
+        IDEM_TEST_PORT="$(port_of "$version")" IDEM_MATRIX_NAMES="${IDEM_MATRIX_NAMES:-}" \
+        bash -c 'cd /src && bash scripts/test.sh $IDEM_MATRIX_NAMES' \
         >>"$log" 2>&1 || status=$?
       summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     else

@@ -54,15 +54,17 @@ reference_times=$root/tests/suite-times.tsv
 # Integration tests: every tests/integration/*.sh is a suite of its own name.
 # --quick runs the first list; the matrix chroots run the second (what depends on
 # the server's major version or libpqxx's; the rest runs once, on the host).
-quick_integration=" client conformance_orders_service conformance_python_orders conformance_django_orders conformance_node_orders docs_blocks "
+quick_integration=" client conformance_orders_service conformance_python_orders conformance_django_orders
+  conformance_node_orders conformance_fastify_orders docs_blocks "
+quick_integration=" $(echo $quick_integration) "
 matrix_integration=" binding_paths cancel_long_calls client client_install counters_server fences_survive
-  installcheck_no_preload json_depth_immutable monitoring_queries no_preload orders_service pg_cron pgtap
+  installcheck_no_preload json_depth_immutable lock_timeout_race monitoring_queries no_preload orders_service pg_cron pgtap
   scale_out_plproxy stress_same_key "
 matrix_integration=" $(echo $matrix_integration) "
 # Those that use the C++ build (build-test): the client, its examples, jcs_tool.
 cpp_integration=" client client_install conformance_orders_service docs_blocks faults fingerprints orders_service proxy_service "
-# Those that use the Node client as built (client/node/dist): its example, the doc blocks.
-node_integration=" conformance_node_orders docs_blocks faults fingerprints "
+# Those that use the Node client as built (client/node/dist): its examples, the doc blocks.
+node_integration=" conformance_node_orders conformance_fastify_orders docs_blocks faults fingerprints "
 
 # The suites, in order. Tiers: f = the whole run, q = --quick, m = inside a
 # matrix chroot. Needs: e = the extension built and installed, b = the C++ build,
@@ -81,7 +83,7 @@ SUITES=(
   "fqm | ec  | regress           | pg_regress and isolation specs                           | regress"
   "fm  | ec  | regress_distributed | pg_regress and isolation specs, distributed mode (idempotency.distributed = on) | regress_distributed"
   "fq  | ec  | python_client     | Python client (pip install, pytest)                      | python_client_tests"
-  "fq  | ec  | node_client       | Node client (npm install, tsc, node --test)              | node_client_tests"
+  "fq  | ec  | node_client       | Node client (npm ci, tsc, node --test)                   | node_client_tests"
   "@integration"
   # Its own cluster (it restarts and crashes it on purpose): about 4 minutes on
   # the host, a short run elsewhere.
@@ -244,12 +246,10 @@ python_client_tests() {
   return "$status"
 }
 
-# The Node package built the way users build it (npm install, whose prepare
-# step runs tsc), then its tests (node --test) against a cluster they start
-# themselves. npm's lock file is not kept (.gitignore), like bench/'s.
+# The Node package built from its committed lock file (npm ci, whose prepare step
+# runs tsc), then its tests (node --test) against a cluster they start themselves.
 build_node() {
-  (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error &&
-     npm run --silent build)
+  (cd client/node && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 }
 node_client_tests() {
   build_node && have+=n && (cd client/node && IDEM_NODE_TEST_PORT=$((port + 21)) node test/run.js)

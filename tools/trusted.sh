@@ -17,6 +17,15 @@ for f in "$here"/trusted/[0-9]*.sql; do
   cat "$f"
   printf '\n'
 done >"$body"
+# What the C++ edition defines in SQL for both (the HTTP answer): copied from its
+# update script as it is, between the markers, so that the two never differ.
+shared=$here/extension/idempotency--0.8.0--0.9.0.sql
+{
+  printf -- '-- extension/%s (the block shared with the C++ edition)\n' "$(basename "$shared")"
+  sed -n '/^-- >>> shared with the trusted edition/,/^-- <<< shared with the trusted edition/p' "$shared"
+} >>"$body"
+grep -q '^CREATE FUNCTION idempotency.http_answer' "$body" ||
+  { echo "tools/trusted.sh: no shared block in $shared" >&2; exit 1; }
 cat >>"$body" <<SQL
 CREATE FUNCTION idempotency.edition()
 RETURNS text

@@ -1,5 +1,5 @@
 -- Privileges: as the C++ edition, nothing for PUBLIC on the key store or the
--- protocol; jcs, fingerprint, is_final and bound_principal keep PUBLIC's
+-- protocol; jcs, fingerprint, is_final, bound_principal, http_answer and http_storage keep PUBLIC's
 -- EXECUTE (USAGE on the schema is still needed), and so do the helpers they
 -- call as their caller, which touch no table. Every other helper of the
 -- trusted edition is executable by nobody but the owner.
@@ -11,7 +11,7 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
          WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::regnamespace
-           AND p.proname NOT IN ('jcs', 'fingerprint', 'is_final', 'bound_principal',
+           AND p.proname NOT IN ('jcs', 'fingerprint', 'is_final', 'bound_principal', 'http_answer', 'http_storage',
                                  -- what those four call as their caller (no table):
                                  'jcs_text', 'jcs_value', 'jcs_container', 'jcs_number',
                                  'utf16_units', 'pointer_tokens', 'exclude_pointers',

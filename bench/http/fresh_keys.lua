@@ -4,7 +4,9 @@ local run = os.getenv("WRK_RUN") or tostring(os.time())
 local path = os.getenv("WRK_PATH") or "/orders"
 local threads = {}
 local counter = 0
-local thread_id = 0
+-- A global, not a local: setup() sets it per thread (thread:set), and a local
+-- of this chunk would hide that value (every thread sent the same keys).
+thread_id = 0
 
 function setup(thread)
   thread:set("thread_id", #threads + 1)

@@ -16,7 +16,7 @@
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # python3-venv (the Python services run in client/python/tools/env.sh's venv: the
 # built wheel, psycopg's compiled speedups), client/node built (npm install there), and for
-# Go golang-go with golang-github-jackc-pgx-v4-dev (examples/go-orders is built here).
+# Go 1.25 or later (examples/go-orders is built here, modules from the Go module proxy).
 # Rust: Debian's cargo and rustc (examples/rust-orders, release build, here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,10 +56,8 @@ rps() {  # rps PATH RUN-ID -> "requests/s server-us/request service-us/request"
 # shellcheck source=../lib.sh
 source bench/lib.sh  # median
 
-if [[ " ${LANGS:-python asgi node go rust} " == *" go "* ]]; then  # Go: GOPATH mode on Debian's pgx (docs/go.md)
-  # shellcheck source=../../client/go/gopath.bash
-  source client/go/gopath.bash "$work/go"
-  go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders"
+if [[ " ${LANGS:-python asgi node go rust} " == *" go "* ]]; then  # Go: a module on pgx v5 (docs/go.md)
+  (cd examples/go-orders && go build -o "$work/go-orders" .)
 fi
 
 case " ${LANGS:-python asgi} " in

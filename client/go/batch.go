@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // Many keys in one call: idempotency.begin_batch, complete_batch and
@@ -60,26 +60,21 @@ func (o BatchOutcome) Started() bool { return o.Outcome == "started" }
 
 // BatchCompletion is what complete_batch answered for one key.
 type BatchCompletion struct {
-	Ord       int
-	Key       string
-	Completed bool
+	Ord       int    // the key's 1-based position in the batch
+	Key       string // the key
+	Completed bool   // complete_batch stored the response (as complete's true)
 }
 
 // BatchClaim is what claim_batch answered for one key: Claimed is true for
 // the call that claimed it, as idempotency.claim.
 type BatchClaim struct {
-	Ord     int
-	Key     string
-	Claimed bool
-}
-
-// Querier is what ClaimBatch needs: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error)
+	Ord     int    // the key's 1-based position in the batch
+	Key     string // the key
+	Claimed bool   // this call claimed it
 }
 
 // batchShape checks what one batch call can carry: one principal, one action,
-// one exclude list and one duplicate mode, and a key for every request.
+// one exclude list, one TTL and one Wait, and a key for every request.
 func batchShape(reqs []Request) error {
 	first := reqs[0]
 	for i, req := range reqs {
@@ -90,8 +85,8 @@ func batchShape(reqs []Request) error {
 			return errors.New("idempotency: a batch has one principal")
 		case req.ActionName() != first.ActionName():
 			return errors.New("idempotency: a batch has one action")
-		case req.Duplicates != first.Duplicates:
-			return errors.New("idempotency: a batch has one duplicate mode")
+		case req.Route.Wait != first.Route.Wait || req.Route.TTL != first.Route.TTL:
+			return errors.New("idempotency: a batch has one TTL and one Wait")
 		case fmt.Sprint(req.Exclude) != fmt.Sprint(first.Exclude):
 			return errors.New("idempotency: a batch has one exclude list")
 		}
@@ -103,7 +98,7 @@ func batchShape(reqs []Request) error {
 // one round trip (idempotency.begin_batch), and returns one outcome per
 // request in their order. Run the work of the "started" keys in tx, then
 // CompleteBatch them before committing. The requests share one principal,
-// action, exclude list and duplicate mode; the client's TTL and Wait apply, and
+// action, exclude list and Route (TTL and Wait over the client's), and
 // its Counters count the answers (replay, mismatch, ...) as Handle's.
 // The server refuses a duplicate key (22023) and more than 1000 keys (54000).
 func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]BatchOutcome,
@@ -121,8 +116,12 @@ func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]B
 		keys[i], methods[i], paths[i], bodies[i] = req.Key, req.Method, req.Path, req.Body
 	}
 	first := reqs[0]
+	route := c.options.route(first.Route)
+	if err := route.check(); err != nil {
+		return nil, err
+	}
 	rows, err := tx.Query(ctx, beginBatchSQL, first.Principal, keys, first.ActionName(), methods,
-		paths, bodies, excludeArg(first.Exclude), interval(c.options.TTL), c.waitArg(first))
+		paths, bodies, excludeArg(first.Exclude), interval(route.TTL), route.Wait.arg())
 	if err != nil {
 		return nil, err
 	}

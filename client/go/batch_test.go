@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // These tests need the extension's batch functions (0.8.0): against an older
@@ -26,7 +26,7 @@ func batchKeys(outcomes []BatchOutcome) string {
 func TestBeginBatchOutcomesPerKeyThenCompleteBatch(t *testing.T) {
 	ordersTable(t)
 	ctx, who, conn := context.Background(), principal(t), connect(t)
-	client := newClient(t, Options{Duplicates: DuplicatesReject})
+	client := newClient(t, Options{Wait: Reject})
 	// done: completed with the same body (replay); other: another body (mismatch);
 	// held: held by an open transaction (in_progress at once in reject mode).
 	for _, key := range []string{"done", "other"} {

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Request is one HTTP request as the protocol sees it.
@@ -31,8 +31,9 @@ type Request struct {
 	Exclude []string
 	// Action is the operation name stored with the key; "" means "METHOD path".
 	Action string
-	// Duplicates overrides Options.Duplicates for this call ("" keeps it).
-	Duplicates DuplicateMode
+	// Route holds this call's TTL, Wait and MethodsRequiringKey; its zero values
+	// keep the Client's (route.go).
+	Route Route
 }
 
 // ActionName is the action stored with the key.
@@ -57,8 +58,8 @@ func validKey(key string, maxLength int) bool {
 	return true
 }
 
-// interval is a duration as a query argument: nil (the server's default) for 0.
-func interval(d time.Duration) interface{} {
+// interval is a duration as a query argument: nil (the server's setting) for 0.
+func interval(d time.Duration) any {
 	if d <= 0 {
 		return nil
 	}
@@ -66,7 +67,7 @@ func interval(d time.Duration) interface{} {
 }
 
 // excludeArg is the exclude pointers as a query argument: nil when there are none.
-func excludeArg(pointers []string) interface{} {
+func excludeArg(pointers []string) any {
 	if len(pointers) == 0 {
 		return nil
 	}
@@ -125,13 +126,14 @@ func newFinalStatuses(statuses []int) (*finalStatuses, error) {
 	return f, nil
 }
 
-// querier is what load needs: a *pgx.Conn or a pool.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error)
+// Querier is what ClaimBatch (and the final-status table) needs: a pgx.Tx, a
+// *pgx.Conn or a *pgxpool.Pool.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // load reads the server's idempotency.final_statuses (one round trip, once).
-func (f *finalStatuses) load(ctx context.Context, q querier) error {
+func (f *finalStatuses) load(ctx context.Context, q Querier) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.loaded {

@@ -19,11 +19,11 @@ const pastEpoch = int64(1700000000) // Tue, 14 Nov 2023 22:13:20 GMT
 
 func checkGone(t *testing.T, what string, response Response) {
 	t.Helper()
-	var body map[string]interface{}
+	var body map[string]any
 	if err := json.Unmarshal(response.Body, &body); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	want := map[string]interface{}{"status": float64(410), "title": "Idempotency-Key has expired",
+	want := map[string]any{"status": float64(410), "title": "Idempotency-Key has expired",
 		"type": "/problems/idempotency-key-expired", "detail": Outcomes["expired"].Detail}
 	if response.Status != 410 || len(body) != len(want) {
 		t.Fatalf("%s: %d %s", what, response.Status, response.Body)
@@ -48,15 +48,27 @@ func TestExpiredIsAnswered410ByTheLeaseRunner(t *testing.T) {
 	checkGone(t, "lease", result.Response)
 }
 
-func TestTheLeaseRunnersWaitFollowsTheDuplicateMode(t *testing.T) {
-	if got := waitArg("", DuplicatesReject, 3*time.Second); got != "0 seconds" {
+func TestTheWaitArgumentFollowsTheRouteThenTheOptions(t *testing.T) {
+	wait := func(route, options Wait) any {
+		return Options{Wait: options}.route(Route{Wait: route}).Wait.arg()
+	}
+	if got := wait(Wait{}, Reject); got != time.Duration(0) {
 		t.Errorf("reject in the options: %v", got)
 	}
-	if got := waitArg(DuplicatesReject, DuplicatesWait, 3*time.Second); got != "0 seconds" {
-		t.Errorf("reject in the request: %v", got)
+	if got := wait(Reject, WaitUpTo(3*time.Second)); got != time.Duration(0) {
+		t.Errorf("reject on the route: %v", got)
 	}
-	if got := waitArg(DuplicatesWait, DuplicatesReject, 3*time.Second); got == "0 seconds" {
-		t.Errorf("wait in the request: %v", got)
+	if got := wait(WaitUpTo(3*time.Second), Reject); got != 3*time.Second {
+		t.Errorf("wait on the route: %v", got)
+	}
+	if got := wait(WaitServer, Reject); got != nil {
+		t.Errorf("the server's wait on the route: %v", got)
+	}
+	if got := wait(Wait{}, Wait{}); got != nil {
+		t.Errorf("nothing set: %v", got)
+	}
+	if WaitUpTo(0) != Reject || WaitUpTo(-time.Second) != Reject || (Wait{}).IsSet() {
+		t.Error("WaitUpTo(0) is Reject; the zero Wait is unset")
 	}
 }
 
@@ -99,7 +111,7 @@ func TestTheLeaseRunnerRejectsADuplicateAtOnce(t *testing.T) {
 	if err != nil || outcome != "started" {
 		t.Fatalf("holder: %s %v", outcome, err)
 	}
-	runner := newRunner(t, LeaseOptions{Wait: 3 * time.Second, Duplicates: DuplicatesReject})
+	runner := newRunner(t, LeaseOptions{Wait: Reject})
 	started := time.Now()
 	busy := run(t, runner, paymentRequest(who, "rej", payment), effect(&calls, 201))
 	if took := time.Since(started); busy.Outcome != InProgress || calls != 0 || took > time.Second {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // The key's expiry header (Idempotency-Expires) and wait-or-reject per call:
@@ -120,11 +120,11 @@ func TestRejectIs409AtOnce(t *testing.T) {
 		if err != nil || outcome != "started" {
 			t.Fatalf("holder: %s %v", outcome, err)
 		}
-		options, request := Options{Wait: 3 * time.Second}, orderRequest(who, "rej", order)
+		options, request := Options{Wait: WaitUpTo(3 * time.Second)}, orderRequest(who, "rej", order)
 		if where == "options" {
-			options.Duplicates = DuplicatesReject
+			options.Wait = Reject
 		} else {
-			request.Duplicates = DuplicatesReject
+			request.Route.Wait = Reject
 		}
 		started := time.Now()
 		busy, err := newClient(t, options).Handle(ctx, connect(t), request,

@@ -4,7 +4,9 @@ package idempotency
 // connection died, the server shut down, crashed or refused connections, the
 // statement was cancelled, the commit's outcome is unknown), not the request's
 // own. The middleware answers them with DatabaseFaultResponse (protocol.json
-// database_fault: 503, Retry-After, retry with the same key).
+// database_fault: 503, Retry-After, retry with the same key). And the stale
+// placement (Citus), which the middleware reroutes: the errors a handler's
+// transaction notes (tx.go) are classified here, below the runner and the router.
 
 import (
 	"errors"
@@ -13,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // IsDatabaseFault reports whether err says the database failed or could not be
@@ -73,7 +75,26 @@ func DatabaseFaultResponse(retryAfter int, typeBase string) Response {
 			DatabaseFault.Detail)}
 }
 
-// faultResponse is DatabaseFaultResponse with the client's Retry-After and type base.
-func faultResponse(c *Client) Response {
-	return DatabaseFaultResponse(c.options.RetryAfter, c.options.ProblemTypeBase)
+// The extension's refusal of a call made on a node that does not hold the key's
+// shard (Citus; router.go reroutes on it): routing.stale_placement in
+// client/protocol.json, protocol_test.go compares.
+const (
+	// StalePlacementSQLState is the SQLSTATE of the extension's refusal of a locking
+	// call (begin, acquire, save_final, claim, the batches) whose principal's shard is
+	// not on the node it runs on ("routing.stale_placement.sqlstate").
+	StalePlacementSQLState = "0A000"
+	// StalePlacementMessage is that refusal's primary message
+	// ("routing.stale_placement.message").
+	StalePlacementMessage = "the key's shard is not on this node"
+)
+
+// IsStalePlacement reports whether err (or an error it wraps) is the server's
+// refusal of a call whose principal's shard is not on the node it ran on: SQLSTATE
+// StalePlacementSQLState and the primary message StalePlacementMessage (another
+// 0A000 is not). The principal's placement is stale: report it to the Router
+// (ReportStalePlacement).
+func IsStalePlacement(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == StalePlacementSQLState &&
+		pgErr.Message == StalePlacementMessage
 }

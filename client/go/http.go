@@ -8,8 +8,8 @@ import (
 
 // HeaderField is one HTTP header field; names compare case-insensitively.
 type HeaderField struct {
-	Name  string
-	Value string
+	Name  string // the field name, as written
+	Value string // the field value
 }
 
 // Headers are header fields in order, repeated names (Set-Cookie, Link) included.
@@ -250,4 +250,60 @@ func keptHeadersJSON(response Response, kept []string) string {
 	}
 	b.WriteByte(']')
 	return b.String()
+}
+
+// The stored form of a streamed response (client/protocol.json's stream entries;
+// stream.go captures and replays streams).
+
+// chunkLengths formats Response.Chunks as the StreamChunksEntry value: "5,5,3".
+func chunkLengths(chunks []int) string {
+	parts := make([]string, len(chunks))
+	for i, length := range chunks {
+		parts[i] = strconv.Itoa(length)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseChunkLengths reads a StreamChunksEntry value; false when it is not a list
+// of decimal lengths that add up to bodyLength.
+func parseChunkLengths(text string, bodyLength int) ([]int, bool) {
+	lengths := []int{}
+	total := 0
+	if text != "" {
+		for _, part := range strings.Split(text, ",") {
+			n, err := strconv.Atoi(part)
+			if err != nil || n < 0 || part[0] == '+' || part[0] == '-' {
+				return nil, false
+			}
+			lengths = append(lengths, n)
+			total += n
+		}
+	}
+	return lengths, total == bodyLength
+}
+
+// restoreStream turns a stored response with a reserved stream entry into its
+// answer: the chunks of a kept stream, or 409 response-not-kept.
+func restoreStream(response Response, typeBase string) Response {
+	if _, notKept := response.Headers.Get(NotKeptEntry); notKept {
+		answer := ProblemResponse(ProblemResponseNotKept, NotKeptDetail, typeBase)
+		answer.Replayed = true
+		answer.Headers.Set(ReplayHeader, "true")
+		return answer
+	}
+	lengths, streamed := response.Headers.Get(StreamChunksEntry)
+	if !streamed {
+		return response
+	}
+	headers := Headers{}
+	for _, field := range response.Headers {
+		if !strings.EqualFold(field.Name, StreamChunksEntry) {
+			headers = append(headers, field)
+		}
+	}
+	response.Headers = headers
+	if chunks, ok := parseChunkLengths(lengths, len(response.Body)); ok {
+		response.Chunks = chunks
+	} // else: sent as one body, which is all that can be done with it
+	return response
 }

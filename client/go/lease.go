@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The statements of the lease protocol; each commits on its own.
@@ -76,21 +76,22 @@ type LeaseOptions struct {
 	// MaxRenewFailures: consecutive renewal errors after which renewing stops
 	// without declaring the lease lost (3).
 	MaxRenewFailures int
-	// TTL and Wait as in Options (0: the server's defaults).
-	TTL, Wait time.Duration
-	// Duplicates: DuplicatesWait (the default, "": acquire waits up to Wait for a
-	// transaction holding the key) or DuplicatesReject (acquire with wait 0: 409 at
-	// once); a live lease is 409 at once in both. Request.Duplicates overrides it.
-	Duplicates DuplicateMode
+	// TTL as in Options (0: the server's idempotency.key_ttl; negative: an error).
+	TTL time.Duration
+	// Wait as in Options: what acquire does while a transaction holds the key
+	// (Wait{}: idempotency.wait_timeout); a live lease is 409 at once in every mode.
+	// Request.Route's TTL and Wait override both per call.
+	Wait Wait
 	// KeptHeaders, FinalStatuses, ProblemTypeBase, MaxKeyLength as in Options.
 	KeptHeaders     []string
-	FinalStatuses   []int
-	ProblemTypeBase string
-	MaxKeyLength    int
+	FinalStatuses   []int  // as Options.FinalStatuses (nil: ask the server)
+	ProblemTypeBase string // as Options.ProblemTypeBase ("": "/problems/")
+	MaxKeyLength    int    // as Options.MaxKeyLength (0: 255)
 }
 
 // LeaseResult is the result of one run.
 type LeaseResult struct {
+	// Outcome is how the run ended (Fresh, Replayed, InProgress, ...).
 	Outcome LeaseOutcome
 	// Response is what to send: the body's, the stored one, or a problem response.
 	Response Response
@@ -120,6 +121,9 @@ type LeaseRunner struct {
 func NewLeaseRunner(pool *pgxpool.Pool, options LeaseOptions) (*LeaseRunner, error) {
 	if options.Lease < 0 {
 		return nil, errors.New("idempotency: Lease must be positive")
+	}
+	if options.TTL < 0 {
+		return nil, errNegativeTTL
 	}
 	if options.Lease == 0 {
 		options.Lease = 30 * time.Second
@@ -167,12 +171,16 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 			return LeaseResult{}, err
 		}
 	}
+	route := Options{TTL: options.TTL, Wait: options.Wait}.route(req.Route)
+	if err := route.check(); err != nil {
+		return LeaseResult{}, err
+	}
 	var outcome string
 	var fence *int64 // NULL for a transaction's hold and for expired
 	var stored storedRow
 	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
-		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(options.TTL),
-		waitArg(req.Duplicates, options.Duplicates, options.Wait)).Scan(&outcome, &fence,
+		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(route.TTL),
+		route.Wait.arg()).Scan(&outcome, &fence,
 		&stored.status, &stored.headers, &stored.body, &stored.resourceID, &stored.expiresEpoch,
 		&stored.leaseSeconds)
 	if sqlState(err) == stateKeyRefused {

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // runHeld runs the effect under the lease (fence) and settles the key.
@@ -66,9 +66,9 @@ func (r *LeaseRunner) settledExpiry(ctx context.Context, req Request, kept bool,
 func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, response Response,
 	failure error) (settled, kept bool, err error) {
 	p, k := req.Principal, req.Key
-	run := func(sql string, args ...interface{}) error {
+	run := func(sql string, args ...any) error {
 		kept = sql != releaseSQL
-		return r.pool.QueryRow(ctx, sql, append([]interface{}{p, k, fence},
+		return r.pool.QueryRow(ctx, sql, append([]any{p, k, fence},
 			args...)...).Scan(&settled)
 	}
 	switch {
@@ -83,7 +83,7 @@ func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, resp
 	case r.options.Policy == CommitOnSuccess:
 		err = run(releaseSQL)
 	case r.final.final(response.Status):
-		var resourceID interface{}
+		var resourceID any
 		if response.ResourceID != "" {
 			resourceID = response.ResourceID
 		}

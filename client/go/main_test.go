@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The tests run against a real cluster: IDEM_GO_TEST_DSN names a database that
@@ -93,7 +93,7 @@ func connect(t *testing.T) *pgx.Conn {
 // newPool opens a pool on the test database, closed with the test.
 func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.Connect(context.Background(), testDSN)
+	pool, err := pgxpool.New(context.Background(), testDSN)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
 	}
@@ -137,7 +137,7 @@ func connectCounting(t *testing.T, writes *int64) *pgx.Conn {
 }
 
 // exec runs a statement on the test database on a connection of its own.
-func exec1(t *testing.T, sql string, args ...interface{}) {
+func exec1(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	conn := connect(t)
 	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
@@ -146,7 +146,7 @@ func exec1(t *testing.T, sql string, args ...interface{}) {
 }
 
 // scalarInt reads one integer from the test database.
-func scalarInt(t *testing.T, sql string, args ...interface{}) int64 {
+func scalarInt(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
 	conn := connect(t)
 	var n int64

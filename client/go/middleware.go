@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ConnSource hands the middleware an idle connection for one request and a
@@ -44,18 +44,24 @@ type MiddlewareOptions struct {
 	Router *Router
 	// Principal returns the authenticated principal; false passes the request
 	// to the handler untouched (it must refuse unauthenticated writes itself).
+	// ("", true) is an authentication layer's mistake: answered 401 problem+json
+	// (type about:blank), reported to OnError as ErrEmptyPrincipal.
 	Principal func(r *http.Request) (string, bool)
-	// Applies selects the requests the middleware handles (default: all).
+	// Applies selects the requests the middleware handles (nil: all).
 	Applies func(r *http.Request) bool
-	// MaxBodyBytes bounds the request body read for the fingerprint (10 MiB);
+	// Route is this middleware's TTL, Wait and MethodsRequiringKey; each zero value
+	// keeps the Client's. One Client and pool serve many routes: copy the options,
+	// set Route, and call Middleware again.
+	Route Route
+	// MaxBodyBytes bounds the request body read for the fingerprint (0: 10 MiB);
 	// a longer body is answered 413.
 	MaxBodyBytes int64
-	// Duplicates chooses, per request, what a duplicate of a running request
-	// does: DuplicatesWait or DuplicatesReject ("" or nil: the Client's option).
-	Duplicates func(r *http.Request) DuplicateMode
-	// OnError sees errors the middleware answers with 500 or 503 (default: none). A
-	// database fault (IsDatabaseFault, or no connection) is answered with
-	// DatabaseFaultResponse: 503 database-unavailable, Retry-After.
+	// OnError sees the errors the middleware answers itself (nil: none): the empty
+	// principal (401), an unreadable or too long body (400, 413), errors the
+	// protocol cannot map (500, or 503 for serialization failures left after the
+	// retries) and database faults (IsDatabaseFault, or no connection), answered
+	// with DatabaseFaultResponse: 503 database-unavailable, Retry-After. Every
+	// answer of the middleware has a problem+json body.
 	OnError func(r *http.Request, err error)
 	// MaxStreamBytes is the longest streamed response kept for replay (0:
 	// DefaultMaxStreamBytes). A handler streams by flushing (http.Flusher); a
@@ -86,11 +92,18 @@ func FromContext(ctx context.Context) *RequestContext {
 	return value
 }
 
+// ErrEmptyPrincipal is what OnError gets when Principal answered ("", true).
+var ErrEmptyPrincipal = errors.New(
+	"idempotency: Principal returned an empty principal with true" +
+		" (return false for anonymous requests)")
+
 // Middleware wraps an http.Handler in the transactional protocol: it reads the
 // body once, runs the handler inside the transaction that holds the key
 // (retrying serialization failures with a fresh response buffer and a fresh
 // body), stores the final response, and answers replays (Idempotent-Replay:
-// true), 400, 409 (Retry-After) and 422 itself.
+// true), 400, 409 (Retry-After) and 422 itself. It panics when options lack
+// Client, Principal, or exactly one of Connections and Router (a program's
+// mistake, found at start).
 func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
 	if options.Client == nil || options.Principal == nil ||
 		(options.Connections == nil) == (options.Router == nil) {
@@ -107,6 +120,10 @@ func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
 			principal, ok := options.Principal(r)
 			if !ok || (options.Applies != nil && !options.Applies(r)) {
 				next.ServeHTTP(w, r)
+				return
+			}
+			if principal == "" {
+				fail(options, w, r, http.StatusUnauthorized, ErrEmptyPrincipal)
 				return
 			}
 			serveKeyed(options, next, w, r, principal)
@@ -127,10 +144,7 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		return
 	}
 	request := Request{Principal: principal, Key: r.Header.Get(KeyHeader), Method: r.Method,
-		Path: r.URL.Path}
-	if options.Duplicates != nil {
-		request.Duplicates = options.Duplicates(r)
-	}
+		Path: r.URL.Path, Route: options.Route}
 	if len(body) > 0 {
 		request.Body = body
 	}
@@ -172,7 +186,8 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		if options.OnError != nil {
 			options.OnError(r, err)
 		}
-		WriteResponse(w, faultResponse(options.Client))
+		client := options.Client.options
+		WriteResponse(w, DatabaseFaultResponse(client.RetryAfter, client.ProblemTypeBase))
 		return
 	}
 	if streamed {
@@ -244,16 +259,31 @@ func handleOn(ctx context.Context, client *Client, connections ConnSource, reque
 	return response, true, err
 }
 
-// fail answers an error the middleware cannot map to the protocol.
+// failDetails are the details of the middleware's own answers (type about:blank).
+var failDetails = map[int]string{
+	http.StatusUnauthorized: "The request has no principal to hold its Idempotency-Key.",
+	http.StatusBadRequest:   "The request body could not be read.",
+	http.StatusRequestEntityTooLarge: "The request body is larger than this service" +
+		" fingerprints.",
+	http.StatusInternalServerError: "The request failed and nothing was stored; it is safe to" +
+		" retry with the same Idempotency-Key.",
+	http.StatusServiceUnavailable: "The request met a conflict and nothing was stored;" +
+		" retry with the same Idempotency-Key.",
+}
+
+// fail answers an error the middleware cannot map to the protocol: an RFC 9457
+// problem of type about:blank (its title the status's reason phrase).
 func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, status int,
 	err error) {
 	if options.OnError != nil {
 		options.OnError(r, err)
 	}
+	response := Response{Status: status, Headers: Headers{{"Content-Type", ProblemContentType}},
+		Body: ProblemBody(status, "about:blank", http.StatusText(status), failDetails[status])}
 	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", strconv.Itoa(DefaultRetryAfterSeconds))
+		response.Headers.Set("Retry-After", strconv.Itoa(DefaultRetryAfterSeconds))
 	}
-	http.Error(w, http.StatusText(status), status)
+	WriteResponse(w, response)
 }
 
 // WriteResponse sends a Response on a ResponseWriter; a stream (Chunks set) is
@@ -279,14 +309,17 @@ type captureWriter struct {
 	stream *streamState
 }
 
+// Header is the captured response's header map.
 func (c *captureWriter) Header() http.Header { return c.header }
 
+// WriteHeader captures the status (the first one counts).
 func (c *captureWriter) WriteHeader(status int) {
 	if c.status == 0 {
 		c.status = status
 	}
 }
 
+// Write captures body bytes, or queues them as the next chunk of a stream.
 func (c *captureWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // service is a net/http handler behind the middleware, on a test server.
@@ -140,7 +140,7 @@ func TestMiddlewareDoesNotStoreA500AndStoresA404(t *testing.T) {
 
 func TestMiddlewareOneTimeSecretAndInProgress(t *testing.T) {
 	ordersTable(t)
-	client := newClient(t, Options{Wait: 100 * time.Millisecond})
+	client := newClient(t, Options{Wait: WaitUpTo(100 * time.Millisecond)})
 	server, who := service(t, client, orderHandler(t)), principal(t)
 	if r := post(t, server, "/orders?secret=1", who, "s", order); r.status != 201 {
 		t.Fatalf("%+v", r)

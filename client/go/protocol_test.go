@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // protocolFile is client/protocol.json, the one table every client follows;
@@ -71,7 +71,7 @@ func TestTableMatchesProtocolJSONFieldByField(t *testing.T) {
 	if err := decoder.Decode(&file); err != nil {
 		t.Fatal(err)
 	}
-	same := func(what string, got, want interface{}) {
+	same := func(what string, got, want any) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: Go has %#v, protocol.json %#v", what, got, want)
 		}
@@ -200,6 +200,6 @@ type nilPool struct{}
 
 func (nilPool) Acquire(context.Context) (*pgxpool.Conn, error) { return nil, errors.New("unused") }
 
-func (nilPool) Query(context.Context, string, ...interface{}) (pgx.Rows, error) {
+func (nilPool) Query(context.Context, string, ...any) (pgx.Rows, error) {
 	return nil, errors.New("unused")
 }

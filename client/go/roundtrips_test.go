@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // Round trips of a keyed request against the same handler in a plain pgx
@@ -35,10 +35,7 @@ func TestRoundTripsAreThoseOfAPlainTransaction(t *testing.T) {
 		return atomic.LoadInt64(&writes) - before
 	}
 	plain := func() error {
-		return conn.BeginFunc(ctx, func(tx pgx.Tx) error {
-			return insert(ctx,
-				tx)
-		})
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return insert(ctx, tx) })
 	}
 	keyed := func(key string, status int) func() error {
 		return func() error {

@@ -21,9 +21,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The routing defaults of client/protocol.json ("routing"; protocol_test.go compares).
@@ -45,30 +44,12 @@ const (
 	DefaultMaxPrincipals = 10000
 	// DefaultLookupTimeout bounds one placement lookup (not in protocol.json).
 	DefaultLookupTimeout = time.Second
-	// StalePlacementSQLState is the SQLSTATE of the extension's refusal of a locking
-	// call (begin, acquire, save_final, claim, the batches) whose principal's shard is
-	// not on the node it runs on ("routing.stale_placement.sqlstate").
-	StalePlacementSQLState = "0A000"
-	// StalePlacementMessage is that refusal's primary message
-	// ("routing.stale_placement.message").
-	StalePlacementMessage = "the key's shard is not on this node"
 )
-
-// IsStalePlacement reports whether err (or an error it wraps) is the server's
-// refusal of a call whose principal's shard is not on the node it ran on: SQLSTATE
-// StalePlacementSQLState and the primary message StalePlacementMessage (another
-// 0A000 is not). The principal's placement is stale: report it to the Router
-// (ReportStalePlacement).
-func IsStalePlacement(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == StalePlacementSQLState &&
-		pgErr.Message == StalePlacementMessage
-}
 
 // RouterPool is a Router's target: a *pgxpool.Pool (or anything with its Acquire and Query).
 type RouterPool interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
-	Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // RouterOptions configure a Router; zero values take the defaults.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Router through the net/http middleware, on a fake placement: three databases of
@@ -70,7 +70,7 @@ func newRouteEnvNamed(t *testing.T, prefix string, fakeCitus bool) *routeEnv {
 		}
 	})
 	for _, node := range []string{"default", "a", "b"} {
-		pool, err := pgxpool.Connect(ctx, env.dsn(env.names[node], base.Port))
+		pool, err := pgxpool.New(ctx, env.dsn(env.names[node], base.Port))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,9 +309,8 @@ func routerNodeDown(t *testing.T, env *routeEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	config.LazyConnect = true
 	config.ConnConfig.ConnectTimeout = 2 * time.Second
-	dead, err := pgxpool.ConnectConfig(context.Background(), config)
+	dead, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,17 +6,18 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // settle ends a started attempt by what the handler answered: a final success
 // is completed and committed (one batch), a final error is rolled back and then
 // stored alone by save_final (one batch), anything else (401, 429, 3xx, 5xx) is
 // rolled back and not stored, so a retry takes effect once.
-func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, response Response,
-	expires *int64) (Response, error) {
+func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, ttl time.Duration,
+	response Response, expires *int64) (Response, error) {
 	if response.Status < 100 || response.Status > 599 {
 		rollbackQuietly(ctx, conn)
 		return Response{}, fmt.Errorf("idempotency: handler returned HTTP status %d",
@@ -34,13 +35,13 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 		// (save_final runs in an implicit transaction of its own, same flight).
 		// A one-time secret is sent without body and headers: the server would
 		// drop them anyway.
-		body, kept := response.Body, interface{}(headers)
+		body, kept := response.Body, any(headers)
 		if response.OneTimeSecret {
 			body, kept = []byte{}, nil
 		}
 		batch.Queue("ROLLBACK")
 		batch.Queue(saveFinalSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path,
-			req.Body, excludeArg(req.Exclude), response.Status, body, kept, interval(c.options.TTL),
+			req.Body, excludeArg(req.Exclude), response.Status, body, kept, interval(ttl),
 			response.OneTimeSecret)
 		// The stored row's expiry, same flight: save_final starts the ttl at its own now().
 		batch.Queue(storedExpirySQL, req.Principal, req.Key)
@@ -51,7 +52,7 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, respon
 		atomic.AddInt64(&c.counters.StoredErrors, 1)
 		return stamped(response, stored), nil
 	}
-	var resourceID interface{}
+	var resourceID any
 	if response.ResourceID != "" {
 		resourceID = response.ResourceID
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
-	"strconv"
-	"strings"
 )
 
 // Streamed responses (client/protocol.json's stream entries): a handler behind
@@ -125,57 +123,4 @@ func writeStreamed(w http.ResponseWriter, response Response) {
 			flusher.Flush()
 		}
 	}
-}
-
-// chunkLengths formats Response.Chunks as the StreamChunksEntry value: "5,5,3".
-func chunkLengths(chunks []int) string {
-	parts := make([]string, len(chunks))
-	for i, length := range chunks {
-		parts[i] = strconv.Itoa(length)
-	}
-	return strings.Join(parts, ",")
-}
-
-// parseChunkLengths reads a StreamChunksEntry value; false when it is not a list
-// of decimal lengths that add up to bodyLength.
-func parseChunkLengths(text string, bodyLength int) ([]int, bool) {
-	lengths := []int{}
-	total := 0
-	if text != "" {
-		for _, part := range strings.Split(text, ",") {
-			n, err := strconv.Atoi(part)
-			if err != nil || n < 0 || part[0] == '+' || part[0] == '-' {
-				return nil, false
-			}
-			lengths = append(lengths, n)
-			total += n
-		}
-	}
-	return lengths, total == bodyLength
-}
-
-// restoreStream turns a stored response with a reserved stream entry into its
-// answer: the chunks of a kept stream, or 409 response-not-kept.
-func restoreStream(response Response, typeBase string) Response {
-	if _, notKept := response.Headers.Get(NotKeptEntry); notKept {
-		answer := ProblemResponse(ProblemResponseNotKept, NotKeptDetail, typeBase)
-		answer.Replayed = true
-		answer.Headers.Set(ReplayHeader, "true")
-		return answer
-	}
-	lengths, streamed := response.Headers.Get(StreamChunksEntry)
-	if !streamed {
-		return response
-	}
-	headers := Headers{}
-	for _, field := range response.Headers {
-		if !strings.EqualFold(field.Name, StreamChunksEntry) {
-			headers = append(headers, field)
-		}
-	}
-	response.Headers = headers
-	if chunks, ok := parseChunkLengths(lengths, len(response.Body)); ok {
-		response.Chunks = chunks
-	} // else: sent as one body, which is all that can be done with it
-	return response
 }

@@ -224,7 +224,7 @@ func TestStoredStreamEntriesAreReadBack(t *testing.T) {
 }
 
 // scalarText reads one text value from the test database.
-func scalarText(t *testing.T, sql string, args ...interface{}) string {
+func scalarText(t *testing.T, sql string, args ...any) string {
 	t.Helper()
 	conn := connect(t)
 	var text string

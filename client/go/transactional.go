@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // The statements of the transactional protocol. The fingerprint is computed by
@@ -28,21 +28,22 @@ const (
 		" one_time_secret => $12::boolean)"
 )
 
-// Options are the settings of a Client; the zero value of a field takes the default.
+// Options are the settings of a Client; the zero value of a field takes the
+// default named beside it. TTL, Wait and MethodsRequiringKey can be set per route
+// or per call (Route, Request.Route, MiddlewareOptions.Route).
 type Options struct {
-	// MethodsRequiringKey are answered 400 without an Idempotency-Key (POST, PATCH).
+	// MethodsRequiringKey are answered 400 without an Idempotency-Key (nil: POST,
+	// PATCH; an empty, non-nil list: none).
 	MethodsRequiringKey []string
 	// KeptHeaders are stored with the key and replayed (DefaultKeptHeaders).
 	KeptHeaders []string
-	// Wait is how long begin waits for a transaction that holds the key
-	// (0: idempotency.wait_timeout).
-	Wait time.Duration
-	// Duplicates is what a duplicate of a running request does: DuplicatesWait
-	// (the default, "") waits for it (up to Wait), then replays;
-	// DuplicatesReject answers 409 request-in-progress with Retry-After at once
-	// (begin with wait 0). Request.Duplicates overrides it per call.
-	Duplicates DuplicateMode
-	// TTL is the key's lifetime (0: idempotency.key_ttl).
+	// Wait is what a duplicate of a running request does: WaitUpTo(d) waits up to
+	// d for the transaction that holds the key, then replays its response or
+	// answers 409; Reject answers 409 with Retry-After at once. Wait{} (unset)
+	// and WaitServer wait up to the server's idempotency.wait_timeout.
+	Wait Wait
+	// TTL is the key's lifetime (0: the server's idempotency.key_ttl; negative:
+	// NewClient fails).
 	TTL time.Duration
 	// MaxAttempts bounds the runs of Handle on serialization failures and deadlocks (3).
 	MaxAttempts int
@@ -80,10 +81,26 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// route is a call's Route over the options: each zero value of r takes o's.
+func (o Options) route(r Route) Route {
+	if r.TTL == 0 {
+		r.TTL = o.TTL
+	}
+	r.Wait = r.Wait.or(o.Wait)
+	if r.MethodsRequiringKey == nil {
+		r.MethodsRequiringKey = o.MethodsRequiringKey
+	}
+	return r
+}
+
 // Counters say what a Client did, for metrics.
 type Counters struct {
+	// Started, Replayed, Mismatched, InProgress, SecretReplayed count begin's
+	// outcomes (the handler ran; stored response; 422; 409; one-time secret 409).
 	Started, Replayed, Mismatched, InProgress, SecretReplayed int64
-	RejectedKeys, NotStored, StoredErrors, Retries            int64
+	// RejectedKeys counts 400s for keys; NotStored non-final answers; StoredErrors
+	// final errors stored by save_final; Retries reruns on 40001 and 40P01.
+	RejectedKeys, NotStored, StoredErrors, Retries int64
 	// Expired counts retries of keys that expired under an on_expiry 'refuse' policy (410).
 	Expired int64
 }
@@ -107,6 +124,9 @@ func NewClient(options Options) (*Client, error) {
 	options = options.withDefaults()
 	if options.MaxAttempts < 1 {
 		return nil, errors.New("idempotency: MaxAttempts must be at least 1")
+	}
+	if options.TTL < 0 {
+		return nil, errNegativeTTL
 	}
 	final, err := newFinalStatuses(options.FinalStatuses)
 	if err != nil {
@@ -161,9 +181,13 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		return Response{}, fmt.Errorf("idempotency: the connection must be idle (status %q): "+
 			"the attempt opens and ends its own transaction", status)
 	}
+	route := c.options.route(req.Route)
+	if err := route.check(); err != nil {
+		return Response{}, err
+	}
 	method := strings.ToUpper(req.Method)
 	if req.Key == "" {
-		if !c.requiresKey(method) {
+		if !route.requiresKey(method) {
 			return c.unkeyed(ctx, conn, handler)
 		}
 		atomic.AddInt64(&c.counters.RejectedKeys, 1)
@@ -178,7 +202,7 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 	if err := c.final.load(ctx, conn); err != nil { // known before any transaction starts
 		return Response{}, err
 	}
-	outcome, stored, answer, err := c.begin(ctx, conn, req)
+	outcome, stored, answer, err := c.begin(ctx, conn, req, route)
 	if err != nil || answer != nil {
 		return answerOrZero(answer), err
 	}
@@ -198,7 +222,7 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		rollbackQuietly(ctx, conn) // nothing is stored; the error is the caller's
 		return Response{}, err
 	}
-	return c.settle(ctx, conn, req, response, stored.expiresEpoch)
+	return c.settle(ctx, conn, req, route.TTL, response, stored.expiresEpoch)
 }
 
 func answerOrZero(r *Response) Response {
@@ -206,15 +230,6 @@ func answerOrZero(r *Response) Response {
 		return Response{}
 	}
 	return *r
-}
-
-func (c *Client) requiresKey(method string) bool {
-	for _, m := range c.options.MethodsRequiringKey {
-		if strings.EqualFold(m, method) {
-			return true
-		}
-	}
-	return false
 }
 
 // unkeyed runs a request that needs no key in a plain transaction; nothing is stored.
@@ -233,12 +248,12 @@ func (c *Client) unkeyed(ctx context.Context, conn *pgx.Conn, handler Handler) (
 
 // begin sends BEGIN and idempotency.begin in one batch (one round trip). A key
 // the server refuses or a body it cannot fingerprint comes back as an answer.
-func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
+func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request, route Route) (
 	string, storedRow, *Response, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(beginCommand(c.options.TxOptions))
 	batch.Queue(beginSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path, req.Body,
-		excludeArg(req.Exclude), interval(c.options.TTL), c.waitArg(req))
+		excludeArg(req.Exclude), interval(route.TTL), route.Wait.arg())
 	results := conn.SendBatch(ctx, batch)
 	var outcome string
 	var stored storedRow
@@ -264,23 +279,6 @@ func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request) (
 		return "", stored, &answer, nil
 	}
 	return "", stored, nil, err
-}
-
-// waitArg is begin's wait: 0 in reject mode (409 at once), else Options.Wait.
-func (c *Client) waitArg(req Request) interface{} {
-	return waitArg(req.Duplicates, c.options.Duplicates, c.options.Wait)
-}
-
-// waitArg is begin's or acquire's wait: 0 in reject mode (the request's mode, else
-// the configured one), else wait (0: the server's idempotency.wait_timeout).
-func waitArg(mode, configured DuplicateMode, wait time.Duration) interface{} {
-	if mode == "" {
-		mode = configured
-	}
-	if mode == DuplicatesReject {
-		return "0 seconds"
-	}
-	return interval(wait)
 }
 
 // answer ends the transaction of an outcome that does not run the handler.

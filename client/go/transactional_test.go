@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 const order = `{"item":"book","quantity":2}`
@@ -116,7 +116,7 @@ func TestHeldKeyIs409WithRetryAfter(t *testing.T) {
 	if err != nil || outcome != "started" {
 		t.Fatalf("holder: %s %v", outcome, err)
 	}
-	client := newClient(t, Options{Wait: 200 * time.Millisecond, RetryAfter: 2})
+	client := newClient(t, Options{Wait: WaitUpTo(200 * time.Millisecond), RetryAfter: 2})
 	calls := 0
 	busy, err := client.Handle(ctx, connect(t), orderRequest(who, "held", order), createOrder(who,
 		201, &calls))

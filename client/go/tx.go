@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgconn"
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrAttemptOwnsTransaction is returned by Commit and Rollback of the pgx.Tx a
@@ -55,7 +55,8 @@ type notingRow struct {
 	tx  *attemptTx
 }
 
-func (r notingRow) Scan(dest ...interface{}) error { return r.tx.note(r.row.Scan(dest...)) }
+// Scan reads the row; its error is noted.
+func (r notingRow) Scan(dest ...any) error { return r.tx.note(r.row.Scan(dest...)) }
 
 var _ pgx.Tx = (*attemptTx)(nil)
 
@@ -67,23 +68,6 @@ func (t *attemptTx) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	return sp, nil
-}
-
-// BeginFunc runs f in a savepoint: released when f returns nil, rolled back otherwise.
-func (t *attemptTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error {
-	return beginFunc(ctx, t, f)
-}
-
-func beginFunc(ctx context.Context, parent pgx.Tx, f func(pgx.Tx) error) error {
-	nested, err := parent.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := f(nested); err != nil {
-		_ = nested.Rollback(ctx)
-		return err
-	}
-	return nested.Commit(ctx)
 }
 
 // Commit is refused: see ErrAttemptOwnsTransaction.
@@ -104,14 +88,14 @@ func (t *attemptTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	return t.conn.SendBatch(ctx, b)
 }
 
-// LargeObjects needs pgx's own Tx, whose type pgx does not export: it is made by
-// sending BEGIN inside the open transaction (one more round trip and a server
-// WARNING "there is already a transaction in progress"; nothing else changes).
-// Do not call Commit or Rollback on the returned value's transaction.
+// LargeObjects needs pgx's own Tx, whose type pgx does not export: one is made
+// inside the open transaction with a no-op begin query (one more round trip).
+// That round trip fails only on a lost connection, which cannot be returned from
+// here: then LargeObjects panics with the error (the one panic of the package).
 func (t *attemptTx) LargeObjects() pgx.LargeObjects {
-	inner, err := t.conn.Begin(context.Background())
+	inner, err := t.conn.BeginTx(context.Background(), pgx.TxOptions{BeginQuery: "SELECT 1"})
 	if err != nil {
-		panic(fmt.Sprintf("idempotency: LargeObjects: %v", err))
+		panic(fmt.Sprintf("idempotency: LargeObjects: %v", t.note(err)))
 	}
 	return inner.LargeObjects()
 }
@@ -123,29 +107,21 @@ func (t *attemptTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 }
 
 // Exec runs a statement in the transaction.
-func (t *attemptTx) Exec(ctx context.Context, sql string, args ...interface{}) (pgconn.CommandTag,
+func (t *attemptTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag,
 	error) {
 	tag, err := t.conn.Exec(ctx, sql, args...)
 	return tag, t.note(err)
 }
 
 // Query runs a query in the transaction.
-func (t *attemptTx) Query(ctx context.Context, sql string, args ...interface{}) (pgx.Rows, error) {
+func (t *attemptTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	rows, err := t.conn.Query(ctx, sql, args...)
 	return rows, t.note(err)
 }
 
 // QueryRow runs a query that returns at most one row in the transaction.
-func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...interface{}) pgx.Row {
+func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return notingRow{row: t.conn.QueryRow(ctx, sql, args...), tx: t}
-}
-
-// QueryFunc runs a query and calls f for every row.
-func (t *attemptTx) QueryFunc(ctx context.Context, sql string, args []interface{},
-	scans []interface{},
-	f func(pgx.QueryFuncRow) error) (pgconn.CommandTag, error) {
-	tag, err := t.conn.QueryFunc(ctx, sql, args, scans, f)
-	return tag, t.note(err)
 }
 
 // Conn is the connection the transaction runs on.
@@ -160,11 +136,6 @@ type savepointTx struct {
 
 // Begin starts a savepoint nested in this one.
 func (s *savepointTx) Begin(ctx context.Context) (pgx.Tx, error) { return s.attemptTx.Begin(ctx) }
-
-// BeginFunc runs f in a nested savepoint.
-func (s *savepointTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error {
-	return beginFunc(ctx, s, f)
-}
 
 // Commit releases the savepoint.
 func (s *savepointTx) Commit(ctx context.Context) error {

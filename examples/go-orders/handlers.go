@@ -14,13 +14,15 @@ import (
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
-	"github.com/jackc/pgx/v4"
-	"github.com/jackc/pgx/v4/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 )
 
-// service holds the pool and the flaky route's memory.
+// service holds the pool, River's client and the flaky route's memory.
 type service struct {
 	pool        *pgxpool.Pool
+	jobs        *river.Client[pgx.Tx]
 	flakyMu     sync.Mutex
 	flakyFailed map[[2]string]bool
 }
@@ -39,7 +41,7 @@ func send(w http.ResponseWriter, r result) {
 
 // dumps is compact JSON with sorted members: the bytes nlohmann_json writes in
 // the C++ service (encoding/json sorts map keys; HTML escaping off).
-func dumps(document map[string]interface{}) []byte {
+func dumps(document map[string]any) []byte {
 	var b bytes.Buffer
 	encoder := json.NewEncoder(&b)
 	encoder.SetEscapeHTML(false)
@@ -77,7 +79,7 @@ func (s *service) count(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	send(w, result{200, idempotency.Headers{{Name: "Content-Type", Value: "application/json"}},
-		dumps(map[string]interface{}{"orders": n})})
+		dumps(map[string]any{"orders": n})})
 }
 
 // keyedCall is what a keyed route has: the middleware's context and the body,
@@ -155,7 +157,7 @@ func (s *service) plainOrders(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := io.ReadAll(r.Body)
 	var answer result
-	err := s.pool.BeginFunc(r.Context(), func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
 		answer, _ = createOrder(r.Context(), tx, principal, body, delayMs(r))
 		if answer.status >= 300 {
 			return errRollback
@@ -170,6 +172,7 @@ func (s *service) plainOrders(w http.ResponseWriter, r *http.Request) {
 
 type rollback struct{}
 
+// Error says the transaction was rolled back on purpose.
 func (rollback) Error() string { return "rolled back" }
 
 var errRollback error = rollback{}

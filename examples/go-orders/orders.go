@@ -8,12 +8,12 @@ import (
 
 	idempotency "github.com/pg-idempotency/pg-idempotency/client/go"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 // decodeObject reads a JSON object with its numbers kept as written.
-func decodeObject(body []byte) map[string]interface{} {
-	var document map[string]interface{}
+func decodeObject(body []byte) map[string]any {
+	var document map[string]any
 	decoder := json.NewDecoder(bytes.NewReader(body))
 	decoder.UseNumber()
 	if decoder.Decode(&document) != nil || decoder.More() {
@@ -22,23 +22,35 @@ func decodeObject(body []byte) map[string]interface{} {
 	return document
 }
 
-// createOrder validates the body and inserts the order in tx.
-func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
-	delayMs int) (result, string) {
+// parseOrder reads an order's body: its item and quantity, or the answer to a
+// body that is not an order.
+func parseOrder(body []byte) (string, int64, *result) {
 	data := decodeObject(body)
 	item, _ := data["item"].(string)
 	if data == nil || item == "" {
-		return problem(400, "Invalid order",
-			`The body must be a JSON object with a non-empty "item" string.`), ""
+		invalid := problem(400, "Invalid order",
+			`The body must be a JSON object with a non-empty "item" string.`)
+		return "", 0, &invalid
 	}
 	quantity := int64(1)
 	if raw, present := data["quantity"]; present {
 		number, isNumber := raw.(json.Number)
 		value, err := strconv.ParseInt(string(number), 10, 64)
 		if !isNumber || err != nil || value < 1 || value > 1000 {
-			return problem(422, "Invalid quantity", "quantity must be 1 to 1000."), ""
+			invalid := problem(422, "Invalid quantity", "quantity must be 1 to 1000.")
+			return "", 0, &invalid
 		}
 		quantity = value
+	}
+	return item, quantity, nil
+}
+
+// createOrder validates the body and inserts the order in tx.
+func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
+	delayMs int) (result, string) {
+	item, quantity, invalid := parseOrder(body)
+	if invalid != nil {
+		return *invalid, ""
 	}
 	if delayMs > 0 {
 		if _, err := tx.Exec(ctx, "SELECT pg_sleep($1::float8 / 1000)", delayMs); err != nil {
@@ -52,7 +64,7 @@ func createOrder(ctx context.Context, tx pgx.Tx, principal string, body []byte,
 	if err != nil {
 		return internalError(err), ""
 	}
-	document := map[string]interface{}{"id": id, "item": item, "quantity": quantity,
+	document := map[string]any{"id": id, "item": item, "quantity": quantity,
 		"created_at": createdAt}
 	headers := idempotency.Headers{{Name: "Content-Type", Value: "application/json"},
 		{Name: "Location", Value: "/orders/" + strconv.FormatInt(id, 10)}}
@@ -76,6 +88,6 @@ func createAPIKey(ctx context.Context, tx pgx.Tx, principal string, body []byte)
 	}
 	headers := idempotency.Headers{{Name: "Content-Type", Value: "application/json"},
 		{Name: "Location", Value: "/api-keys/" + strconv.FormatInt(id, 10)}}
-	document := map[string]interface{}{"id": id, "name": name, "secret": randomSecret()}
+	document := map[string]any{"id": id, "name": name, "secret": randomSecret()}
 	return result{201, headers, dumps(document)}, strconv.FormatInt(id, 10)
 }

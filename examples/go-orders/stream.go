@@ -10,7 +10,7 @@ import (
 )
 
 // streamCount is a member of a /orders/stream body: an integer in 1..most, or 0.
-func streamCount(document map[string]interface{}, name string, most float64) int {
+func streamCount(document map[string]any, name string, most float64) int {
 	value, ok := document[name].(float64)
 	if !ok || value != math.Trunc(value) || value < 1 || value > most {
 		return 0
@@ -26,7 +26,7 @@ func (s *service) streamOrders(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var document map[string]interface{}
+	var document map[string]any
 	_ = json.Unmarshal(body, &document)
 	chunks := streamCount(document, "chunks", 1000)
 	chunkBytes := streamCount(document, "chunk_bytes", 65536)

@@ -35,6 +35,8 @@ void key_locktag(LOCKTAG* tag, text* principal, text* key) {
 // Waits up to wait_ms for the key lock. The wait runs in a subtransaction with
 // lock_timeout set, so that running out of time is an error we can swallow
 // without aborting the caller's transaction. Only contended keys get here.
+// A timeout that fires as the lock is granted counts as a timeout: the lock is
+// given back, and nothing of the timeout is left pending for the caller.
 bool wait_for_key_lock(const LOCKTAG* tag, int wait_ms) {
     MemoryContext caller_context = CurrentMemoryContext;
     ResourceOwner caller_owner = CurrentResourceOwner;
@@ -50,6 +52,13 @@ bool wait_for_key_lock(const LOCKTAG* tag, int wait_ms) {
         set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
                           true, 0, false);
         (void)LockAcquire(tag, ExclusiveLock, false, false);
+        // The lock_timeout timer can fire after the lock was granted and before
+        // ProcSleep turned it off: its cancel is then pending, and would cancel
+        // the caller's next statement "due to lock timeout". Taken here, inside
+        // the subtransaction, it is the timeout it is (the lock goes back with
+        // the subtransaction); a user's cancel or a statement timeout pending
+        // here stays the error it is.
+        CHECK_FOR_INTERRUPTS();
         AtEOXact_GUC(true, nest_level);
         // Committing the subtransaction hands the lock to the caller's transaction.
         ReleaseCurrentSubTransaction();

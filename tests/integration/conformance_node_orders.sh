@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # The HTTP conformance suite (tests/conformance) against the Node example,
 # examples/node-orders (Express middleware of client/node), on a fresh database
-# of the throwaway cluster. Needs client/node built (npm install + tsc, which
-# scripts/test.sh does in the Node suite before the integration tests).
+# of the throwaway cluster. Needs client/node built (npm ci + tsc, which
+# scripts/test.sh does in the Node suite before the integration tests); the
+# example is installed from its own lock file (npm ci), as a user would.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [[ ! -f client/node/dist/index.js || ! -d client/node/node_modules/express ]]; then
-  echo "not ok - client/node is not built (cd client/node && npm install --no-package-lock && npx tsc)"
+if [[ ! -f client/node/dist/index.js || ! -d client/node/node_modules/pg ]]; then
+  echo "not ok - client/node is not built (cd client/node && npm ci)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+if ! (cd examples/node-orders && npm ci --no-audit --no-fund --loglevel=error); then
+  echo "not ok - npm ci in examples/node-orders"
   echo "0 passed, 1 failed"
   exit 1
 fi

@@ -62,9 +62,7 @@ binary_of() {
     echo "examples/$1/app.$([[ $1 == node-orders ]] && echo js || echo py)"
     ;;
   go-orders)
-    # shellcheck source=../../client/go/gopath.bash
-    source client/go/gopath.bash "$work" >/dev/null || return 1
-    go build -o "$work/go-orders" "${go_module%/client/go}/examples/go-orders" || return 1
+    (cd examples/go-orders && go build -o "$work/go-orders" .) || return 1
     echo "$work/go-orders"
     ;;
   rust-orders)

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# The Go package (client/go) against a fresh database of the throwaway
-# cluster: gofmt and go vet clean (package and examples/go-orders), then
-# go test (transactional and lease protocols, round trips, middleware, the
-# table checked against client/protocol.json), and the first example of
-# docs/go.md built and run. GOPATH mode on Debian's pgx v4.
+# The Go package (client/go, a module on pgx v5) and the Go example
+# (examples/go-orders: River, sqlc-shaped queries) against a fresh database of
+# the throwaway cluster: gofmt clean, go vet ./... and go test -race ./... in
+# both modules (the package's tests: transactional and lease protocols, round
+# trips, middleware, per-route options, the table checked against
+# client/protocol.json; the example's: River jobs inserted in the request's
+# transaction, the sqlc-shaped handler), and the first example of docs/go.md
+# built and run as a module of its own. Modules come from the Go module proxy
+# (GOPROXY; a cold module cache is filled by go mod download).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
-# shellcheck source=../../client/go/gopath.bash
-if ! source client/go/gopath.bash "$work"; then
-  echo "not ok - go toolchain"
+if ! command -v go >/dev/null; then
+  echo "not ok - go toolchain (Go 1.26 or later; scripts/install-deps.sh)"
   echo "0 passed, 1 failed"
   exit 1
 fi
+repo=$(pwd)
 fresh_database idem_go_client
+dsn="postgres://${PGUSER:-postgres}@127.0.0.1:$PGPORT/$service_db"
+check "go mod download: client/go and examples/go-orders (from the module proxy, go.sum checked)" \
+  bash -c 'cd client/go && go mod download && go mod verify >/dev/null &&
+    cd ../../examples/go-orders && go mod download && go mod verify >/dev/null'
 # The files gofmt would change go to stderr through the shell (tee /dev/stderr
 # reopens the path: when stderr is a log file, that truncated the whole log).
 gofmt_clean() {
@@ -23,18 +31,28 @@ gofmt_clean() {
   [[ -z $out ]] || { echo "$out" >&2; return 1; }
 }
 check "gofmt: client/go and examples/go-orders are formatted" gofmt_clean client/go examples/go-orders
-check "go vet: client/go and examples/go-orders" go vet "$go_module" "${go_module%/client/go}/examples/go-orders"
-check "go test: client/go against the cluster" \
-  env IDEM_GO_TEST_DSN="postgres://${PGUSER:-postgres}@127.0.0.1:$PGPORT/$service_db" \
-  go test -count=1 -v "$go_module"
-# The first example of docs/go.md, as written there: a whole program that
-# must build and run (a call and its retry: 201, then the replay).
-doc_example=$work/gopath/src/docexample
+check "go vet ./...: client/go" bash -c 'cd client/go && go vet ./...'
+check "go vet ./...: examples/go-orders" bash -c 'cd examples/go-orders && go vet ./...'
+check "go test -race ./...: client/go against the cluster" \
+  env IDEM_GO_TEST_DSN="$dsn" bash -c 'cd client/go && go test -race -count=1 ./...'
+check "go test -race ./...: examples/go-orders against the cluster (River, sqlc shape)" \
+  env IDEM_GO_TEST_DSN="$dsn" bash -c 'cd examples/go-orders && go test -race -count=1 ./...'
+check "no pgx v4 and no GOPATH mode left in the Go modules" \
+  bash -c '! grep -rn "jackc/pgx/v4\|jackc/pgconn\|GO111MODULE" client/go examples/go-orders'
+# The first example of docs/go.md, as written there: a whole program in a module
+# of its own (go.mod replaces the package by this checkout) that must build and
+# run (a call and its retry: 201, then the replay).
+doc_example=$work/docexample
 mkdir -p "$doc_example"
 awk '/^```go$/ { n++; if (n == 1) { inside = 1; next } } /^```$/ { inside = 0 } inside' docs/go.md \
   >"$doc_example/main.go"
 doc_example_runs() {
-  DATABASE_URL="postgres://${PGUSER:-postgres}@127.0.0.1:$PGPORT/$service_db" go run docexample >"$work/doc.out" &&
+  (cd "$doc_example" &&
+    go mod init docexample >/dev/null 2>&1 &&
+    go mod edit -require=github.com/pg-idempotency/pg-idempotency/client/go@v0.0.0 \
+      -replace=github.com/pg-idempotency/pg-idempotency/client/go="$repo/client/go" &&
+    go mod tidy >/dev/null 2>&1 &&
+    DATABASE_URL="$dsn" go run . >"$work/doc.out") &&
     cat "$work/doc.out" &&
     [[ $(sed -n 1p "$work/doc.out") == '201 {"id":1} replayed: false' ]] &&
     [[ $(sed -n 2p "$work/doc.out") == '201 {"id":1} replayed: true' ]]

@@ -94,7 +94,7 @@ check "the pg_tle body is the psql -f body" test "$(q -d idem_tle -c "
 # 3. pg_regress and the isolation specs that apply.
 # guarantees.sql's section 8 binds principals per session, which the trusted
 # edition cannot (the binding check below is its own).
-regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080
+regress=(protocol lease batch expired headers cleanup cleanup_order ttl_limits findings_080 http_answer
          fingerprint security_search_path)
 isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once
            counters_across_backends duplicate_waits_then_replays expired_retry_races_cleanup
@@ -228,6 +228,15 @@ q -d idem_trusted -c "DROP EXTENSION idempotency" -c "DROP SCHEMA idempotency" \
 q -U idem_owner -d idem_trusted -f "$script"
 q -U idem_owner -d idem_trusted -f "$dir/keys2.sql" >/dev/null
 check "C++ -> trusted edition: the stored response replays" test "$(replay)" = "replay moved 1"
+
+# 6b. A wait that runs out just as the key lock is granted: the trusted edition
+#     takes that lock timeout inside its own exception block (in_progress, the
+#     transaction goes on), as the C++ edition does since 0.9.0.
+q -c "CREATE DATABASE idem_race OWNER idem_owner"
+q -U idem_owner -d idem_race -f "$script"
+check "a wait that runs out as the key is granted is a timeout (lock_timeout_race.sh)" \
+  bash -c 'IDEM_RACE_DB=idem_race bash tests/integration/lock_timeout_race.sh >"$0/race.log" 2>&1 ||
+           { cat "$0/race.log"; exit 1; }' "$dir"
 
 # 7. The conformance suite, one example service on a database with the trusted
 #    edition. The suite reads idempotency.wait_timeout, which has no value until

@@ -4,10 +4,10 @@
 // as the page says (fence int64, timestamps time.Time with their microseconds,
 // interval from time.Duration).
 //
-//	GOPATH=/usr/share/gocode GO111MODULE=off go run tests/languages/pgx_forms.go "postgres://user@host:port/db"
+//	cd tests/languages && go run pgx_forms.go "postgres://user@host:port/db"
 //
-// Built against Debian's golang-github-jackc-pgx-v4-dev (GOPATH mode, nothing
-// downloaded). Prints ok / not ok lines and "N passed, N failed"; exits 1 on
+// Built against pgx v5 (tests/languages/go.mod and go.sum pin it; modules from
+// the Go module proxy). Prints ok / not ok lines and "N passed, N failed"; exits 1 on
 // any failure.
 package main
 
@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v5"
 )
 
 var passed, failed int
@@ -52,8 +52,8 @@ type beginRow struct {
 
 // begin runs the page's begin() form in q (a connection or a transaction).
 func begin(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...interface{}) pgx.Row
-}, principal, key string, body []byte, ttl interface{}, wait interface{}) (beginRow, error) {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, principal, key string, body []byte, ttl any, wait any) (beginRow, error) {
 	var r beginRow
 	err := q.QueryRow(ctx,
 		`SELECT outcome, response_status, response_headers::text, response_body, resource_id, fence

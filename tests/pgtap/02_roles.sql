@@ -33,8 +33,8 @@ CREATE FUNCTION pg_temp.holds(r name) RETURNS text[] LANGUAGE sql AS $$
        AND (CASE WHEN c.relkind = 'S' AND v.priv NOT IN ('SELECT', 'UPDATE') THEN false
                  ELSE has_table_privilege(r, c.oid, v.priv) END)
 $$;
-SELECT is(pg_temp.executes('public'), '{bound_principal,fingerprint,is_final,jcs}',
-          'PUBLIC executes jcs, fingerprint, is_final and bound_principal only');
+SELECT is(pg_temp.executes('public'), '{bound_principal,fingerprint,http_answer,http_storage,is_final,jcs}',
+          'PUBLIC executes jcs, fingerprint, is_final, bound_principal, http_answer and http_storage only');
 SELECT is(pg_temp.executes('idem_doc_app'),
           '{acquire,begin,begin_batch,claim,claim_batch,complete,complete_batch,release,renew,save_final}',
           'app executes both protocols, claim and the batches, nothing else');

@@ -91,13 +91,14 @@ END
 $$;
 -- Functions and procedures of the extension's schema that `who` may run with
 -- arguments of its choosing (a principal and a key to probe, say), other than
--- the four that touch no table.
+-- the six that touch no table.
 CREATE FUNCTION pg_temp.probes(who name) RETURNS text[] LANGUAGE sql AS $$
     SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}') FROM pg_proc AS p
      WHERE p.pronamespace = 'idempotency'::regnamespace
        AND (p.pronargs > p.pronargdefaults OR p.prokind = 'p')
        AND has_function_privilege(who, p.oid, 'EXECUTE')
-       AND p.proname NOT IN ('jcs', 'fingerprint', 'is_final', 'bound_principal')
+       AND p.proname NOT IN ('jcs', 'fingerprint', 'is_final', 'bound_principal', 'http_answer',
+                             'http_storage')
 $$;
 
 SELECT ok((SELECT count(*) FROM pg_temp.leaks(current_user, false) WHERE object IN ('idempotency.keys', 'pg_stats')) > 0

@@ -8,7 +8,6 @@ import {
   NOT_KEPT_VALUE,
   Response,
   STREAM_CHUNKS_ENTRY,
-  headerNameEqual,
   httpDate,
   notKeptResponse,
   type DuplicateMode,
@@ -139,6 +138,16 @@ export function decodeBytea(value: string | null | undefined): Buffer | null {
   return Buffer.from(value.slice(2), "hex");
 }
 
+const EXPIRES_LOWER = EXPIRES_HEADER.toLowerCase();
+const keptSets = new WeakMap<readonly string[], Set<string>>();
+
+/** The kept header names in lower case, made once per list. */
+function keptSet(kept: readonly string[]): Set<string> {
+  let set = keptSets.get(kept);
+  if (set === undefined) keptSets.set(kept, (set = new Set(kept.map((name) => name.toLowerCase()))));
+  return set;
+}
+
 /**
  * The kept headers of a response as a JSON array of [name, value] pairs, in
  * their order, repeated names (Set-Cookie, Link) included: the form the server
@@ -149,13 +158,12 @@ export function keptHeadersJson(response: Response, kept: readonly string[]): st
   if (response.streamTooLarge) return JSON.stringify({ [NOT_KEPT_ENTRY]: NOT_KEPT_VALUE });
   // The expiry header belongs to the key, added to every answer: never stored. Names
   // starting with ":" are the reserved entries, written below only.
-  const chosen = response.headers.filter(
-    ([name]) =>
-      kept.some((wanted) => headerNameEqual(name, wanted)) &&
-      !headerNameEqual(name, EXPIRES_HEADER) &&
-      !name.startsWith(":"),
-  );
-  const pairs = chosen.map(([name, value]) => [name, value]);
+  const wanted = keptSet(kept);
+  const pairs: string[][] = [];
+  for (const [name, value] of response.headers) {
+    const lower = name.toLowerCase();
+    if (wanted.has(lower) && lower !== EXPIRES_LOWER && !name.startsWith(":")) pairs.push([name, value]);
+  }
   if (response.chunks !== null) pairs.push([STREAM_CHUNKS_ENTRY, response.chunks.join(",")]);
   return JSON.stringify(pairs);
 }
@@ -257,4 +265,16 @@ export class FinalStatuses {
     if (this.table === null) throw new Error("final statuses not loaded");
     return status >= 100 && status <= 599 && this.table[status - 100];
   }
+}
+
+/** What a framework adapter (Express middleware, Fastify plugin) hands the route as `idempotency`. */
+export interface RequestContext {
+  /** The connection whose transaction holds the key: do the request's writes here, never commit. */
+  db: Db;
+  /** The request as fingerprinted. */
+  request: Request;
+  /** Set to true when the response carries a secret: it is sent once and not stored. */
+  oneTimeSecret: boolean;
+  /** Id of what the request created, stored with the key. */
+  resourceId: string | null;
 }

@@ -33,31 +33,23 @@
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Pool, PoolClient } from "pg";
 
-import type { Db, Request } from "./common";
+import type { Db, Request, RequestContext } from "./common";
 import { isDatabaseFault, watchConnection, type ConnectionWatch } from "./fault";
 import {
   DEFAULT_MAX_STREAM_BYTES,
   EXPIRES_HEADER,
   Response,
+  StreamCapture,
+  checkDuplicates,
+  checkMaxStreamBytes,
   databaseFaultResponse,
+  readStream,
   httpDate,
   type DuplicateMode,
   type Headers,
 } from "./http";
 import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
-
-/** What the middleware hands the route in `req.idempotency`. */
-export interface RequestContext {
-  /** The connection whose transaction holds the key: do the request's writes here, never commit. */
-  db: Db;
-  /** The request as fingerprinted. */
-  request: Request;
-  /** Set to true when the response carries a secret: it is sent once and not stored. */
-  oneTimeSecret: boolean;
-  /** Id of what the request created, stored with the key. */
-  resourceId: string | null;
-}
 
 declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace
@@ -136,54 +128,7 @@ async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer |
     // A body parser (express.json, urlencoded) consumed the stream: the bytes are gone.
     throw new Error("pg-idempotency: the middleware needs the raw body; put it before body parsers or use express.raw()");
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) return null;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
-
-/** A streamed response's chunks as they are sent, kept up to `maxBytes` in all. */
-export class StreamCapture {
-  /** Bytes streamed so far, kept or not. */
-  size = 0;
-  /** True once the stream went past maxBytes: nothing of it is kept. */
-  tooLarge = false;
-  private chunks: Buffer[] = [];
-
-  /** A capture that keeps at most maxBytes (a non-negative integer). */
-  constructor(readonly maxBytes: number = DEFAULT_MAX_STREAM_BYTES) {
-    checkMaxStreamBytes(maxBytes);
-  }
-
-  /** Records one chunk as sent (an empty one is no chunk: it is never sent). */
-  add(chunk: Buffer): void {
-    if (chunk.length === 0) return;
-    this.size += chunk.length;
-    if (this.tooLarge) return;
-    if (this.size > this.maxBytes) {
-      this.tooLarge = true;
-      this.chunks = []; // the memory goes back now, not at the end of the stream
-      return;
-    }
-    this.chunks.push(Buffer.from(chunk));
-  }
-
-  /** What the key is completed with: the chunks and their lengths, or the marker alone. */
-  response(status: number, headers: Headers): Response {
-    if (this.tooLarge) return new Response(status, headers, Buffer.alloc(0), { streamTooLarge: true });
-    const chunks = this.chunks.map((c) => c.length);
-    return new Response(status, headers, Buffer.concat(this.chunks), { chunks });
-  }
-}
-
-function checkMaxStreamBytes(value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new RangeError(`maxStreamBytes must be an integer >= 0, not ${value}`);
-  }
+  return readStream(req, limit);
 }
 
 /** What capture() hands back: the answer, and whether it went out as a stream. */
@@ -221,13 +166,13 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
     reject = no;
   });
   let ended = false;
-  res.once("close", () => {
-    // The client went away mid-stream: what the route did is rolled back, nothing kept.
-    if (streaming && !ended) {
+  // The client went away mid-stream: what the route did is rolled back, nothing kept.
+  const gone = () => {
+    if (!ended) {
       ended = true;
       reject(new Error("the client went away before the stream ended"));
     }
-  });
+  };
   const self = res as unknown as Record<string, unknown>;
   self.writeHead = function (status: number, ...rest: unknown[]) {
     res.statusCode = status;
@@ -257,6 +202,8 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   const piece = (data: Buffer, cb?: unknown): boolean => {
     if (!streaming) {
       streaming = true;
+      if (res.destroyed) gone();
+      else res.once("close", gone); // only a stream needs it: a whole answer commits anyway
       streamStatus = res.statusCode;
       onStream(streamStatus);
       // node's write() sends the head through res.writeHead (_implicitHeader): the real one now.
@@ -303,42 +250,6 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   return { done, restore, streaming: () => streaming };
 }
 
-/**
- * Calls `onStale` when a query on `conn` fails with a stale placement (isStalePlacement),
- * until the returned function puts conn.query back. It sees the promise and callback forms
- * of query(), so the key's calls and the route's own statements; not a submittable's
- * (cursor, stream) errors.
- */
-function watchStalePlacement(conn: PoolClient, onStale: () => void): () => void {
-  const own = Object.getOwnPropertyDescriptor(conn, "query");
-  const query = conn.query as (...args: unknown[]) => unknown;
-  const see = (error: unknown) => {
-    if (isStalePlacement(error)) onStale();
-  };
-  (conn as unknown as { query: unknown }).query = function (this: unknown, ...args: unknown[]) {
-    const last = args[args.length - 1];
-    if (typeof last === "function") {
-      args[args.length - 1] = function (this: unknown, error: unknown, ...rest: unknown[]) {
-        see(error);
-        return (last as (...a: unknown[]) => unknown).call(this, error, ...rest);
-      };
-    }
-    const result = query.apply(this, args) as { then?: unknown; submit?: unknown } | undefined;
-    if (result && typeof result.then === "function" && typeof result.submit !== "function") {
-      // The caller's promise rejects as the original does (same error, unhandled if ignored).
-      return (result as Promise<unknown>).then(undefined, (error: unknown) => {
-        see(error);
-        throw error;
-      });
-    }
-    return result;
-  };
-  return () => {
-    if (own !== undefined) Object.defineProperty(conn, "query", own);
-    else delete (conn as unknown as { query?: unknown }).query;
-  };
-}
-
 function rawHeaderNames(res: ServerResponse): string[] {
   const raw = (res as unknown as { getRawHeaderNames?: () => string[] }).getRawHeaderNames;
   return raw ? raw.call(res) : res.getHeaderNames();
@@ -346,16 +257,13 @@ function rawHeaderNames(res: ServerResponse): string[] {
 
 /** Sends a Response on `res`, replacing whatever headers the route had set. */
 function send(res: ServerResponse, response: Response): void {
-  for (const name of res.getHeaderNames()) {
-    // Headers set before the chain reached the route (X-Powered-By, CORS) stay.
-    if (response.header(name) !== undefined) res.removeHeader(name);
-  }
-  const grouped = new Map<string, string[]>();
+  // Headers set before the chain reached the route (X-Powered-By, CORS) stay.
+  for (const [name] of response.headers) res.removeHeader(name);
   for (const [name, value] of response.headers) {
-    const key = [...grouped.keys()].find((k) => k.toLowerCase() === name.toLowerCase()) ?? name;
-    grouped.set(key, [...(grouped.get(key) ?? []), value]);
+    const previous = res.getHeader(name); // a repeated name (Set-Cookie, Link): one list
+    if (previous === undefined) res.setHeader(name, value);
+    else res.setHeader(name, [...(Array.isArray(previous) ? previous : [String(previous)]), value]);
   }
-  for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0] : values);
   res.statusCode = response.status;
   if (response.chunks !== null) {
     // A stored stream: the same chunks again, chunked.
@@ -364,6 +272,17 @@ function send(res: ServerResponse, response: Response): void {
     res.end();
     return;
   }
+  res.setHeader("Content-Length", String(response.body.length));
+  res.end(response.body);
+}
+
+/**
+ * Sends the route's own answer: its status and headers are on `res` already, the
+ * protocol added at most the key's expiry.
+ */
+function sendOwn(res: ServerResponse, response: Response): void {
+  const expires = response.header(EXPIRES_HEADER);
+  if (expires !== undefined) res.setHeader(EXPIRES_HEADER, expires);
   res.setHeader("Content-Length", String(response.body.length));
   res.end(response.body);
 }
@@ -383,10 +302,14 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
   const limit = options.limit ?? 1024 * 1024;
   const maxStreamBytes = options.maxStreamBytes ?? DEFAULT_MAX_STREAM_BYTES;
   checkMaxStreamBytes(maxStreamBytes);
+  checkMaxStreamBytes(limit, "limit");
+  checkDuplicates(options.duplicates);
   const { pool, router } = options;
   if ((pool === undefined) === (router === undefined)) {
     throw new TypeError("idempotency() needs either pool or router");
   }
+  if (!options.client || typeof options.client.handle !== "function") throw new TypeError("idempotency() needs a client");
+  if (typeof options.principal !== "function") throw new TypeError("principal must be a function");
   const connect = async (principal: string): Promise<PoolClient> =>
     router !== undefined
       ? (await router.connect(principal)).client
@@ -402,6 +325,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
       let watch: ConnectionWatch | null = null;
       let restore: (() => void) | null = null;
       let streamed = () => false;
+      let routeAnswer: Response | null = null;
       let broken = false;
       const client = options.client;
       const fault = () =>
@@ -444,6 +368,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           const answer = await captured.done;
           answer.oneTimeSecret = context.oneTimeSecret;
           answer.resourceId = context.resourceId;
+          routeAnswer = answer;
           return answer;
         };
         let response: Response;
@@ -451,7 +376,8 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           conn = await connect(principal);
           watch = watchConnection(conn);
           let stale = false;
-          const unwatch = router !== undefined ? watchStalePlacement(conn, () => (stale = true)) : () => undefined;
+          // A query that answers the shard is not on this node: the placement is reported.
+          if (router !== undefined) watch.onQueryError = (error) => (stale ||= isStalePlacement(error));
           try {
             response = await client.handle(conn, request, handler);
             break;
@@ -459,7 +385,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
             // Refused before the route ran (the key's begin): rolled back, nothing written.
             if (!stale || restore !== null || attempt > 1 || !isStalePlacement(error)) throw error;
           } finally {
-            unwatch();
+            watch.onQueryError = null;
             if (stale) (router as Pick<Router, "reportStalePlacement">).reportStalePlacement(principal);
           }
           watch.stop();
@@ -476,6 +402,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         if (restore !== null) (restore as () => void)();
         restore = null;
         if (streamed()) res.end(); // streamed and committed: the response ends now
+        else if (response === routeAnswer) sendOwn(res, response);
         else send(res, response);
       } catch (error) {
         if (restore !== null) (restore as () => void)();

@@ -33,13 +33,13 @@ const LOST_MESSAGES = [
  * connection. Anything else (the route's own errors, constraint violations) is not.
  */
 export function isDatabaseFault(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && SOCKET_CODES.includes(code)) return true; // EPIPE looks like an SQLSTATE
   const state = sqlstate(error);
   if (state !== undefined) {
     return FAULT_SQLSTATE_CLASSES.includes(state.slice(0, 2)) || FAULT_SQLSTATES.includes(state);
   }
   if (!(error instanceof Error)) return false;
-  const code = (error as { code?: unknown }).code;
-  if (typeof code === "string" && SOCKET_CODES.includes(code)) return true;
   return LOST_MESSAGES.some((m) => error.message.startsWith(m));
 }
 
@@ -49,33 +49,45 @@ export interface ConnectionWatch {
   faulted: () => boolean;
   /** True once the connection reported an error or ended: it must not go back to a pool. */
   dead: () => boolean;
-  /** Puts conn.query back; the error listener stays when the connection is dead. */
+  /** Called with each query's error until stop() (the router's stale placements); or null. */
+  onQueryError: ((error: unknown) => void) | null;
+  /** Ends the watch (the connection goes back to its pool). */
   stop: () => void;
 }
 
+/** The watch of one connection, installed on its first checkout and kept for its life. */
+interface WatchState {
+  watch: ConnectionWatch | null;
+  faulted: boolean;
+  dead: boolean;
+}
+
+const states = new WeakMap<object, WatchState>();
+
 /**
- * Watches a checked-out connection: its 'error' and 'end' events (a pool listens
- * only to idle ones, and an 'error' nobody listens to ends the process) and the
- * errors of its queries (promise and callback forms), until stop().
+ * Installs, once per connection: listeners on its 'error' and 'end' events (a pool
+ * listens only to idle ones, and an 'error' nobody listens to ends the process) and a
+ * query() that sees the errors of its queries (promise and callback forms). Installed
+ * once and never removed: putting query back (a delete) would leave node-pg's client
+ * object in V8's slow dictionary mode, on every query of its life.
  */
-export function watchConnection(conn: PoolClient): ConnectionWatch {
-  let faulted = false;
-  let dead = false;
-  const onError = () => {
-    faulted = true;
-    dead = true;
-  };
-  const onEnd = () => {
-    dead = true;
-  };
-  conn.on("error", onError);
-  conn.on("end", onEnd);
-  const own = Object.getOwnPropertyDescriptor(conn, "query");
+function install(conn: PoolClient): WatchState {
+  const state: WatchState = { watch: null, faulted: false, dead: false };
+  conn.on("error", () => {
+    state.faulted = true;
+    state.dead = true;
+  });
+  conn.on("end", () => {
+    state.dead = true;
+  });
   const query = conn.query as (...args: unknown[]) => unknown;
   const see = (error: unknown) => {
-    if (isDatabaseFault(error)) faulted = true;
+    if (state.watch === null) return;
+    if (isDatabaseFault(error)) state.faulted = true;
+    state.watch.onQueryError?.(error);
   };
   (conn as unknown as { query: unknown }).query = function (this: unknown, ...args: unknown[]) {
+    if (state.watch === null) return query.apply(this, args); // not checked out by us
     const last = args[args.length - 1];
     if (typeof last === "function") {
       args[args.length - 1] = function (this: unknown, error: unknown, ...rest: unknown[]) {
@@ -85,6 +97,7 @@ export function watchConnection(conn: PoolClient): ConnectionWatch {
     }
     const result = query.apply(this, args) as { then?: unknown; submit?: unknown } | undefined;
     if (result && typeof result.then === "function" && typeof result.submit !== "function") {
+      // The caller's promise rejects as the original does (same error, unhandled if ignored).
       return (result as Promise<unknown>).then(undefined, (error: unknown) => {
         see(error);
         throw error;
@@ -92,15 +105,25 @@ export function watchConnection(conn: PoolClient): ConnectionWatch {
     }
     return result;
   };
-  return {
-    faulted: () => faulted,
-    dead: () => dead,
+  states.set(conn, state);
+  return state;
+}
+
+/**
+ * Watches a checked-out connection until stop(): whether it failed (faulted) or died
+ * (dead), and, through onQueryError, each of its queries' errors.
+ */
+export function watchConnection(conn: PoolClient): ConnectionWatch {
+  const state = states.get(conn) ?? install(conn);
+  state.faulted = state.dead; // a dead connection stays faulted; a live one starts clean
+  const watch: ConnectionWatch = {
+    faulted: () => state.faulted,
+    dead: () => state.dead,
+    onQueryError: null,
     stop: () => {
-      if (own !== undefined) Object.defineProperty(conn, "query", own);
-      else delete (conn as unknown as { query?: unknown }).query;
-      conn.off("end", onEnd);
-      // A dead connection may still emit: keep listening, it is never used again.
-      if (!dead) conn.off("error", onError);
+      if (state.watch === watch) state.watch = null;
     },
   };
+  state.watch = watch;
+  return watch;
 }

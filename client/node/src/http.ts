@@ -24,9 +24,13 @@ export const DUPLICATE_MODES: readonly DuplicateMode[] = ["wait", "reject"];
 /** The duplicate mode of a client or call that names none. */
 export const DEFAULT_DUPLICATE_MODE: DuplicateMode = "wait";
 
+let lastDate: [number, string] = [NaN, ""];
+
 /** Seconds since the Unix epoch as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"). */
 export function httpDate(epochSeconds: number): string {
-  return new Date(epochSeconds * 1000).toUTCString();
+  // Most answers in one second share an expiry: the last one is kept.
+  if (lastDate[0] !== epochSeconds) lastDate = [epochSeconds, new Date(epochSeconds * 1000).toUTCString()];
+  return lastDate[1];
 }
 
 /** The media type of problem bodies. */
@@ -279,4 +283,97 @@ export function databaseFaultResponse(retryAfter = 1, typeBase = "/problems/"): 
   const response = problemResponse(Problem.DATABASE_UNAVAILABLE, DETAILS.databaseFault, typeBase);
   response.setHeader("Retry-After", String(Math.max(1, retryAfter)));
   return response;
+}
+
+/** A streamed response's chunks as they are sent, kept up to `maxBytes` in all. */
+export class StreamCapture {
+  /** Bytes streamed so far, kept or not. */
+  size = 0;
+  /** True once the stream went past maxBytes: nothing of it is kept. */
+  tooLarge = false;
+  private chunks: Buffer[] = [];
+
+  /** A capture that keeps at most maxBytes (a non-negative integer). */
+  constructor(readonly maxBytes: number = DEFAULT_MAX_STREAM_BYTES) {
+    checkMaxStreamBytes(maxBytes);
+  }
+
+  /** Records one chunk as sent (an empty one is no chunk: it is never sent). */
+  add(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    this.size += chunk.length;
+    if (this.tooLarge) return;
+    if (this.size > this.maxBytes) {
+      this.tooLarge = true;
+      this.chunks = []; // the memory goes back now, not at the end of the stream
+      return;
+    }
+    this.chunks.push(Buffer.from(chunk));
+  }
+
+  /** What the key is completed with: the chunks and their lengths, or the marker alone. */
+  response(status: number, headers: Headers): Response {
+    if (this.tooLarge) return new Response(status, headers, Buffer.alloc(0), { streamTooLarge: true });
+    const chunks = this.chunks.map((c) => c.length);
+    return new Response(status, headers, Buffer.concat(this.chunks), { chunks });
+  }
+}
+
+/** Throws RangeError unless `value` is a byte count (a safe integer >= 0); `name` says which. */
+export function checkMaxStreamBytes(value: number, name = "maxStreamBytes"): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`${name} must be an integer >= 0, not ${value}`);
+  }
+}
+
+/** Throws RangeError unless `duplicates` is a mode, a function or absent (an adapter's option). */
+export function checkDuplicates(duplicates: unknown): void {
+  if (duplicates === undefined || duplicates === null || typeof duplicates === "function") return;
+  if (!DUPLICATE_MODES.includes(duplicates as DuplicateMode)) {
+    throw new RangeError(`duplicates must be "wait", "reject" or a function, not ${String(duplicates)}`);
+  }
+}
+
+/**
+ * The bytes of a readable stream (a request body), or null once they pass `limit` (the
+ * stream is then left paused). Rejects when the stream fails or closes before its end.
+ * Events rather than `for await`: a request's body is read on every keyed request.
+ */
+export function readStream(stream: NodeJS.ReadableStream, limit: number): Promise<Buffer | null> {
+  const readable = stream as NodeJS.ReadableStream & { readableEnded?: boolean };
+  if (readable.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = () => {
+      stream.off("data", onData);
+      stream.off("end", onEnd);
+      stream.off("error", onError);
+      stream.off("close", onClose);
+    };
+    const onData = (chunk: Buffer | string) => {
+      const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
+      size += bytes.length;
+      if (size > limit) {
+        stop();
+        stream.pause();
+        resolve(null);
+        return;
+      }
+      chunks.push(bytes);
+    };
+    const onEnd = () => {
+      stop();
+      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    };
+    const onError = (error: Error) => {
+      stop();
+      reject(error);
+    };
+    const onClose = () => onError(new Error("the request closed before its body ended"));
+    stream.on("data", onData);
+    stream.on("end", onEnd);
+    stream.on("error", onError);
+    stream.on("close", onClose);
+  });
 }

@@ -26,6 +26,7 @@ export {
   NOT_KEPT_ENTRY,
   NOT_KEPT_VALUE,
   PROBLEM_CONTENT_TYPE,
+  StreamCapture,
   STREAM_CHUNKS_ENTRY,
   headerNameEqual,
   httpDate,
@@ -50,6 +51,7 @@ export {
   validKey,
   type Db,
   type Request,
+  type RequestContext,
 } from "./common";
 export { Client, fingerprint, type Counters, type Handler, type Options } from "./transactional";
 export {
@@ -68,7 +70,6 @@ export {
   type MiddlewareOptions,
   type MiddlewareRequest,
   type Next,
-  type RequestContext,
 } from "./express";
 export {
   DEFAULT_LOOKUP_TIMEOUT_MS,

@@ -136,13 +136,17 @@ interface Template {
 // Unique per copy of the module, so two copies never meet on one session.
 const PREFIX = "pg_idempotency_" + randomBytes(4).toString("hex");
 
+// Every column as text: node-pg leaves text as it is, so the query needs no RAW_TYPES (a
+// query config object, which node-pg copies through property descriptors on every call).
 const BEGIN_T: Template = {
   name: PREFIX + "_begin",
   types: "text, text, text, text, text, bytea, text[], interval, interval",
   sql:
-    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body, resource_id," +
-    " floor(extract(epoch FROM expires_at))::bigint AS expires_epoch," +
-    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds" +
+    "SELECT outcome::text AS outcome, response_status::text AS response_status," +
+    " response_headers::text AS response_headers, response_body::text AS response_body," +
+    " resource_id::text AS resource_id," +
+    " floor(extract(epoch FROM expires_at))::bigint::text AS expires_epoch," +
+    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer::text AS lease_seconds" +
     " FROM idempotency.begin($1::text, $2::text, $3::text," +
     " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval)",
 };
@@ -427,7 +431,7 @@ export class Client {
     const args = beginArgs(request, options);
     const send = async (prepare: boolean, prepared: boolean) => {
       const text = `${prepare ? prepareAll() + "; " : ""}${options.beginStatement}; ${render(BEGIN_T, args, prepared)}`;
-      const results = (await db.query({ text, types: RAW_TYPES })) as unknown as Array<{
+      const results = (await db.query(text)) as unknown as Array<{
         rows: Array<Record<string, string | null>>;
       }>;
       return results[results.length - 1].rows[0];

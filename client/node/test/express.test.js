@@ -170,3 +170,33 @@ test("express: a backend terminated or cancelled under the route: the fault answ
   // An application error keeps its answer: the route's 500 through Express's handler.
   assert.equal((await post("/fail", "{}", who, key())).status, 500);
 });
+
+test("express: a body over the limit is 413; the process and the pool go on", async () => {
+  const small = express();
+  small.use(idempotency({ pool, client: new Client(), principal: () => "p", limit: 8 }));
+  small.post("/x", (req, res) => res.status(201).end("x"));
+  const listener = await new Promise((resolve) => {
+    const s = small.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  const url = `http://127.0.0.1:${listener.address().port}/x`;
+  try {
+    const headers = { "Idempotency-Key": key() };
+    const big = await fetch(url, { method: "POST", headers, body: '{"item":"far too long"}' });
+    assert.equal(big.status, 413);
+    const fits = await fetch(url, { method: "POST", headers: { "Idempotency-Key": key() }, body: "{}" });
+    assert.equal(fits.status, 201);
+  } finally {
+    await new Promise((resolve) => listener.close(resolve));
+  }
+});
+
+test("express: bad options are refused when the middleware is made", () => {
+  const client = new Client();
+  const principal = () => "p";
+  assert.throws(() => idempotency({ client, principal }), TypeError);
+  assert.throws(() => idempotency({ pool, principal }), TypeError);
+  assert.throws(() => idempotency({ pool, client }), TypeError);
+  assert.throws(() => idempotency({ pool, client, principal, limit: "big" }), RangeError);
+  assert.throws(() => idempotency({ pool, client, principal, maxStreamBytes: -1 }), RangeError);
+  assert.throws(() => idempotency({ pool, client, principal, duplicates: "sometimes" }), RangeError);
+});

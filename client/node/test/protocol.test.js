@@ -154,6 +154,7 @@ test("the database fault answer and its SQLSTATEs are the table's", () => {
     assert.equal(isDatabaseFault(coded(code)), false, code);
   }
   assert.equal(isDatabaseFault(coded("ECONNRESET")), true);
+  assert.equal(isDatabaseFault(coded("EPIPE")), true, "five capitals, but a socket error, not an SQLSTATE");
   assert.equal(isDatabaseFault(new Error("Connection terminated unexpectedly")), true);
   assert.equal(isDatabaseFault(new Error("the route failed")), false);
   assert.equal(isDatabaseFault(new TypeError("x is undefined")), false);

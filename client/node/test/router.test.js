@@ -12,10 +12,12 @@ const net = require("node:net");
 const path = require("node:path");
 const { test, before, after } = require("node:test");
 const express = require("express");
+const Fastify = require("fastify");
 const pg = require("pg");
 const { pkg, database, principal, key, root } = require("./helpers");
 
 const { Client, ROUTING, Router, idempotency, isStalePlacement } = pkg();
+const { idempotency: fastifyIdempotency } = require("../fastify");
 const db = database();
 const FAKE = "SELECT node_name, node_port FROM route_fake WHERE principal = $1";
 const ORDERS =
@@ -97,7 +99,8 @@ async function moveAwayFromA(who) {
  * runs() (how many times the route ran) and close(). A request with X-Stale: the route
  * writes its order, then a statement fails with the stale-placement error.
  */
-async function service(router) {
+async function service(router, framework = "express") {
+  if (framework === "fastify") return fastifyService(router);
   const app = express();
   const principalOf = (req) => req.get("X-User") ?? null;
   let runs = 0;
@@ -136,6 +139,36 @@ async function service(router) {
   };
 }
 
+/** The same service on Fastify, behind the plugin with `router`. */
+async function fastifyService(router) {
+  const app = Fastify();
+  let runs = 0;
+  await app.register(fastifyIdempotency, { router, client: new Client(), principal: (r) => r.headers["x-user"] ?? null });
+  app.post("/orders", async (request, reply) => {
+    runs++;
+    const ctx = request.idempotency;
+    const { rows } = await ctx.db.query(
+      "INSERT INTO orders (principal, item, quantity) VALUES ($1, 'book', 1) RETURNING id",
+      [ctx.request.principal],
+    );
+    if (request.headers["x-stale"]) await ctx.db.query(RAISE_STALE);
+    const here = await ctx.db.query("SELECT current_database() AS d");
+    return reply.code(201).send({ id: Number(rows[0].id), db: here.rows[0].d });
+  });
+  app.setErrorHandler((error, request, reply) => reply.code(500).type("text/plain").send(String(error)));
+  return {
+    post: async (who, k, extra = {}) => {
+      const headers = { "x-user": who, "idempotency-key": k, "content-type": "application/json", ...extra };
+      const r = await app.inject({ method: "POST", url: "/orders", headers: lower(headers), payload: "{}" });
+      return { status: r.statusCode, replayed: r.headers["idempotent-replay"] ?? null, body: r.body };
+    },
+    runs: () => runs,
+    close: () => app.close(),
+  };
+}
+
+const lower = (headers) => Object.fromEntries(Object.entries(headers).map(([n, v]) => [n.toLowerCase(), v]));
+
 /** Where `who`'s rows are: "orders/keys" counts per database. */
 async function where(who) {
   const out = {};
@@ -161,9 +194,9 @@ function counters(lookups, lookupFailures, routed, defaulted, nodesMarkedDown, s
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-test("router: key and writes land on the principal's node; no placement: default", async () => {
+for (const framework of ["express", "fastify"]) test(`${framework} router: key and writes land on the principal's node; no placement: default`, async () => {
   const router = new Router(pools.default, nodes(), { placementSql: FAKE });
-  const svc = await service(router);
+  const svc = await service(router, framework);
   try {
     const [p1, p2, p3] = [principal(), principal(), principal()];
     await place(p1, "a.test");
@@ -310,9 +343,9 @@ test("router: bad settings are refused", () => {
   assert.throws(() => idempotency(both), TypeError);
 });
 
-test("router: a begin refused for a stale placement runs once more on the node looked up again", async () => {
+for (const framework of ["express", "fastify"]) test(`${framework} router: a begin refused for a stale placement runs once more on the node looked up again`, async () => {
   const router = new Router(pools.default, nodes(), { placementSql: FAKE }); // refreshMs 60 s
-  const svc = await service(router);
+  const svc = await service(router, framework);
   try {
     const who = principal();
     await place(who, "a.test");
@@ -332,9 +365,9 @@ test("router: a begin refused for a stale placement runs once more on the node l
   }
 });
 
-test("router: refused again after the lookup: the request fails, the placement is dropped", async () => {
+for (const framework of ["express", "fastify"]) test(`${framework} router: refused again after the lookup: the request fails, the placement is dropped`, async () => {
   const router = new Router(pools.default, nodes(), { placementSql: FAKE });
-  const svc = await service(router);
+  const svc = await service(router, framework);
   try {
     const who = principal();
     await place(who, "a.test");
@@ -354,9 +387,9 @@ test("router: refused again after the lookup: the request fails, the placement i
   }
 });
 
-test("router: a stale placement from the route's own statement: reported, not run again", async () => {
+for (const framework of ["express", "fastify"]) test(`${framework} router: a stale placement from the route's own statement: reported, not run again`, async () => {
   const router = new Router(pools.default, nodes(), { placementSql: FAKE });
-  const svc = await service(router);
+  const svc = await service(router, framework);
   try {
     const who = principal();
     await place(who, "a.test");

@@ -1,6 +1,7 @@
 // Compiled (not run) by test/types.test.js against the shipped declarations in
 // dist/: what an application in TypeScript writes must type-check.
 import express from "express";
+import Fastify from "fastify";
 import pg from "pg";
 import {
   Client,
@@ -16,8 +17,10 @@ import {
   type KeyOutcome,
   type LeaseResult,
   type Request,
+  type RequestContext,
   type RouterCounters,
 } from "../../dist/index";
+import { idempotency as fastifyIdempotency } from "../../dist/fastify";
 
 const pool = new pg.Pool();
 const client = new Client({ waitMs: 2000, keptHeaders: ["Content-Type", "Location"] });
@@ -76,3 +79,17 @@ void direct;
 void routed;
 void lease;
 void batch;
+
+// The Fastify plugin (pg-idempotency/fastify): registered, request.idempotency typed.
+async function fastifyApp(): Promise<void> {
+  const server = Fastify();
+  await server.register(fastifyIdempotency, { pool, client, principal: (request) => request.headers["x-user"] as string });
+  server.post("/orders", async (request, reply) => {
+    const ctx: RequestContext | null = request.idempotency;
+    if (!ctx) return reply.code(401).send();
+    const raw: Buffer | null = request.rawBody;
+    ctx.resourceId = String(raw?.length ?? 0);
+    return reply.code(201).send({ ok: true });
+  });
+}
+void fastifyApp;

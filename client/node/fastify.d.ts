@@ -1,0 +1,2 @@
+// Types of require("pg-idempotency/fastify") (fastify.js).
+export * from "./dist/fastify";
