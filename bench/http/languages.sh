@@ -8,6 +8,7 @@
 # service's CPU per request, in microseconds: where a keyed request's time goes.
 #
 #   bench/http/languages.sh      ROUNDS=5 SECONDS_PER_RUN=10 LANGS="python asgi node go rust" by default
+#                                (also: django, fastify)
 #
 # python: examples/python-orders (WSGI, Client); asgi: examples/asgi-orders
 # (Starlette on uvicorn, ASGI middleware, AsyncClient); django: examples/django-orders
@@ -15,14 +16,18 @@
 #
 # Needs the extension installed in PGBIN's PostgreSQL (make install), wrk,
 # python3-venv (the Python services run in client/python/tools/env.sh's venv: the
-# built wheel, psycopg's compiled speedups), client/node built (npm install there), and for
+# built wheel, psycopg's compiled speedups), client/node built (npm ci there), and for
 # Go 1.25 or later (examples/go-orders is built here, modules from the Go module proxy).
 # Rust: Debian's cargo and rustc (examples/rust-orders, release build, here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-5}
 duration=${SECONDS_PER_RUN:-10}
-[[ -f client/node/dist/index.js ]] || (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+# client/node and the Node examples from their lock files (npm ci), as the tests install them.
+[[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
+for example in node-orders fastify-orders; do
+  [[ -d examples/$example/node_modules ]] || (cd "examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
+done
 
 work=$(mktemp -d /tmp/idem-langbench.XXXXXX)
 service=""
@@ -72,6 +77,7 @@ for lang in ${LANGS:-python asgi node go rust}; do
     asgi) start_service "$python_env/bin/python" examples/asgi-orders/app.py ;;
     django) start_service "$python_env/bin/python" examples/django-orders/app.py ;;
     node) start_service node examples/node-orders/app.js ;;
+    fastify) start_service node examples/fastify-orders/app.js ;;
     go) start_service "$work/go-orders" ;;
     rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)
       (cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet)

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${SECONDS_PER_RUN:-10}
-[[ -f client/node/dist/index.js ]] || (cd client/node && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+[[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
 work=$(mktemp -d /tmp/idem-nodeprof.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT

@@ -11,14 +11,14 @@
 # the upstream call that a holder which lost its lease or its completion may
 # have made (tests/faults/driver.py). About 25 s per service, 3-4 minutes in all.
 #
-#   FAULTS_SERVICES    the services to run (default: all eight, by name below)
+#   FAULTS_SERVICES    the services to run (default: all nine, by name below)
 #   FAULTS_SECONDS     seconds of load per service (default 16)
 #   FAULTS_START_DOWN  0: start each service with the database up (default 1)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 build=${BUILD_DIR:-build-test}
-all_services="orders-service python-orders asgi-orders django-orders node-orders go-orders rust-orders proxy-service"
+all_services="orders-service python-orders asgi-orders django-orders node-orders fastify-orders go-orders rust-orders proxy-service"
 services=${FAULTS_SERVICES:-$all_services}
 seconds=${FAULTS_SECONDS:-16}
 start_down=${FAULTS_START_DOWN:-1}
@@ -57,9 +57,13 @@ restart_cmd+=" -l \"\$cluster/server.log\" -w -t 60 start >/dev/null"
 binary_of() {
   case $1 in
   orders-service | proxy-service) echo "$build/$1" ;;
-  python-orders | asgi-orders | django-orders | node-orders)
-    if [[ $1 == node-orders && ! -f client/node/dist/index.js ]]; then return 1; fi
-    echo "examples/$1/app.$([[ $1 == node-orders ]] && echo js || echo py)"
+  python-orders | asgi-orders | django-orders)
+    echo "examples/$1/app.py"
+    ;;
+  node-orders | fastify-orders)  # client/node as built; the example from its lock file
+    [[ -f client/node/dist/index.js ]] || return 1
+    (cd "examples/$1" && npm ci --no-audit --no-fund --loglevel=error >&2) || return 1
+    echo "examples/$1/app.js"
     ;;
   go-orders)
     (cd examples/go-orders && go build -o "$work/go-orders" .) || return 1
