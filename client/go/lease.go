@@ -11,13 +11,15 @@ import (
 
 // The statements of the lease protocol; each commits on its own.
 const (
-	acquireSQL = "SELECT outcome, fence, response_status::integer, response_headers::text," +
-		" response_body, resource_id," +
-		" floor(extract(epoch FROM expires_at))::bigint," +
-		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
+	// The answer of an outcome that does not run the effect in the same statement,
+	// as beginSQL's (transactional.go).
+	acquireSQL = "SELECT o.outcome, o.fence, o.resource_id," +
+		" floor(extract(epoch FROM o.expires_at))::bigint, a.status, a.headers::text, a.body" +
 		" FROM idempotency.acquire($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval," +
-		" $10::interval)"
+		" $10::interval) AS o" +
+		" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer)" +
+		" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
 	renewSQL    = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
 	markDoneSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer)"
 	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint," +
@@ -85,7 +87,7 @@ type LeaseOptions struct {
 	// KeptHeaders, FinalStatuses, ProblemTypeBase, MaxKeyLength as in Options.
 	KeptHeaders     []string
 	FinalStatuses   []int  // as Options.FinalStatuses (nil: ask the server)
-	ProblemTypeBase string // as Options.ProblemTypeBase ("": "/problems/")
+	ProblemTypeBase string // as Options.ProblemTypeBase ("": DefaultProblemTypeBase)
 	MaxKeyLength    int    // as Options.MaxKeyLength (0: 255)
 }
 
@@ -177,12 +179,11 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 	}
 	var outcome string
 	var fence *int64 // NULL for a transaction's hold and for expired
-	var stored storedRow
+	var row answerRow
 	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
 		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(route.TTL),
-		route.Wait.arg()).Scan(&outcome, &fence,
-		&stored.status, &stored.headers, &stored.body, &stored.resourceID, &stored.expiresEpoch,
-		&stored.leaseSeconds)
+		route.Wait.arg(), options.ProblemTypeBase, DefaultRetryAfterSeconds).Scan(&outcome, &fence,
+		&row.resourceID, &row.expiresEpoch, &row.status, &row.headers, &row.body)
 	if sqlState(err) == stateKeyRefused {
 		return LeaseResult{Outcome: Rejected, Response: r.problem(ProblemKeyMalformed,
 			"The Idempotency-Key was refused by the server.")}, nil
@@ -191,40 +192,37 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 		return LeaseResult{}, err
 	}
 	if outcome != "started" {
-		result, err := r.answer(outcome, stored)
-		if err != nil {
-			return result, err
-		}
-		result.Response = stamped(result.Response, stored.expiresEpoch)
-		result.ExpiresEpoch = stored.expiresEpoch
+		result := r.answer(outcome, row)
+		result.ExpiresEpoch = row.expiresEpoch
 		return result, nil
 	}
 	if fence == nil {
 		return LeaseResult{}, errors.New("idempotency: acquire started without a fence")
 	}
-	return r.runHeld(ctx, req, *fence, stored.expiresEpoch, effect)
+	return r.runHeld(ctx, req, *fence, row.expiresEpoch, effect)
 }
 
-// answer maps an outcome that does not run the effect.
-func (r *LeaseRunner) answer(outcome string, stored storedRow) (LeaseResult, error) {
+// detailAlreadyProcessed answers a duplicate under the policies Once and
+// CommitOnSuccess, whose results are not kept (idempotency.http_answer would replay).
+const detailAlreadyProcessed = "A request with this Idempotency-Key was already processed; " +
+	"its result is not kept."
+
+// answer maps an outcome that does not run the effect: idempotency.http_answer's
+// answer, but for a duplicate under a policy that keeps nothing.
+func (r *LeaseRunner) answer(outcome string, row answerRow) LeaseResult {
 	duplicate := outcome == "replay" || outcome == "secret_replay"
 	if duplicate && r.options.Policy != Remember {
-		return LeaseResult{Outcome: Duplicate,
-			Response: r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)}, nil
+		response := r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)
+		return LeaseResult{Outcome: Duplicate, Response: stamped(response, row.expiresEpoch)}
 	}
-	response, known := outcomeResponse(outcome, stored, r.options.ProblemTypeBase,
-		DefaultRetryAfterSeconds)
-	if !known {
-		return LeaseResult{}, fmt.Errorf("idempotency: acquire returned an unknown outcome %q",
-			outcome)
-	}
+	response := row.response()
 	switch outcome {
 	case "mismatch":
-		return LeaseResult{Outcome: Mismatch, Response: response}, nil
+		return LeaseResult{Outcome: Mismatch, Response: response}
 	case "in_progress":
-		return LeaseResult{Outcome: InProgress, Response: response}, nil
+		return LeaseResult{Outcome: InProgress, Response: response}
 	case "expired":
-		return LeaseResult{Outcome: Expired, Response: response}, nil
+		return LeaseResult{Outcome: Expired, Response: response}
 	}
-	return LeaseResult{Outcome: Replayed, Response: response}, nil
+	return LeaseResult{Outcome: Replayed, Response: response}
 }

@@ -52,14 +52,6 @@ var Reject = Wait{mode: waitReject}
 // IsSet reports whether w was chosen (it is not the zero Wait).
 func (w Wait) IsSet() bool { return w.mode != waitUnset }
 
-// Mode is the protocol's duplicate mode of w: DuplicatesReject or DuplicatesWait.
-func (w Wait) Mode() DuplicateMode {
-	if w.mode == waitReject {
-		return DuplicatesReject
-	}
-	return DuplicatesWait
-}
-
 // String names w: "unset", "server", "reject" or "up to 3s".
 func (w Wait) String() string {
 	switch w.mode {

@@ -14,11 +14,15 @@ import (
 // The statements of the transactional protocol. The fingerprint is computed by
 // the server in the same statement, so the client needs no RFC 8785 code.
 const (
-	beginSQL = "SELECT outcome, response_status::integer, response_headers::text, response_body," +
-		" resource_id, floor(extract(epoch FROM expires_at))::bigint," +
-		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
+	// http_answer answers in the same statement every outcome but "started": OFFSET 0
+	// keeps the subquery from being pulled up, so the qual on the outer row is a
+	// one-time filter over the function scan (no call for started), not a join filter.
+	beginSQL = "SELECT o.outcome, o.resource_id, floor(extract(epoch FROM o.expires_at))::bigint," +
+		" a.status, a.headers::text, a.body" +
 		" FROM idempotency.begin($1, $2, $3," +
-		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval)"
+		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o" +
+		" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)" +
+		" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
 	// Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
 	completeSQL = "SELECT idempotency.complete($1, $2, status => $3::integer, body => $4::bytea," +
 		" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)"
@@ -51,7 +55,7 @@ type Options struct {
 	RetryAfter int
 	// FinalStatuses are the statuses that are stored; nil: ask the server once.
 	FinalStatuses []int
-	// ProblemTypeBase prefixes problem type URIs ("/problems/").
+	// ProblemTypeBase prefixes problem type URIs (DefaultProblemTypeBase).
 	ProblemTypeBase string
 	// MaxKeyLength is the longest key accepted before asking the server (255).
 	MaxKeyLength int
@@ -202,15 +206,15 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 	if err := c.final.load(ctx, conn); err != nil { // known before any transaction starts
 		return Response{}, err
 	}
-	outcome, stored, answer, err := c.begin(ctx, conn, req, route)
+	outcome, row, answer, err := c.begin(ctx, conn, req, route)
 	if err != nil || answer != nil {
 		return answerOrZero(answer), err
 	}
 	if outcome != "started" {
-		return c.answer(ctx, conn, outcome, stored)
+		return c.answer(ctx, conn, outcome, row)
 	}
 	atomic.AddInt64(&c.counters.Started, 1)
-	tx := &attemptTx{conn: conn, expires: stored.expiresEpoch}
+	tx := &attemptTx{conn: conn, expires: row.expiresEpoch}
 	response, err := handler(ctx, tx)
 	if err == nil && tx.retryable != nil {
 		err = tx.retryable // rerun by Handle with a fresh response
@@ -222,7 +226,7 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		rollbackQuietly(ctx, conn) // nothing is stored; the error is the caller's
 		return Response{}, err
 	}
-	return c.settle(ctx, conn, req, route.TTL, response, stored.expiresEpoch)
+	return c.settle(ctx, conn, req, route.TTL, response, row.expiresEpoch)
 }
 
 func answerOrZero(r *Response) Response {
@@ -246,54 +250,52 @@ func (c *Client) unkeyed(ctx context.Context, conn *pgx.Conn, handler Handler) (
 	return response, tx.Commit(ctx)
 }
 
-// begin sends BEGIN and idempotency.begin in one batch (one round trip). A key
-// the server refuses or a body it cannot fingerprint comes back as an answer.
+// begin sends BEGIN and idempotency.begin in one batch (one round trip); the
+// answer of an outcome that does not run the handler comes in the same row. A
+// key the server refuses or a body it cannot fingerprint comes back as an answer.
 func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request, route Route) (
-	string, storedRow, *Response, error) {
+	string, answerRow, *Response, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(beginCommand(c.options.TxOptions))
 	batch.Queue(beginSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path, req.Body,
-		excludeArg(req.Exclude), interval(route.TTL), route.Wait.arg())
+		excludeArg(req.Exclude), interval(route.TTL), route.Wait.arg(), c.options.ProblemTypeBase,
+		c.options.RetryAfter)
 	results := conn.SendBatch(ctx, batch)
 	var outcome string
-	var stored storedRow
+	var row answerRow
 	_, err := results.Exec()
 	if err == nil {
-		err = results.QueryRow().Scan(&outcome, &stored.status, &stored.headers, &stored.body,
-			&stored.resourceID, &stored.expiresEpoch, &stored.leaseSeconds)
+		err = results.QueryRow().Scan(&outcome, &row.resourceID, &row.expiresEpoch, &row.status,
+			&row.headers, &row.body)
 	}
 	if closeErr := results.Close(); err == nil {
 		err = closeErr
 	}
 	if err == nil {
-		return outcome, stored, nil, nil
+		return outcome, row, nil, nil
 	}
 	rollbackQuietly(ctx, conn)
 	switch sqlState(err) {
 	case stateKeyRefused:
 		atomic.AddInt64(&c.counters.RejectedKeys, 1)
 		answer := c.problem(ProblemKeyMalformed, "The Idempotency-Key was refused by the server.")
-		return "", stored, &answer, nil
+		return "", row, &answer, nil
 	case stateBodyTooDeep, stateBodyTooDeep2:
 		answer := c.problem(ProblemBodyInvalid, serverMessage(err))
-		return "", stored, &answer, nil
+		return "", row, &answer, nil
 	}
-	return "", stored, nil, err
+	return "", row, nil, err
 }
 
-// answer ends the transaction of an outcome that does not run the handler.
-func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, stored storedRow) (
+// answer ends the transaction of an outcome that does not run the handler; its
+// answer is idempotency.http_answer's, from begin's row.
+func (c *Client) answer(ctx context.Context, conn *pgx.Conn, outcome string, row answerRow) (
 	Response, error) {
 	c.count(outcome)
-	response, known := outcomeResponse(outcome, stored, c.options.ProblemTypeBase,
-		c.options.RetryAfter)
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		return Response{}, err
 	}
-	if !known {
-		return Response{}, fmt.Errorf("idempotency: begin returned an unknown outcome %q", outcome)
-	}
-	return stamped(response, stored.expiresEpoch), nil
+	return row.response(), nil
 }
 
 // count adds an outcome that does not run the handler to the counters (Handle's
