@@ -189,20 +189,9 @@ func keptHeadersJSON(response Response, kept []string) string {
 	if response.Chunks != nil && !response.StreamTooLarge {
 		chosen = append(chosen, []string{StreamChunksEntry, chunkLengths(response.Chunks)})
 	}
-	var b strings.Builder
-	b.WriteByte('[')
-	for i, pair := range chosen {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('[')
-		writeJSONString(&b, pair[0])
-		b.WriteByte(',')
-		writeJSONString(&b, pair[1])
-		b.WriteByte(']')
-	}
-	b.WriteByte(']')
-	return b.String()
+	// Escaped as encoding/json does: the server stores jsonb, which keeps no escapes.
+	text, _ := json.Marshal(chosen) // strings only: cannot fail
+	return string(text)
 }
 
 // notKeptValue is the value stored with NotKeptEntry (the server reads only the name).

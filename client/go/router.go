@@ -323,3 +323,18 @@ func (r *Router) lookup(ctx context.Context, principal string) (string, bool) {
 	}
 	return node, true
 }
+
+// ConnSource hands the middleware an idle connection for one request and a
+// function that gives it back.
+type ConnSource func(ctx context.Context) (conn *pgx.Conn, release func(), err error)
+
+// FromPool is a ConnSource on a pgxpool.Pool.
+func FromPool(pool *pgxpool.Pool) ConnSource {
+	return func(ctx context.Context) (*pgx.Conn, func(), error) {
+		held, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return held.Conn(), held.Release, nil
+	}
+}
