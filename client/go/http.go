@@ -153,6 +153,9 @@ func (a answerRow) response() Response {
 	}
 	lengths, streamed := "", false
 	for _, pair := range pairs {
+		if len(pair) != 2 {
+			continue // never from http_answer; not worth a panic
+		}
 		if pair[0] == StreamChunksEntry {
 			lengths, streamed = pair[1], true
 			continue
