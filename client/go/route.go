@@ -45,7 +45,7 @@ func WaitUpTo(limit time.Duration) Wait {
 var WaitServer = Wait{mode: waitServer}
 
 // Reject answers a duplicate of a running request 409 request-in-progress with
-// Retry-After at once (the protocol's DuplicatesReject: begin with wait 0). A
+// Retry-After at once (protocol.json's duplicate mode reject: begin with wait 0). A
 // live lease is answered so in every mode.
 var Reject = Wait{mode: waitReject}
 
