@@ -14,19 +14,18 @@ import (
 // server takes the key locks in sorted key order, so two batches never
 // deadlock. The fingerprints are computed by the server in the same statement.
 const (
-	beginBatchSQL = "SELECT b.ord, b.key, b.outcome, b.response_status, b.response_headers::text," +
-		" b.response_body, b.resource_id," +
+	// Each key's answer (but a started one's) from idempotency.http_answer, as beginSQL's.
+	beginBatchSQL = "SELECT b.ord, b.key, b.outcome, b.response_status, b.resource_id," +
 		" CASE WHEN isfinite(b.created_at) THEN b.created_at END," +
 		" CASE WHEN isfinite(b.expires_at) THEN b.expires_at END, b.fence," +
 		" CASE WHEN isfinite(b.lease_until) THEN b.lease_until END," +
-		" CASE WHEN isfinite(b.expires_at)" +
-		" THEN floor(extract(epoch FROM b.expires_at))::bigint END," +
-		" CASE WHEN isfinite(b.lease_until) THEN" +
-		" ceil(extract(epoch FROM b.lease_until - pg_catalog.clock_timestamp()))::integer END" +
+		" a.status, a.headers::text, a.body" +
 		" FROM idempotency.begin_batch($1, $2::text[], $3," +
 		" ARRAY(SELECT idempotency.fingerprint(u.m, u.p, u.b, $7::text[])" +
 		" FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n)" +
-		" ORDER BY u.n), $8::interval, $9::interval) AS b ORDER BY b.ord"
+		" ORDER BY u.n), $8::interval, $9::interval) AS b" +
+		" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(b, $10::text, $11::integer)" +
+		" WHERE b.outcome <> 'started' OFFSET 0) AS a ON true ORDER BY b.ord"
 	completeBatchSQL = "SELECT ord, key, completed FROM idempotency.complete_batch($1," +
 		" $2::text[], $3::integer[], $4::bytea[], $5::text[]::jsonb[], $6::text[]) ORDER BY ord"
 	claimBatchSQL = "SELECT ord, key, claimed FROM idempotency.claim_batch($1, $2::text[]," +
@@ -34,7 +33,7 @@ const (
 )
 
 // BatchOutcome is what begin_batch answered for one key: the columns of
-// idempotency.batch_outcome, Outcome spelled as begin's (the keys of Outcomes).
+// idempotency.batch_outcome, Outcome spelled as begin's.
 type BatchOutcome struct {
 	// Ord is the key's 1-based position in the batch; Key the key.
 	Ord int
@@ -121,7 +120,8 @@ func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]B
 		return nil, err
 	}
 	rows, err := tx.Query(ctx, beginBatchSQL, first.Principal, keys, first.ActionName(), methods,
-		paths, bodies, excludeArg(first.Exclude), interval(route.TTL), route.Wait.arg())
+		paths, bodies, excludeArg(first.Exclude), interval(route.TTL), route.Wait.arg(),
+		c.options.ProblemTypeBase, c.options.RetryAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -137,24 +137,24 @@ func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]B
 	return outcomes, rows.Err()
 }
 
-// scanBatchOutcome reads one row of beginBatchSQL and makes its answer.
+// scanBatchOutcome reads one row of beginBatchSQL, its answer http_answer's.
 func (c *Client) scanBatchOutcome(rows pgx.Rows) (BatchOutcome, error) {
 	var o BatchOutcome
 	var ord int32
-	var stored storedRow
+	var status *int32
+	var row answerRow
 	var created, expires, lease *time.Time
 	var fence *int64
-	if err := rows.Scan(&ord, &o.Key, &o.Outcome, &stored.status, &stored.headers,
-		&stored.body, &stored.resourceID, &created, &expires, &fence, &lease,
-		&stored.expiresEpoch, &stored.leaseSeconds); err != nil {
+	if err := rows.Scan(&ord, &o.Key, &o.Outcome, &status, &row.resourceID, &created, &expires,
+		&fence, &lease, &row.status, &row.headers, &row.body); err != nil {
 		return o, err
 	}
 	o.Ord = int(ord)
-	if stored.status != nil {
-		o.Status = int(*stored.status)
+	if status != nil {
+		o.Status = int(*status)
 	}
-	if stored.resourceID != nil {
-		o.ResourceID = *stored.resourceID
+	if row.resourceID != nil {
+		o.ResourceID = *row.resourceID
 	}
 	for _, t := range []struct{ from, to *time.Time }{{created, &o.CreatedAt},
 		{expires, &o.ExpiresAt}, {lease, &o.LeaseUntil}} {
@@ -169,12 +169,7 @@ func (c *Client) scanBatchOutcome(rows pgx.Rows) (BatchOutcome, error) {
 		return o, nil
 	}
 	c.count(o.Outcome)
-	response, known := outcomeResponse(o.Outcome, stored, c.options.ProblemTypeBase,
-		c.options.RetryAfter)
-	if !known {
-		return o, fmt.Errorf("idempotency: begin_batch returned an unknown outcome %q", o.Outcome)
-	}
-	response = stamped(response, stored.expiresEpoch)
+	response := row.response()
 	o.Response = &response
 	return o, nil
 }

@@ -28,12 +28,12 @@ func IsDatabaseFault(err error) bool {
 	}
 	var server *pgconn.PgError
 	if errors.As(err, &server) {
-		for _, class := range DatabaseFault.SQLStateClasses {
+		for _, class := range DatabaseFaultSQLStateClasses {
 			if strings.HasPrefix(server.Code, class) {
 				return true
 			}
 		}
-		for _, state := range DatabaseFault.SQLStates {
+		for _, state := range DatabaseFaultSQLStates {
 			if server.Code == state {
 				return true
 			}
@@ -72,21 +72,8 @@ func DatabaseFaultResponse(retryAfter int, typeBase string) Response {
 		{Name: "Content-Type", Value: ProblemContentType},
 		{Name: "Retry-After", Value: strconv.Itoa(retryAfter)}},
 		Body: ProblemBody(problem.Status, typeBase+problem.Slug, problem.Title,
-			DatabaseFault.Detail)}
+			DatabaseFaultDetail)}
 }
-
-// The extension's refusal of a call made on a node that does not hold the key's
-// shard (Citus; router.go reroutes on it): routing.stale_placement in
-// client/protocol.json, protocol_test.go compares.
-const (
-	// StalePlacementSQLState is the SQLSTATE of the extension's refusal of a locking
-	// call (begin, acquire, save_final, claim, the batches) whose principal's shard is
-	// not on the node it runs on ("routing.stale_placement.sqlstate").
-	StalePlacementSQLState = "0A000"
-	// StalePlacementMessage is that refusal's primary message
-	// ("routing.stale_placement.message").
-	StalePlacementMessage = "the key's shard is not on this node"
-)
 
 // IsStalePlacement reports whether err (or an error it wraps) is the server's
 // refusal of a call whose principal's shard is not on the node it ran on: SQLSTATE

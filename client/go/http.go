@@ -2,8 +2,10 @@ package idempotency
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // HeaderField is one HTTP header field; names compare case-insensitively.
@@ -121,96 +123,50 @@ func ProblemResponse(p Problem, detail, typeBase string) Response {
 	}
 }
 
-// outcomeResponse answers an outcome of begin/acquire that does not run the
-// handler, by the table of client/protocol.json (Outcomes).
-func outcomeResponse(outcome string, stored storedRow, typeBase string, retryAfter int) (Response,
-	bool) {
-	rule, ok := Outcomes[outcome]
-	if !ok || rule.RunHandler {
-		return Response{}, false
-	}
-	var response Response
-	if rule.Response == "stored" {
-		response = restoreStream(stored.response(), typeBase)
-	} else {
-		response = ProblemResponse(Problems[rule.Problem], rule.Detail, typeBase)
-	}
-	if rule.Replayed {
-		response.Replayed = true
-		response.Headers.Set(ReplayHeader, "true")
-	}
-	if rule.RetryAfter {
-		if stored.leaseSeconds != nil && *stored.leaseSeconds > 0 {
-			retryAfter = int(*stored.leaseSeconds)
-		}
-		if retryAfter < 1 {
-			retryAfter = 1
-		}
-		response.Headers.Set("Retry-After", strconv.Itoa(retryAfter))
-	}
-	return response, true
-}
-
-// storedRow is what begin and acquire return besides the outcome.
-type storedRow struct {
+// answerRow is what the statement of begin, acquire or begin_batch returns
+// besides the outcome: the key row's resource id and expiry, and the columns of
+// idempotency.http_answer (NULL for "started").
+type answerRow struct {
+	resourceID   *string
+	expiresEpoch *int64
 	status       *int32
 	headers      *string
 	body         []byte
-	resourceID   *string
-	expiresEpoch *int64
-	leaseSeconds *int32
 }
 
-// response is the stored response as replayed: kept headers in their order.
-func (s storedRow) response() Response {
-	response := Response{Body: s.body}
-	if s.status != nil {
-		response.Status = int(*s.status)
+// response is the answer of idempotency.http_answer as a Response: its headers
+// in order, a stored stream's StreamChunksEntry taken out as Chunks.
+func (a answerRow) response() Response {
+	response := Response{Body: a.body, Headers: Headers{}}
+	if a.status != nil {
+		response.Status = int(*a.status)
 	}
 	if response.Body == nil {
 		response.Body = []byte{}
 	}
-	if s.resourceID != nil {
-		response.ResourceID = *s.resourceID
+	if a.resourceID != nil {
+		response.ResourceID = *a.resourceID
 	}
-	if s.headers != nil {
-		response.Headers = parseStoredHeaders(*s.headers)
-	}
-	return response
-}
-
-// parseStoredHeaders reads the jsonb of a key row: an array of [name, value]
-// pairs (order and repeated names kept) or an object of name -> value.
-func parseStoredHeaders(text string) Headers {
 	var pairs [][]string
-	if json.Unmarshal([]byte(text), &pairs) == nil {
-		headers := Headers{}
-		for _, pair := range pairs {
-			if len(pair) == 2 {
-				headers = append(headers, HeaderField{pair[0], pair[1]})
-			}
-		}
-		return headers
+	if a.headers != nil {
+		_ = json.Unmarshal([]byte(*a.headers), &pairs) // the server's: pairs of two strings
 	}
-	// The object form, in the order of its text (jsonb's own order).
-	decoder := json.NewDecoder(strings.NewReader(text))
-	headers := Headers{}
-	if token, err := decoder.Token(); err != nil || token != json.Delim('{') {
-		return headers
-	}
-	for decoder.More() {
-		var name, value string
-		token, err := decoder.Token()
-		if err != nil {
-			return headers
+	lengths, streamed := "", false
+	for _, pair := range pairs {
+		if len(pair) != 2 {
+			continue // never from http_answer; not worth a panic
 		}
-		name, _ = token.(string)
-		if decoder.Decode(&value) != nil {
-			return headers
+		if pair[0] == StreamChunksEntry {
+			lengths, streamed = pair[1], true
+			continue
 		}
-		headers = append(headers, HeaderField{name, value})
+		response.Headers = append(response.Headers, HeaderField{pair[0], pair[1]})
 	}
-	return headers
+	_, response.Replayed = response.Headers.Get(ReplayHeader)
+	if chunks, ok := parseChunkLengths(lengths, len(response.Body)); streamed && ok {
+		response.Chunks = chunks
+	} // else: sent as one body, which is all that can be done with it
+	return response
 }
 
 // keptHeadersJSON is the JSON array of [name, value] pairs of the kept headers
@@ -220,7 +176,7 @@ func keptHeadersJSON(response Response, kept []string) string {
 	chosen := [][]string{}
 	if response.StreamTooLarge {
 		kept = nil
-		chosen = append(chosen, []string{NotKeptEntry, NotKeptValue})
+		chosen = append(chosen, []string{NotKeptEntry, notKeptValue})
 	}
 	for _, field := range response.Headers {
 		if strings.EqualFold(field.Name, ExpiresHeader) {
@@ -236,20 +192,18 @@ func keptHeadersJSON(response Response, kept []string) string {
 	if response.Chunks != nil && !response.StreamTooLarge {
 		chosen = append(chosen, []string{StreamChunksEntry, chunkLengths(response.Chunks)})
 	}
-	var b strings.Builder
-	b.WriteByte('[')
-	for i, pair := range chosen {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('[')
-		writeJSONString(&b, pair[0])
-		b.WriteByte(',')
-		writeJSONString(&b, pair[1])
-		b.WriteByte(']')
-	}
-	b.WriteByte(']')
-	return b.String()
+	// Escaped as encoding/json does: the server stores jsonb, which keeps no escapes.
+	text, _ := json.Marshal(chosen) // strings only: cannot fail
+	return string(text)
+}
+
+// notKeptValue is the value stored with NotKeptEntry (the server reads only the name).
+const notKeptValue = "stream-too-large"
+
+// HTTPDate formats seconds since the Unix epoch as an IMF-fixdate
+// ("Sun, 06 Nov 1994 08:49:37 GMT"), as ExpiresHeader's value.
+func HTTPDate(epochSeconds int64) string {
+	return time.Unix(epochSeconds, 0).UTC().Format(http.TimeFormat)
 }
 
 // The stored form of a streamed response (client/protocol.json's stream entries;
@@ -280,30 +234,4 @@ func parseChunkLengths(text string, bodyLength int) ([]int, bool) {
 		}
 	}
 	return lengths, total == bodyLength
-}
-
-// restoreStream turns a stored response with a reserved stream entry into its
-// answer: the chunks of a kept stream, or 409 response-not-kept.
-func restoreStream(response Response, typeBase string) Response {
-	if _, notKept := response.Headers.Get(NotKeptEntry); notKept {
-		answer := ProblemResponse(ProblemResponseNotKept, NotKeptDetail, typeBase)
-		answer.Replayed = true
-		answer.Headers.Set(ReplayHeader, "true")
-		return answer
-	}
-	lengths, streamed := response.Headers.Get(StreamChunksEntry)
-	if !streamed {
-		return response
-	}
-	headers := Headers{}
-	for _, field := range response.Headers {
-		if !strings.EqualFold(field.Name, StreamChunksEntry) {
-			headers = append(headers, field)
-		}
-	}
-	response.Headers = headers
-	if chunks, ok := parseChunkLengths(lengths, len(response.Body)); ok {
-		response.Chunks = chunks
-	} // else: sent as one body, which is all that can be done with it
-	return response
 }

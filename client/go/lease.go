@@ -3,7 +3,6 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,13 +10,15 @@ import (
 
 // The statements of the lease protocol; each commits on its own.
 const (
-	acquireSQL = "SELECT outcome, fence, response_status::integer, response_headers::text," +
-		" response_body, resource_id," +
-		" floor(extract(epoch FROM expires_at))::bigint," +
-		" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer" +
+	// The answer of an outcome that does not run the effect in the same statement,
+	// as beginSQL's (transactional.go).
+	acquireSQL = "SELECT o.outcome, o.fence, o.resource_id," +
+		" floor(extract(epoch FROM o.expires_at))::bigint, a.status, a.headers::text, a.body" +
 		" FROM idempotency.acquire($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval," +
-		" $10::interval)"
+		" $10::interval) AS o" +
+		" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer)" +
+		" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
 	renewSQL    = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
 	markDoneSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer)"
 	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint," +
@@ -85,7 +86,7 @@ type LeaseOptions struct {
 	// KeptHeaders, FinalStatuses, ProblemTypeBase, MaxKeyLength as in Options.
 	KeptHeaders     []string
 	FinalStatuses   []int  // as Options.FinalStatuses (nil: ask the server)
-	ProblemTypeBase string // as Options.ProblemTypeBase ("": "/problems/")
+	ProblemTypeBase string // as Options.ProblemTypeBase ("": DefaultProblemTypeBase)
 	MaxKeyLength    int    // as Options.MaxKeyLength (0: 255)
 }
 
@@ -145,86 +146,4 @@ func NewLeaseRunner(pool *pgxpool.Pool, options LeaseOptions) (*LeaseRunner, err
 		return nil, err
 	}
 	return &LeaseRunner{pool: pool, options: options, final: final}, nil
-}
-
-func (r *LeaseRunner) problem(p Problem, detail string) Response {
-	return ProblemResponse(p, detail, r.options.ProblemTypeBase)
-}
-
-// Run acquires the key, runs effect while renewing the lease, and settles the
-// key by the policy; every statement that settles it is fenced. An error of
-// the effect is returned after the key was settled (Once: marked done; the
-// other policies: released).
-func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (LeaseResult, error) {
-	options := r.options
-	if !validKey(req.Key, options.MaxKeyLength) {
-		problem := ProblemKeyMalformed
-		if req.Key == "" {
-			problem = ProblemKeyMissing
-		}
-		return LeaseResult{Outcome: Rejected, Response: r.problem(problem, fmt.Sprintf(
-			"An Idempotency-Key of 1 to %d visible ASCII characters is required.",
-			options.MaxKeyLength))}, nil
-	}
-	if options.Policy == Remember {
-		if err := r.final.load(ctx, r.pool); err != nil { // known before holding anything
-			return LeaseResult{}, err
-		}
-	}
-	route := Options{TTL: options.TTL, Wait: options.Wait}.route(req.Route)
-	if err := route.check(); err != nil {
-		return LeaseResult{}, err
-	}
-	var outcome string
-	var fence *int64 // NULL for a transaction's hold and for expired
-	var stored storedRow
-	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
-		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(route.TTL),
-		route.Wait.arg()).Scan(&outcome, &fence,
-		&stored.status, &stored.headers, &stored.body, &stored.resourceID, &stored.expiresEpoch,
-		&stored.leaseSeconds)
-	if sqlState(err) == stateKeyRefused {
-		return LeaseResult{Outcome: Rejected, Response: r.problem(ProblemKeyMalformed,
-			"The Idempotency-Key was refused by the server.")}, nil
-	}
-	if err != nil {
-		return LeaseResult{}, err
-	}
-	if outcome != "started" {
-		result, err := r.answer(outcome, stored)
-		if err != nil {
-			return result, err
-		}
-		result.Response = stamped(result.Response, stored.expiresEpoch)
-		result.ExpiresEpoch = stored.expiresEpoch
-		return result, nil
-	}
-	if fence == nil {
-		return LeaseResult{}, errors.New("idempotency: acquire started without a fence")
-	}
-	return r.runHeld(ctx, req, *fence, stored.expiresEpoch, effect)
-}
-
-// answer maps an outcome that does not run the effect.
-func (r *LeaseRunner) answer(outcome string, stored storedRow) (LeaseResult, error) {
-	duplicate := outcome == "replay" || outcome == "secret_replay"
-	if duplicate && r.options.Policy != Remember {
-		return LeaseResult{Outcome: Duplicate,
-			Response: r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)}, nil
-	}
-	response, known := outcomeResponse(outcome, stored, r.options.ProblemTypeBase,
-		DefaultRetryAfterSeconds)
-	if !known {
-		return LeaseResult{}, fmt.Errorf("idempotency: acquire returned an unknown outcome %q",
-			outcome)
-	}
-	switch outcome {
-	case "mismatch":
-		return LeaseResult{Outcome: Mismatch, Response: response}, nil
-	case "in_progress":
-		return LeaseResult{Outcome: InProgress, Response: response}, nil
-	case "expired":
-		return LeaseResult{Outcome: Expired, Response: response}, nil
-	}
-	return LeaseResult{Outcome: Replayed, Response: response}, nil
 }

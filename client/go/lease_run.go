@@ -3,12 +3,94 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// Running an effect under a lease: acquire (with the answer of an outcome that
+// does not run it), the effect with its renewals, the settling by the policy.
+
+func (r *LeaseRunner) problem(p Problem, detail string) Response {
+	return ProblemResponse(p, detail, r.options.ProblemTypeBase)
+}
+
+// Run acquires the key, runs effect while renewing the lease, and settles the
+// key by the policy; every statement that settles it is fenced. An error of
+// the effect is returned after the key was settled (Once: marked done; the
+// other policies: released).
+func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (LeaseResult, error) {
+	options := r.options
+	if !validKey(req.Key, options.MaxKeyLength) {
+		problem := ProblemKeyMalformed
+		if req.Key == "" {
+			problem = ProblemKeyMissing
+		}
+		return LeaseResult{Outcome: Rejected, Response: r.problem(problem, fmt.Sprintf(
+			"An Idempotency-Key of 1 to %d visible ASCII characters is required.",
+			options.MaxKeyLength))}, nil
+	}
+	if options.Policy == Remember {
+		if err := r.final.load(ctx, r.pool); err != nil { // known before holding anything
+			return LeaseResult{}, err
+		}
+	}
+	route := Options{TTL: options.TTL, Wait: options.Wait}.route(req.Route)
+	if err := route.check(); err != nil {
+		return LeaseResult{}, err
+	}
+	var outcome string
+	var fence *int64 // NULL for a transaction's hold and for expired
+	var row answerRow
+	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
+		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(route.TTL),
+		route.Wait.arg(), options.ProblemTypeBase, DefaultRetryAfterSeconds).Scan(&outcome, &fence,
+		&row.resourceID, &row.expiresEpoch, &row.status, &row.headers, &row.body)
+	if sqlState(err) == stateKeyRefused {
+		return LeaseResult{Outcome: Rejected, Response: r.problem(ProblemKeyMalformed,
+			"The Idempotency-Key was refused by the server.")}, nil
+	}
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	if outcome != "started" {
+		result := r.answer(outcome, row)
+		result.ExpiresEpoch = row.expiresEpoch
+		return result, nil
+	}
+	if fence == nil {
+		return LeaseResult{}, errors.New("idempotency: acquire started without a fence")
+	}
+	return r.runHeld(ctx, req, *fence, row.expiresEpoch, effect)
+}
+
+// detailAlreadyProcessed answers a duplicate under the policies Once and
+// CommitOnSuccess, whose results are not kept (idempotency.http_answer would replay).
+const detailAlreadyProcessed = "A request with this Idempotency-Key was already processed; " +
+	"its result is not kept."
+
+// answer maps an outcome that does not run the effect: idempotency.http_answer's
+// answer, but for a duplicate under a policy that keeps nothing.
+func (r *LeaseRunner) answer(outcome string, row answerRow) LeaseResult {
+	duplicate := outcome == "replay" || outcome == "secret_replay"
+	if duplicate && r.options.Policy != Remember {
+		response := r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)
+		return LeaseResult{Outcome: Duplicate, Response: stamped(response, row.expiresEpoch)}
+	}
+	response := row.response()
+	switch outcome {
+	case "mismatch":
+		return LeaseResult{Outcome: Mismatch, Response: response}
+	case "in_progress":
+		return LeaseResult{Outcome: InProgress, Response: response}
+	case "expired":
+		return LeaseResult{Outcome: Expired, Response: response}
+	}
+	return LeaseResult{Outcome: Replayed, Response: response}
+}
 
 // runHeld runs the effect under the lease (fence) and settles the key.
 func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, expires *int64,

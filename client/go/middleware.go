@@ -6,27 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// ConnSource hands the middleware an idle connection for one request and a
-// function that gives it back.
-type ConnSource func(ctx context.Context) (conn *pgx.Conn, release func(), err error)
-
-// FromPool is a ConnSource on a pgxpool.Pool.
-func FromPool(pool *pgxpool.Pool) ConnSource {
-	return func(ctx context.Context) (*pgx.Conn, func(), error) {
-		held, err := pool.Acquire(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		return held.Conn(), held.Release, nil
-	}
-}
 
 // MiddlewareOptions configure Middleware.
 type MiddlewareOptions struct {
@@ -298,58 +281,4 @@ func WriteResponse(w http.ResponseWriter, response Response) {
 		return
 	}
 	_, _ = w.Write(response.Body)
-}
-
-// captureWriter collects a handler's response instead of sending it, until the
-// handler flushes: then it streams (stream.go).
-type captureWriter struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-	stream *streamState
-}
-
-// Header is the captured response's header map.
-func (c *captureWriter) Header() http.Header { return c.header }
-
-// WriteHeader captures the status (the first one counts).
-func (c *captureWriter) WriteHeader(status int) {
-	if c.status == 0 {
-		c.status = status
-	}
-}
-
-// Write captures body bytes, or queues them as the next chunk of a stream.
-func (c *captureWriter) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	if c.stream != nil && c.stream.started {
-		if c.stream.gone != nil {
-			return 0, c.stream.gone // the client has gone: the handler may stop
-		}
-		return c.stream.pending.Write(p)
-	}
-	return c.body.Write(p)
-}
-
-// response is the captured response; header names sorted, so what is stored
-// does not depend on Go's map order.
-func (c *captureWriter) response() Response {
-	status := c.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	names := make([]string, 0, len(c.header))
-	for name := range c.header {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	headers := Headers{}
-	for _, name := range names {
-		for _, value := range c.header[name] {
-			headers = append(headers, HeaderField{name, value})
-		}
-	}
-	return Response{Status: status, Headers: headers, Body: c.body.Bytes()}
 }

@@ -45,20 +45,12 @@ func WaitUpTo(limit time.Duration) Wait {
 var WaitServer = Wait{mode: waitServer}
 
 // Reject answers a duplicate of a running request 409 request-in-progress with
-// Retry-After at once (the protocol's DuplicatesReject: begin with wait 0). A
+// Retry-After at once (protocol.json's duplicate mode reject: begin with wait 0). A
 // live lease is answered so in every mode.
 var Reject = Wait{mode: waitReject}
 
 // IsSet reports whether w was chosen (it is not the zero Wait).
 func (w Wait) IsSet() bool { return w.mode != waitUnset }
-
-// Mode is the protocol's duplicate mode of w: DuplicatesReject or DuplicatesWait.
-func (w Wait) Mode() DuplicateMode {
-	if w.mode == waitReject {
-		return DuplicatesReject
-	}
-	return DuplicatesWait
-}
 
 // String names w: "unset", "server", "reject" or "up to 3s".
 func (w Wait) String() string {

@@ -25,26 +25,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The routing defaults of client/protocol.json ("routing"; protocol_test.go compares).
-const (
-	// PlacementSQL is the Citus query: the primary node ("nodename", "nodeport")
-	// that holds the shard of idempotency.keys for the principal $1.
-	PlacementSQL = "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p" +
-		" JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid" +
-		" WHERE p.shardid OPERATOR(pg_catalog.=)" +
-		" pg_catalog.get_shard_id_for_distribution_column(" +
-		"'idempotency.keys'::pg_catalog.regclass, $1::pg_catalog.text)" +
-		" AND n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'" +
-		" ORDER BY n.nodeid LIMIT 1"
-	// DefaultRefreshSeconds is how long a principal's placement is cached.
-	DefaultRefreshSeconds = 60
-	// DefaultNodeDownSeconds is how long a node that could not be connected to is skipped.
-	DefaultNodeDownSeconds = 5
-	// DefaultMaxPrincipals is how many principals' placements are cached at most.
-	DefaultMaxPrincipals = 10000
-	// DefaultLookupTimeout bounds one placement lookup (not in protocol.json).
-	DefaultLookupTimeout = time.Second
-)
+// DefaultLookupTimeout bounds one placement lookup (not in protocol.json; the other
+// routing defaults are generated from it: protocol_gen.go).
+const DefaultLookupTimeout = time.Second
 
 // RouterPool is a Router's target: a *pgxpool.Pool (or anything with its Acquire and Query).
 type RouterPool interface {
@@ -339,4 +322,19 @@ func (r *Router) lookup(ctx context.Context, principal string) (string, bool) {
 		return "", false
 	}
 	return node, true
+}
+
+// ConnSource hands the middleware an idle connection for one request and a
+// function that gives it back.
+type ConnSource func(ctx context.Context) (conn *pgx.Conn, release func(), err error)
+
+// FromPool is a ConnSource on a pgxpool.Pool.
+func FromPool(pool *pgxpool.Pool) ConnSource {
+	return func(ctx context.Context) (*pgx.Conn, func(), error) {
+		held, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return held.Conn(), held.Release, nil
+	}
 }

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -443,4 +444,29 @@ func TestRouterRefusesBadSettings(t *testing.T) {
 			Middleware(options)
 		}()
 	}
+}
+
+// A Router built with zero options takes the routing defaults (generated from
+// client/protocol.json, protocol_gen.go).
+func TestRouterDefaultsAreTheTables(t *testing.T) {
+	router, err := NewRouter(nilPool{}, nil, RouterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := router.Options()
+	want := RouterOptions{PlacementSQL: PlacementSQL, Refresh: DefaultRefreshSeconds * time.Second,
+		NodeDown: DefaultNodeDownSeconds * time.Second, MaxPrincipals: DefaultMaxPrincipals,
+		LookupTimeout: DefaultLookupTimeout}
+	if got != want {
+		t.Errorf("defaults %+v, want %+v", got, want)
+	}
+}
+
+// nilPool is a RouterPool that is never used.
+type nilPool struct{}
+
+func (nilPool) Acquire(context.Context) (*pgxpool.Conn, error) { return nil, errors.New("unused") }
+
+func (nilPool) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("unused")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"sort"
 )
 
 // Streamed responses (client/protocol.json's stream entries): a handler behind
@@ -19,6 +20,60 @@ import (
 // stored. The last chunk (the end of the chunked body) is sent only after the
 // key's transaction committed: a client that sees a complete stream can rely
 // on it being kept.
+
+// captureWriter collects a handler's response instead of sending it, until the
+// handler flushes: then it streams (streamState, below).
+type captureWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	stream *streamState
+}
+
+// Header is the captured response's header map.
+func (c *captureWriter) Header() http.Header { return c.header }
+
+// WriteHeader captures the status (the first one counts).
+func (c *captureWriter) WriteHeader(status int) {
+	if c.status == 0 {
+		c.status = status
+	}
+}
+
+// Write captures body bytes, or queues them as the next chunk of a stream.
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if c.stream != nil && c.stream.started {
+		if c.stream.gone != nil {
+			return 0, c.stream.gone // the client has gone: the handler may stop
+		}
+		return c.stream.pending.Write(p)
+	}
+	return c.body.Write(p)
+}
+
+// response is the captured response; header names sorted, so what is stored
+// does not depend on Go's map order.
+func (c *captureWriter) response() Response {
+	status := c.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	names := make([]string, 0, len(c.header))
+	for name := range c.header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	headers := Headers{}
+	for _, name := range names {
+		for _, value := range c.header[name] {
+			headers = append(headers, HeaderField{name, value})
+		}
+	}
+	return Response{Status: status, Headers: headers, Body: c.body.Bytes()}
+}
 
 // errStreamBroken ends an attempt whose stream was already sent in part (the
 // client has gone, or a statement failed): it is never rerun, nothing is stored.

@@ -257,7 +257,7 @@ func TestBadSettingsAreErrorsNotPanics(t *testing.T) {
 		t.Errorf("a route's negative TTL: %v, %d calls", err, calls)
 	}
 	if Reject.String() != "reject" || WaitUpTo(time.Second).String() != "up to 1s" ||
-		WaitServer.Mode() != DuplicatesWait || Reject.Mode() != DuplicatesReject {
+		WaitServer.String() != "server" {
 		t.Error("Wait names")
 	}
 }

@@ -3,11 +3,13 @@
 # (examples/go-orders: River, sqlc-shaped queries) against a fresh database of
 # the throwaway cluster: gofmt clean, go vet ./... and go test -race ./... in
 # both modules (the package's tests: transactional and lease protocols, round
-# trips, middleware, per-route options, the table checked against
-# client/protocol.json; the example's: River jobs inserted in the request's
-# transaction, the sqlc-shaped handler), and the first example of docs/go.md
-# built and run as a module of its own. Modules come from the Go module proxy
-# (GOPROXY; a cold module cache is filled by go mod download).
+# trips, middleware, per-route options; the example's: River jobs inserted in
+# the request's transaction, the sqlc-shaped handler), and the first example of
+# docs/go.md built and run as a module of its own. client/go/protocol_gen.go
+# must be what tools/protocol_gen.py makes of client/protocol.json now, and no
+# other file of the package may spell a problem type or protocol header. Modules
+# come from the Go module proxy (GOPROXY; a cold module cache is filled by go
+# mod download).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
@@ -31,6 +33,20 @@ gofmt_clean() {
   [[ -z $out ]] || { echo "$out" >&2; return 1; }
 }
 check "gofmt: client/go and examples/go-orders are formatted" gofmt_clean client/go examples/go-orders
+# client/go/protocol_gen.go is generated from client/protocol.json: a fresh run
+# must give the committed file byte for byte (a stale file fails here).
+protocol_gen_fresh() {
+  /usr/bin/python3 tools/protocol_gen.py go >"$work/protocol_gen.go" &&
+    diff -u client/go/protocol_gen.go "$work/protocol_gen.go"
+}
+check "tools/protocol_gen.py go: client/go/protocol_gen.go is not stale" protocol_gen_fresh
+# No problem type, status table or header list written by hand in the Go package
+# (outside the generated file and the tests): the protocol's names are generated.
+no_hand_table() {
+  ! grep -nE '"(/problems/|idempotency-key-|request-in-progress|one-time-secret|response-not-kept|request-body-invalid|database-unavailable|Idempotent-Replay|Idempotency-Expires|Idempotency-Key"|application/problem\+json)' \
+    $(ls client/go/*.go | grep -v -e _test.go -e protocol_gen.go)
+}
+check "client/go: no problem type or protocol header written by hand" no_hand_table
 check "go vet ./...: client/go" bash -c 'cd client/go && go vet ./...'
 check "go vet ./...: examples/go-orders" bash -c 'cd examples/go-orders && go vet ./...'
 check "go test -race ./...: client/go against the cluster" \

@@ -3,71 +3,26 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// settle ends a started attempt by what the handler answered: a final success
-// is completed and committed (one batch), a final error is rolled back and then
-// stored alone by save_final (one batch), anything else (401, 429, 3xx, 5xx) is
-// rolled back and not stored, so a retry takes effect once.
-func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, ttl time.Duration,
-	response Response, expires *int64) (Response, error) {
-	if response.Status < 100 || response.Status > 599 {
-		rollbackQuietly(ctx, conn)
-		return Response{}, fmt.Errorf("idempotency: handler returned HTTP status %d",
-			response.Status)
-	}
-	if !c.final.final(response.Status) {
-		atomic.AddInt64(&c.counters.NotStored, 1)
-		rollbackQuietly(ctx, conn)
-		return response, nil
-	}
-	headers := keptHeadersJSON(response, c.options.KeptHeaders)
-	batch := &pgx.Batch{}
-	if response.Status >= 400 {
-		// A final error has no effect to keep: roll back, then store it alone
-		// (save_final runs in an implicit transaction of its own, same flight).
-		// A one-time secret is sent without body and headers: the server would
-		// drop them anyway.
-		body, kept := response.Body, any(headers)
-		if response.OneTimeSecret {
-			body, kept = []byte{}, nil
-		}
-		batch.Queue("ROLLBACK")
-		batch.Queue(saveFinalSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path,
-			req.Body, excludeArg(req.Exclude), response.Status, body, kept, interval(ttl),
-			response.OneTimeSecret)
-		// The stored row's expiry, same flight: save_final starts the ttl at its own now().
-		batch.Queue(storedExpirySQL, req.Principal, req.Key)
-		stored, err := runSaveBatch(ctx, conn, batch)
-		if err != nil {
-			return Response{}, err
-		}
-		atomic.AddInt64(&c.counters.StoredErrors, 1)
-		return stamped(response, stored), nil
-	}
-	var resourceID any
-	if response.ResourceID != "" {
-		resourceID = response.ResourceID
-	}
-	batch.Queue(completeSQL, req.Principal, req.Key, response.Status, nonNil(response.Body),
-		headers,
-		resourceID, response.OneTimeSecret)
-	batch.Queue("COMMIT")
-	if err := runBatch(ctx, conn, batch, "COMMIT"); err != nil {
-		return Response{}, err
-	}
-	return stamped(response, expires), nil
-}
-
-const storedExpirySQL = "SELECT floor(extract(epoch FROM expires_at))::bigint" +
-	" FROM idempotency.lookup($1, $2)"
+// The statements that end a started transaction (transactional.go decides which)
+// and the helpers that send them: the wire under the runners.
+const (
+	// Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+	completeSQL = "SELECT idempotency.complete($1, $2, status => $3::integer, body => $4::bytea," +
+		" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)"
+	saveFinalSQL = "SELECT idempotency.save_final($1, $2, $3," +
+		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), status => $8::integer," +
+		" body => $9::bytea, headers => $10::jsonb, ttl => $11::interval," +
+		" one_time_secret => $12::boolean)"
+	// The stored row's expiry (after save_final, and a lease's late completion).
+	storedExpirySQL = "SELECT floor(extract(epoch FROM expires_at))::bigint" +
+		" FROM idempotency.lookup($1, $2)"
+)
 
 // stamped adds the key's expiry header (when known), replacing any value the
 // handler set, so it appears once.
