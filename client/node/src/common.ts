@@ -278,3 +278,33 @@ export interface RequestContext {
   /** Id of what the request created, stored with the key. */
   resourceId: string | null;
 }
+
+function fingerprintArgs(
+  method: string,
+  path: string,
+  body: Buffer | string | null | undefined,
+  exclude: readonly string[] | undefined,
+): string {
+  return `${literal(method)}, ${literal(path)}, ${byteaLiteral(body)}, ${textArrayLiteral(exclude)}`;
+}
+
+/**
+ * The 32-byte request fingerprint, computed by the server's idempotency.fingerprint
+ * with the values exactly as handle() sends them to begin (one round trip; the
+ * protocol itself never needs this call).
+ */
+export async function fingerprint(
+  db: Db,
+  method: string,
+  path: string,
+  body?: Buffer | string | null,
+  exclude?: readonly string[],
+): Promise<Buffer> {
+  const result = await db.query({
+    text: `SELECT idempotency.fingerprint(${fingerprintArgs(method, path, body, exclude)}) AS fingerprint`,
+    types: RAW_TYPES,
+  });
+  const digest = decodeBytea((result.rows[0] as { fingerprint: string | null }).fingerprint);
+  if (digest === null) throw new Error("idempotency.fingerprint returned NULL");
+  return digest;
+}

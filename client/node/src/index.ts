@@ -53,7 +53,8 @@ export {
   type Request,
   type RequestContext,
 } from "./common";
-export { Client, fingerprint, type Counters, type Handler, type Options } from "./transactional";
+export { Client, type Counters, type Handler, type Options } from "./transactional";
+export { fingerprint } from "./common";
 export {
   beginBatch,
   claimBatch,

@@ -206,15 +206,6 @@ function beginArgs(
   ];
 }
 
-function fingerprintArgs(
-  method: string,
-  path: string,
-  body: Buffer | string | null | undefined,
-  exclude: readonly string[] | undefined,
-): string {
-  return `${literal(method)}, ${literal(path)}, ${byteaLiteral(body)}, ${textArrayLiteral(exclude)}`;
-}
-
 async function rollbackQuietly(db: Db): Promise<void> {
   try {
     await db.query("ROLLBACK"); // outside a transaction only a warning
@@ -477,25 +468,4 @@ export class Client {
     this.counters[OUTCOME_COUNTERS[outcome as keyof typeof OUTCOME_COUNTERS]]++;
     return response;
   }
-}
-
-/**
- * The 32-byte request fingerprint, computed by the server's idempotency.fingerprint
- * with the values exactly as handle() sends them to begin (one round trip; the
- * protocol itself never needs this call).
- */
-export async function fingerprint(
-  db: Db,
-  method: string,
-  path: string,
-  body?: Buffer | string | null,
-  exclude?: readonly string[],
-): Promise<Buffer> {
-  const result = await db.query({
-    text: `SELECT idempotency.fingerprint(${fingerprintArgs(method, path, body, exclude)}) AS fingerprint`,
-    types: RAW_TYPES,
-  });
-  const digest = decodeBytea((result.rows[0] as { fingerprint: string | null }).fingerprint);
-  if (digest === null) throw new Error("idempotency.fingerprint returned NULL");
-  return digest;
 }
