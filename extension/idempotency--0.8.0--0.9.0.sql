@@ -49,6 +49,83 @@ $$;
 COMMENT ON FUNCTION idempotency.set_expiry_policy(text, text, interval) IS
     'Per action: run (default: an expired key is forgotten and may run again) or refuse (cleanup keeps a tombstone until expiry + grace, and a retry gets the outcome expired); 22023 for another on_expiry, an action that begin refuses, or a grace outside (0, 366 days] on the timestamps it gives';
 
+-- cleanup_batch_tombstones as in 0.8.0, but for one condition: its DELETE
+-- removes only the row version the batch chose. A request that took over a
+-- dead row (a tombstone past its end) while the DELETE waited for its lock
+-- wrote a new row there; when that row had already expired (a ttl shorter than
+-- the request), 0.8.0 deleted it instead of keeping it as a tombstone, and a
+-- retry within the grace ran again (the model checker, EXP under --refuse;
+-- tests/isolation/specs/cleanup_spares_replaced_tombstone.spec).
+CREATE OR REPLACE FUNCTION idempotency.cleanup_batch_tombstones(batch_size integer, after timestamptz,
+                                                     OUT deleted integer, OUT last_expiry timestamptz)
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    -- By (principal, key) in both placements: a ctid means nothing across
+    -- Citus shards, and this path runs only while some action refuses.
+    -- The tombstone's times are computed here, not in the UPDATE: Citus refuses
+    -- a stable function (timestamptz + interval) over columns in an UPDATE.
+    WITH victims AS MATERIALIZED (
+        SELECT k.principal, k.key, p.grace, k.expires_at AS expired_at,
+               k.expires_at OPERATOR(pg_catalog.+) p.grace AS tombstone_end
+          FROM idempotency.keys AS k
+          LEFT JOIN idempotency.expiry_policies AS p
+            ON p.action OPERATOR(pg_catalog.=) k.action
+           AND k.state OPERATOR(pg_catalog.<>) 'expired'
+           AND k.expires_at OPERATOR(pg_catalog.+) p.grace OPERATOR(pg_catalog.>) pg_catalog.now()
+         WHERE pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                   '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                   OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                   '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                   OPERATOR(pg_catalog.>=)
+                   pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval,
+                                       COALESCE(after, '-infinity'::pg_catalog.timestamptz),
+                                       '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+           AND k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND k.expires_at OPERATOR(pg_catalog.>=) COALESCE(after, '-infinity'::pg_catalog.timestamptz)
+           AND (k.lease_until IS NULL OR k.lease_until OPERATOR(pg_catalog.<=) clock)
+         ORDER BY pg_catalog.date_bin('00:00:00.01'::pg_catalog.interval, k.expires_at,
+                                      '2000-01-01 00:00:00+00'::pg_catalog.timestamptz),
+                  k.expires_at
+         LIMIT GREATEST(batch_size, 0)),
+    kept AS (
+        UPDATE idempotency.keys AS t
+           SET state = 'expired', response_status = NULL, response_headers = NULL, response_body = NULL,
+               resource_id = NULL, one_time_secret = false, lease_until = v.expired_at,
+               expires_at = v.tombstone_end
+          FROM victims AS v
+         WHERE t.principal OPERATOR(pg_catalog.=) v.principal AND t.key OPERATOR(pg_catalog.=) v.key
+           AND v.grace IS NOT NULL AND t.state OPERATOR(pg_catalog.<>) 'expired'
+           AND t.expires_at OPERATOR(pg_catalog.=) v.expired_at
+           AND t.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND (t.lease_until IS NULL OR t.lease_until OPERATOR(pg_catalog.<=) clock)
+        RETURNING t.lease_until AS expiry),
+    gone AS (
+        DELETE FROM idempotency.keys AS d USING victims AS v
+         WHERE d.principal OPERATOR(pg_catalog.=) v.principal AND d.key OPERATOR(pg_catalog.=) v.key
+           AND v.grace IS NULL
+           -- The row this batch chose, not a newer one written in its place while
+           -- the DELETE waited for it (a takeover of a dead row, which the next
+           -- batch judges afresh: a refusing action's key becomes a tombstone).
+           AND d.expires_at OPERATOR(pg_catalog.=) v.expired_at
+           AND d.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND (d.lease_until IS NULL OR d.lease_until OPERATOR(pg_catalog.<=) clock)
+        RETURNING d.action, d.expires_at AS expiry),
+    per_action AS (
+        SELECT gone.action, pg_catalog.count(*) AS n FROM gone GROUP BY gone.action),
+    counted AS (
+        SELECT COALESCE(pg_catalog.sum(p.n), 0) AS n FROM per_action AS p
+         WHERE idempotency.count_cleanup(p.action, p.n))
+    SELECT ((SELECT c.n FROM counted AS c) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM kept))::pg_catalog.int4,
+           GREATEST((SELECT pg_catalog.max(g.expiry) FROM gone AS g), (SELECT pg_catalog.max(t.expiry) FROM kept AS t))
+      INTO deleted, last_expiry;
+END
+$$;
+
 -- >>> shared with the trusted edition: tools/trusted.sh copies this block as it is
 -- The HTTP answer of an outcome that does not run the handler (issue 35): one
 -- table of the contract in the extension, which every client can take instead

@@ -375,6 +375,10 @@ BEGIN
         DELETE FROM idempotency.keys AS d USING victims AS v
          WHERE d.principal OPERATOR(pg_catalog.=) v.principal AND d.key OPERATOR(pg_catalog.=) v.key
            AND v.grace IS NULL
+           -- The row this batch chose, not a newer one written in its place while
+           -- the DELETE waited for it (a takeover of a dead row, which the next
+           -- batch judges afresh: a refusing action's key becomes a tombstone).
+           AND d.expires_at OPERATOR(pg_catalog.=) v.expired_at
            AND d.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()
            AND (d.lease_until IS NULL OR d.lease_until OPERATOR(pg_catalog.<=) clock)
         RETURNING d.action, d.expires_at AS expiry),

@@ -196,6 +196,9 @@ BEGIN
     gone AS (
         DELETE FROM idempotency.keys AS d USING victims AS v
          WHERE d.principal = v.principal AND d.key = v.key AND v.grace IS NULL
+           -- The row version the batch chose, not a newer one a takeover wrote in
+           -- its place meanwhile (the next batch judges that one afresh).
+           AND d.expires_at = v.expired_at
            AND d.expires_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= clock)
         RETURNING d.expires_at AS expiry)
     SELECT ((SELECT count(*) FROM gone) + (SELECT count(*) FROM kept))::integer,

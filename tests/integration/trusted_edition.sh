@@ -101,7 +101,7 @@ isolation=(batch_opposite_orders cleanup_races_takeover cleanup_twice_at_once
            key_table_invalidation lease_and_begin
            principals_are_separate repeatable_read_conflict repeatable_read_expired_winner
            rollback_lets_duplicate_start save_final_races_release wait_timeout_keeps_transaction
-           trusted_cleanup_deletes_begun_row)
+           cleanup_spares_replaced_tombstone trusted_cleanup_deletes_begun_row)
 rm -rf output_trusted
 mkdir -p output_trusted/regress output_trusted/isolation
 q -c "CREATE DATABASE idem_regress OWNER idem_owner"
