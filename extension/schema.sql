@@ -34,7 +34,7 @@ COMMENT ON TYPE idempotency.key_outcome IS 'Result of idempotency.begin: the out
 
 CREATE SEQUENCE idempotency.fences AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1;
 COMMENT ON SEQUENCE idempotency.fences IS 'Fences of the 0.6.0 and 0.7.0 schemas; from 0.8.0 a fence is the clock in microseconds since 1970 or the row''s fence + 1 (never repeated for a key, across shard moves too); kept for compatibility';
--- privileges: {postgres=rwU/postgres}
+-- privileges: {owner=rwU/owner}
 
 CREATE TABLE idempotency.expiry_policies (
     action text NOT NULL,
@@ -45,7 +45,7 @@ CREATE TABLE idempotency.expiry_policies (
     CONSTRAINT expiry_policies_pkey PRIMARY KEY (action)
 );
 COMMENT ON TABLE idempotency.expiry_policies IS 'Actions whose expired keys are refused (outcome expired) for a grace period instead of forgotten; set with idempotency.set_expiry_policy';
--- privileges: {postgres=arwdDxt/postgres}
+-- privileges: {owner=arwdDxt/owner}
 
 CREATE TABLE idempotency.keys (
     principal text NOT NULL,
@@ -84,7 +84,7 @@ COMMENT ON COLUMN idempotency.keys.response_body IS 'replayed byte for byte; NUL
 COMMENT ON COLUMN idempotency.keys.one_time_secret IS 'the response carried a secret and was not stored';
 COMMENT ON COLUMN idempotency.keys.fence IS 'lease generation: the clock in microseconds since 1970 or the previous row''s fence + 1, whichever is higher; higher at every takeover, never repeated for a key, on any node';
 COMMENT ON COLUMN idempotency.keys.expires_at IS 'created_at + TTL; an expired row behaves as absent';
--- privileges: {postgres=arwdDxt/postgres}
+-- privileges: {owner=arwdDxt/owner}
 
 CREATE VIEW idempotency.abandoned AS
  SELECT k.principal, k.key, k.action, k.fence,
@@ -97,7 +97,7 @@ CREATE VIEW idempotency.abandoned AS
    FROM idempotency.keys k
   WHERE k.state = 'in_progress'::text AND k.lease_until <= clock_timestamp();
 COMMENT ON VIEW idempotency.abandoned IS 'Keys in progress whose lease lapsed or was released and that nobody took over: who, which key and action, the last fence, since when, and the request fingerprint to take them over with';
--- privileges: {postgres=arwdDxt/postgres}
+-- privileges: {owner=arwdDxt/owner}
 
 CREATE VIEW idempotency.oldest_keys AS
  SELECT DISTINCT ON (k.action, k.state, k.live) k.action, k.state, k.live, k.principal, k.key,
@@ -109,7 +109,7 @@ CREATE VIEW idempotency.oldest_keys AS
            FROM idempotency.keys r) k
   ORDER BY k.action, k.state, k.live, k.created_at, k.principal, k.key;
 COMMENT ON VIEW idempotency.oldest_keys IS 'The oldest key of each (action, state, live) group of idempotency.status, with its principal: for the operator and support roles, not for monitoring';
--- privileges: {postgres=arwdDxt/postgres}
+-- privileges: {owner=arwdDxt/owner}
 
 CREATE VIEW idempotency.stats AS
  SELECT stats_counters.database, stats_counters.action, stats_counters.begin_started,
@@ -126,7 +126,7 @@ CREATE VIEW idempotency.stats AS
     stats_counters.acquire_expired
    FROM idempotency.stats_counters() stats_counters(database, action, begin_started, begin_replay, begin_secret_replay, begin_mismatch, begin_in_progress, acquire_started, acquire_replay, acquire_secret_replay, acquire_mismatch, acquire_in_progress, takeovers, completed, lease_completed, save_final_stored, save_final_refused, commit_refused, serialization_failures, stale_fence, renewed, released, cleanup_deleted, waits, wait_ms_sum, wait_ms_max, wait_le_ms, wait_buckets, stats_reset, begin_expired, acquire_expired);
 COMMENT ON VIEW idempotency.stats IS 'What every call did since stats_reset, per database and action: outcomes (expired since 0.8.0), stores, refusals, 40001s, takeovers, stale fences, renewals, cleanup, and the waits for held keys. No key, principal or body';
--- privileges: {postgres=arwdDxt/postgres}
+-- privileges: {owner=arwdDxt/owner}
 
 CREATE VIEW idempotency.status AS
  SELECT k.action, k.state,
@@ -138,21 +138,21 @@ CREATE VIEW idempotency.status AS
    FROM idempotency.keys k
   GROUP BY k.action, k.state, (k.expires_at > now() OR COALESCE(k.lease_until > clock_timestamp(), false));
 COMMENT ON VIEW idempotency.status IS 'Keys by action, state and live/expired: counts and times only, never a principal or a key (the oldest key of each group is in idempotency.oldest_keys)';
--- privileges: {postgres=arwdDxt/postgres}
+-- privileges: {owner=arwdDxt/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.acquire(principal text, key text, action text, fingerprint bytea, lease interval DEFAULT NULL::interval, ttl interval DEFAULT NULL::interval, wait interval DEFAULT NULL::interval)
  RETURNS idempotency.key_outcome
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_acquire$function$;
 COMMENT ON FUNCTION idempotency.acquire(text,text,text,bytea,interval,interval,interval) IS 'Lease protocol: takes (principal, key) with an in_progress row held for lease (default idempotency.lease); started returns the fence; an expired lease is taken over with fence + 1. Commit right after the call';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.begin(principal text, key text, action text, fingerprint bytea, ttl interval DEFAULT NULL::interval, wait interval DEFAULT NULL::interval)
  RETURNS idempotency.key_outcome
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_begin$function$;
 COMMENT ON FUNCTION idempotency.begin(text,text,text,bytea,interval,interval) IS 'Claims (principal, key) for this transaction: started (run the handler, then complete), replay, secret_replay, mismatch, or in_progress after waiting up to wait (default idempotency.wait_timeout) for another transaction that holds the key';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.begin_batch(principal text, keys text[], action text, fingerprints bytea[], ttl interval DEFAULT NULL::interval, wait interval DEFAULT NULL::interval)
  RETURNS SETOF idempotency.batch_outcome
@@ -160,7 +160,7 @@ CREATE OR REPLACE FUNCTION idempotency.begin_batch(principal text, keys text[], 
  ROWS 100
 AS '$libdir/idempotency', $function$idempotency_begin_batch$function$;
 COMMENT ON FUNCTION idempotency.begin_batch(text,text[],text,bytea[],interval,interval) IS 'idempotency.begin for each key (fingerprints[i] is the request of keys[i]): one row per key in input order; key locks in sorted key order; wait bounds the whole call''s waiting; at most 1000 keys';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.bound_principal(principal text)
  RETURNS text
@@ -176,14 +176,14 @@ CREATE OR REPLACE FUNCTION idempotency.check_expiry_policy(action text, grace in
  STABLE PARALLEL SAFE
 AS '$libdir/idempotency', $function$idempotency_check_expiry_policy$function$;
 COMMENT ON FUNCTION idempotency.check_expiry_policy(text,interval) IS 'The checks of set_expiry_policy''s arguments: 22023 for an action that begin refuses (empty, over 1024 bytes) or a grace outside (0, 366 days] on the timestamps it gives';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.claim(principal text, key text, ttl interval DEFAULT NULL::interval)
  RETURNS boolean
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_claim$function$;
 COMMENT ON FUNCTION idempotency.claim(text,text,interval) IS 'At-most-once marker: true for the first caller within ttl (default idempotency.key_ttl), false for every other';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.claim_batch(principal text, keys text[], ttl interval DEFAULT NULL::interval)
  RETURNS TABLE(ord integer, key text, claimed boolean)
@@ -191,7 +191,7 @@ CREATE OR REPLACE FUNCTION idempotency.claim_batch(principal text, keys text[], 
  ROWS 100
 AS '$libdir/idempotency', $function$idempotency_claim_batch$function$;
 COMMENT ON FUNCTION idempotency.claim_batch(text,text[],interval) IS 'idempotency.claim for each key: true for the keys this call claimed; key locks in sorted key order, waiting at most idempotency.wait_timeout in all';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE PROCEDURE idempotency.cleanup(IN batch_size integer DEFAULT NULL::integer, IN max_runtime interval DEFAULT NULL::interval, IN pause interval DEFAULT NULL::interval, INOUT deleted bigint DEFAULT NULL::bigint)
  LANGUAGE plpgsql
@@ -227,7 +227,7 @@ BEGIN
 END
 $procedure$;
 COMMENT ON PROCEDURE idempotency.cleanup(integer,interval,interval,bigint) IS 'Deletes expired keys in batches of batch_size (default idempotency.cleanup_batch_size), oldest first, committing between batches, until a batch is short or max_runtime is spent; sleeps pause between batches; returns the number deleted. CALL it outside a transaction block';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.cleanup_batch(batch_size integer, after timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT deleted integer, OUT last_expiry timestamp with time zone)
  RETURNS record
@@ -320,7 +320,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.cleanup_batch(integer,timestamp with time zone) IS 'Deletes up to batch_size expired keys expiring at or after `after` (NULL or omitted: any), oldest expiry first, or keeps those of a refusing action (idempotency.set_expiry_policy) as tombstones; returns how many and the latest expiry among them. Used by idempotency.cleanup';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.cleanup_batch_tombstones(batch_size integer, after timestamp with time zone, OUT deleted integer, OUT last_expiry timestamp with time zone)
  RETURNS record
@@ -393,14 +393,14 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.cleanup_batch_tombstones(integer,timestamp with time zone) IS 'Used by idempotency.cleanup_batch while some action refuses: one batch of dead keys, those of refusing actions kept as tombstones, the others deleted';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.complete(principal text, key text, status integer, body bytea DEFAULT NULL::bytea, headers jsonb DEFAULT NULL::jsonb, resource_id text DEFAULT NULL::text, one_time_secret boolean DEFAULT false, fence bigint DEFAULT NULL::bigint)
  RETURNS boolean
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_complete$function$;
 COMMENT ON FUNCTION idempotency.complete(text,text,integer,bytea,jsonb,text,boolean,bigint) IS 'Stores the final response. Without fence: of a key started by idempotency.begin in this transaction, committing with it (55000 without a matching begin). With fence: of a key taken by idempotency.acquire, while fence still holds it (false, changing nothing, once exclusivity was lost)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.complete_batch(principal text, keys text[], statuses integer[], bodies bytea[] DEFAULT NULL::bytea[], headers jsonb[] DEFAULT NULL::jsonb[], resource_ids text[] DEFAULT NULL::text[])
  RETURNS TABLE(ord integer, key text, completed boolean)
@@ -408,7 +408,7 @@ CREATE OR REPLACE FUNCTION idempotency.complete_batch(principal text, keys text[
  ROWS 100
 AS '$libdir/idempotency', $function$idempotency_complete_batch$function$;
 COMMENT ON FUNCTION idempotency.complete_batch(text,text[],integer[],bytea[],jsonb[],text[]) IS 'idempotency.complete for each key started by begin or begin_batch in this transaction (the i-th status, body, headers and resource id for keys[i]); every key is checked before the first is stored';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.count_cleanup(action text, deleted bigint)
  RETURNS boolean
@@ -416,7 +416,7 @@ CREATE OR REPLACE FUNCTION idempotency.count_cleanup(action text, deleted bigint
  STRICT
 AS '$libdir/idempotency', $function$idempotency_count_cleanup$function$;
 COMMENT ON FUNCTION idempotency.count_cleanup(text,bigint) IS 'Adds rows deleted by cleanup to idempotency.stats (used by idempotency.cleanup_batch)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.distribute(colocate_with regclass DEFAULT NULL::regclass)
  RETURNS void
@@ -469,7 +469,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.distribute(regclass) IS 'Citus: distributes idempotency.keys by principal (co-located with colocate_with, a table distributed by a text column), makes idempotency.expiry_policies a reference table, and delegates every function that names a principal to the node of its shard';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.fingerprint(method text, path text, body bytea DEFAULT NULL::bytea, exclude text[] DEFAULT NULL::text[])
  RETURNS bytea
@@ -485,7 +485,7 @@ CREATE OR REPLACE FUNCTION idempotency.forget(principal text, key text)
  STRICT
 AS '$libdir/idempotency', $function$idempotency_forget$function$;
 COMMENT ON FUNCTION idempotency.forget(text,text) IS 'Operator tool: removes one key (true if a row was deleted)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.http_answer(result idempotency.batch_outcome, type_base text DEFAULT '/problems/'::text, retry_after integer DEFAULT 1, OUT status integer, OUT headers jsonb, OUT body bytea)
  RETURNS record
@@ -676,7 +676,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.lookup(text,text) IS 'Support tool: one key''s state, status and timestamps, never its body or headers';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.release(principal text, key text, fence bigint)
  RETURNS boolean
@@ -684,21 +684,21 @@ CREATE OR REPLACE FUNCTION idempotency.release(principal text, key text, fence b
  STRICT
 AS '$libdir/idempotency', $function$idempotency_release$function$;
 COMMENT ON FUNCTION idempotency.release(text,text,bigint) IS 'Lease protocol: ends the lease of fence so that a retry may run again (the row stays, so fences never repeat)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.renew(principal text, key text, fence bigint, lease interval DEFAULT NULL::interval)
  RETURNS boolean
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_renew$function$;
 COMMENT ON FUNCTION idempotency.renew(text,text,bigint,interval) IS 'Lease protocol: extends the lease of the holder of fence; false when the fence no longer matches (the lease was lost)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.save_final(principal text, key text, action text, fingerprint bytea, status integer, body bytea DEFAULT NULL::bytea, headers jsonb DEFAULT NULL::jsonb, ttl interval DEFAULT NULL::interval, one_time_secret boolean DEFAULT false)
  RETURNS boolean
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_save_final$function$;
 COMMENT ON FUNCTION idempotency.save_final(text,text,text,bytea,integer,bytea,jsonb,interval,boolean) IS 'After a rolled-back attempt: stores a final error response (true) if no live row holds the key, or does nothing (false: not final, the key is live, or the wait for a transaction holding it ran out)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.schedule_cleanup(schedule text DEFAULT '* * * * *'::text)
  RETURNS bigint
@@ -722,7 +722,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.schedule_cleanup(text) IS 'Schedules CALL idempotency.cleanup() as the pg_cron job idempotency:cleanup (default every minute); scheduling again updates the job. 55000 without pg_cron';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.set_expiry_policy(action text, on_expiry text, grace interval DEFAULT '7 days'::interval)
  RETURNS void
@@ -753,21 +753,21 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.set_expiry_policy(text,text,interval) IS 'Per action: run (default: an expired key is forgotten and may run again) or refuse (cleanup keeps a tombstone until expiry + grace, and a retry gets the outcome expired); 22023 for another on_expiry, an action that begin refuses, or a grace outside (0, 366 days] on the timestamps it gives';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.stats_counters(OUT database name, OUT action text, OUT begin_started bigint, OUT begin_replay bigint, OUT begin_secret_replay bigint, OUT begin_mismatch bigint, OUT begin_in_progress bigint, OUT acquire_started bigint, OUT acquire_replay bigint, OUT acquire_secret_replay bigint, OUT acquire_mismatch bigint, OUT acquire_in_progress bigint, OUT takeovers bigint, OUT completed bigint, OUT lease_completed bigint, OUT save_final_stored bigint, OUT save_final_refused bigint, OUT commit_refused bigint, OUT serialization_failures bigint, OUT stale_fence bigint, OUT renewed bigint, OUT released bigint, OUT cleanup_deleted bigint, OUT waits bigint, OUT wait_ms_sum double precision, OUT wait_ms_max double precision, OUT wait_le_ms double precision[], OUT wait_buckets bigint[], OUT stats_reset timestamp with time zone, OUT begin_expired bigint, OUT acquire_expired bigint)
  RETURNS SETOF record
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_stats_counters$function$;
 COMMENT ON FUNCTION idempotency.stats_counters() IS 'The counters behind idempotency.stats (needs idempotency in shared_preload_libraries)';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.stats_reset()
  RETURNS timestamp with time zone
  LANGUAGE c
 AS '$libdir/idempotency', $function$idempotency_stats_reset$function$;
 COMMENT ON FUNCTION idempotency.stats_reset() IS 'Zeroes every counter of idempotency.stats (all databases) and returns the time of the reset';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}
 
 CREATE OR REPLACE FUNCTION idempotency.unschedule_cleanup()
  RETURNS boolean
@@ -787,4 +787,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION idempotency.unschedule_cleanup() IS 'Removes the pg_cron job idempotency:cleanup; false when it was not scheduled. 55000 without pg_cron';
--- privileges: {postgres=X/postgres}
+-- privileges: {owner=X/owner}

@@ -4,7 +4,8 @@
 # columns, constraints, indexes and triggers, views, functions and procedures
 # with their whole definitions), each with its comment and privileges, in a
 # fixed order. extension/schema.sql is its output for a fresh
-# `CREATE EXTENSION idempotency` by the role postgres on the host's server
+# `CREATE EXTENSION idempotency` on the host's server (the installing role is
+# written "owner" in the privileges)
 # (PostgreSQL 15: another major prints some definitions differently);
 # tests/integration/schema_file.sh checks that the file is what a fresh
 # install and an install updated from 0.1.0 make.
@@ -22,6 +23,14 @@ cat <<EOF
 -- scripts after it; this file is for reading.
 EOF
 psql -X -qAt -d "$db" -v ON_ERROR_STOP=1 <<'SQL'
+-- The installing role's name as "owner", so that the file does not depend on
+-- who installed the extension.
+CREATE FUNCTION pg_temp.owner_free(acl text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT regexp_replace(acl, '(^|[{,"=/])' || (SELECT quote_ident(r.rolname) FROM pg_extension AS e
+                                                   JOIN pg_roles AS r ON r.oid = e.extowner
+                                                  WHERE e.extname = 'idempotency') || '(?=[=/,}"])',
+                          '\1owner', 'g')
+$$;
 WITH members AS (
     SELECT e.classid, e.objid
       FROM pg_depend AS e
@@ -32,10 +41,11 @@ WITH members AS (
 -- function is EXECUTE for PUBLIC and for a relation its owner's only).
 privileges(objname, line) AS (
     SELECT p.oid::regprocedure::text,
-           '-- privileges: ' || coalesce(p.proacl::text, 'the default (EXECUTE for PUBLIC)')
+           '-- privileges: ' || coalesce(pg_temp.owner_free(p.proacl::text), 'the default (EXECUTE for PUBLIC)')
       FROM pg_proc AS p JOIN members AS m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
     UNION ALL
-    SELECT c.oid::regclass::text, '-- privileges: ' || coalesce(c.relacl::text, 'the default (the owner''s only)')
+    SELECT c.oid::regclass::text,
+           '-- privileges: ' || coalesce(pg_temp.owner_free(c.relacl::text), 'the default (the owner''s only)')
       FROM pg_class AS c JOIN members AS m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
 ),
 objects(sort_kind, sort_name, text) AS (
