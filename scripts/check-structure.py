@@ -11,6 +11,11 @@
 3. Functions: no C++ function over MAX_FUNCTION_LINES lines unless the comment
    just above it says why, with the words "over 80 lines" (a brace-depth scan:
    comments, strings and preprocessor lines are skipped first).
+4. Clients (issue 35): the modules of each client library (client/cpp, python,
+   node, rust; client/go checks its own layers in layers_test.go) import one
+   another without a circle, and each library, tests, examples and generated
+   files aside, stays under its ceiling of non-blank lines (CLIENT_CEILINGS: a
+   ratchet that only comes down, towards CLIENT_TARGET).
 
 Prints every violation and exits 1 when there is one. Usage:
     scripts/check-structure.py [ROOT]      (default: the repository of this script)
@@ -211,6 +216,119 @@ def check_functions(root, errors):
                               f"why it is {REASON})")
 
 
+# Non-blank lines of each client library, tests, examples and generated files
+# aside. The target of issue 35 is CLIENT_TARGET each; a ceiling is lowered when
+# a library shrinks and never raised (a library over its ceiling fails).
+CLIENT_TARGET = 2000
+CLIENT_CEILINGS = {"cpp": 2852, "go": 2552, "node": 2980, "python": 3103, "rust": 3052}
+# The globs of each client library's source files.
+CLIENT_SOURCES = {
+    "cpp": ["client/cpp/src/*.cpp", "client/cpp/src/*.hpp", "client/cpp/include/**/*.hpp"],
+    "go": ["client/go/*.go"],
+    "node": ["client/node/src/**/*.ts"],
+    "python": ["client/python/src/pg_idempotency/**/*.py"],
+    "rust": ["client/rust/src/**/*.rs"],
+}
+# How one file of a client names another (Go: one package, layers_test.go).
+IMPORTS = {
+    "cpp": re.compile(r'^\s*#\s*include\s+"((?:idem/)?\w+\.hpp)"', re.M),
+    "node": re.compile(r"""(?:from|import)\s*\(?\s*["']\./([\w/]+?)(?:\.js)?["']""", re.M),
+    "python": re.compile(r"^\s*from\s+(?:\.|pg_idempotency\.?)(\w*)\s+import\s+([\w, ()]+)|"
+                         r"^\s*import\s+pg_idempotency\.(\w+)", re.M),
+    "rust": re.compile(r"\bcrate::(\w+)"),
+}
+
+
+def generated(path):
+    head = "".join(path.read_text().splitlines(True)[:3])
+    return "DO NOT EDIT" in head or "@generated" in head
+
+
+def client_files(root, client):
+    for path in files(root, CLIENT_SOURCES[client]):
+        if client == "go" and path.name.endswith("_test.go"):
+            continue
+        if not generated(path):
+            yield path
+
+
+def module_of(client, base, path):
+    """The module a file belongs to: its stem; in C++ the file itself (a header
+    is the interface its .cpp implements, below what uses it); in Rust the first
+    part of its path under src (lib.rs is the crate root)."""
+    if client == "cpp":
+        return path.name
+    if client == "rust":
+        return path.relative_to(base).parts[0].removesuffix(".rs")
+    return path.stem
+
+
+def imports_of(client, text, modules):
+    found = set()
+    for match in IMPORTS[client].finditer(text):
+        if client != "python":
+            found.add(pathlib.PurePath(match.group(1)).name)
+        elif match.group(3):  # import pg_idempotency.a
+            found.add(match.group(3))
+        elif match.group(1):  # from .a import x
+            found.add(match.group(1))
+        else:  # from . import a, b
+            found.update(name.strip() for name in match.group(2).strip("()").split(","))
+    return {name for name in found if name in modules}
+
+
+def circles(graph):
+    """The strongly connected parts of more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            part = []
+            while not part or part[-1] != node:
+                part.append(stack.pop())
+                on.discard(part[-1])
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def check_clients(root, errors, report):
+    for client, ceiling in CLIENT_CEILINGS.items():
+        paths = list(client_files(root, client))
+        lines = sum(1 for path in paths for line in path.read_text().splitlines() if line.strip())
+        report.append(f"client/{client}: {lines} lines (ceiling {ceiling}, target {CLIENT_TARGET})")
+        if lines > ceiling:
+            errors.append(f"client/{client}: {lines} non-blank lines in the library, over its "
+                          f"ceiling of {ceiling} (scripts/check-structure.py CLIENT_CEILINGS)")
+        if client not in IMPORTS:
+            continue
+        base = root / CLIENT_SOURCES[client][0].split("*")[0].rstrip("/")
+        graph = {}
+        for path in paths:
+            graph.setdefault(module_of(client, base, path), set())
+        for path in paths:
+            module = module_of(client, base, path)
+            if client == "rust" and module == "lib":
+                continue  # the crate root declares every module
+            graph[module] |= imports_of(client, path.read_text(), graph) - {module}
+        for part in circles(graph):
+            errors.append(f"client/{client}: modules import one another in a circle: "
+                          + ", ".join(part))
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else
                         pathlib.Path(__file__).resolve().parent.parent)
@@ -218,6 +336,10 @@ def main():
     check_layers(root, errors)
     check_sizes(root, errors)
     check_functions(root, errors)
+    report = []
+    check_clients(root, errors, report)
+    for line in report:
+        print(line)
     for error in errors:
         print(error)
     if errors:
