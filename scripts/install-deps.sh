@@ -54,7 +54,9 @@ else
 fi
 # gdb: tests/integration/lock_timeout_race.sh holds a backend at one instant
 # (on the host and in the 17/18 chroots: the timers differ between majors).
-packages+=(gdb)
+# ccache: scripts/test.sh compiles through it, so a second run (or a chroot
+# kept in the matrix cache) does not compile an unchanged file again.
+packages+=(gdb ccache)
 
 missing=()
 for p in "${packages[@]}"; do
