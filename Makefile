@@ -23,6 +23,9 @@ OBJS = src/extension/module.o \
        src/extension/key_statements.o \
        src/extension/placement.o \
        src/extension/outcome.o \
+       src/extension/outcome_row.o \
+       src/extension/outcome_counts.o \
+       src/extension/snapshot_check.o \
        src/extension/transactional.o \
        src/extension/lease.o \
        src/extension/one_key.o \

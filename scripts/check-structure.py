@@ -34,7 +34,8 @@ LAYERS = [
                 "batch_arguments"]),
     ("store", ["key_lock", "key_table", "key_store", "key_direct", "key_statements",
                "placement"]),
-    ("protocol", ["counters", "counters_table", "pending", "outcome", "one_key"]),
+    ("protocol", ["counters", "counters_table", "pending", "outcome", "outcome_row",
+                  "outcome_counts", "snapshot_check", "one_key"]),
     ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "module", "batch"]),
 ]
 # Include no other room of their own layer but one another (the counters'

@@ -16,6 +16,7 @@
 #include "guard.hpp"
 #include "one_key.hpp"
 #include "outcome.hpp"
+#include "outcome_row.hpp"
 #include "pending.hpp"
 #include "settings.hpp"
 

@@ -2,7 +2,7 @@
 // per action, in shared memory (counters.cpp; the SQL functions that read and
 // reset them are in counters_sql.cpp). A counter is told what happened - an
 // event, an action name, how long a call waited - and knows nothing of keys,
-// rows or outcomes: outcome.hpp turns the protocol's results into these calls.
+// rows or outcomes: outcome_counts.hpp turns the protocol's results into these calls.
 // Each function is a no-op unless the library was loaded by
 // shared_preload_libraries (counters_on()).
 #pragma once

@@ -46,7 +46,7 @@ bool only_own_columns(TupleDesc desc) {
 
 }  // namespace
 
-KeyRow lookup_key(const KeyTable& oids, text* principal, text* key, Snapshot snapshot) {
+KeyRow scan_key(const KeyTable& oids, text* principal, text* key, Snapshot snapshot) {
     Relation table = table_open(oids.table, AccessShareLock);
     Relation index = index_open(oids.index, AccessShareLock);
     Snapshot scan_snapshot =

@@ -18,7 +18,7 @@ namespace idem::pg::direct {
 
 /// The key row of (principal, key) through the primary key, or found = false,
 /// copied into the current memory context. `snapshot`: see lookup_key().
-KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot);
+KeyRow scan_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot);
 
 /// Inserts a completed key row (a heap insert and its index entries) when the
 /// table is the plain one the extension created: no trigger, no row security,

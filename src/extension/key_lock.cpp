@@ -3,7 +3,7 @@
 // there, so our locks never meet the application's own advisory locks. They
 // show in pg_locks as locktype 'advisory' with objsubid 18756.
 #include "key_lock.hpp"
-#include "key_store.hpp"
+#include "placement.hpp"
 
 extern "C" {
 #include "postgres.h"

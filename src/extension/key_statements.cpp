@@ -406,7 +406,7 @@ bool forget_key(const KeyTable& table, text* principal, text* key) {
     return run(table, forget_statement, values, nullptr) == 1;
 }
 
-KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot) {
+KeyRow select_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot) {
     Datum values[2] = {PointerGetDatum(principal), PointerGetDatum(key)};
     KeyRow row;
     run(table, lookup_statement, values, nullptr, &row, nullptr, snapshot);

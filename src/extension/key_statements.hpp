@@ -18,7 +18,7 @@ extern "C" {
 namespace idem::pg::statements {
 
 /// The key row of (principal, key) by a SELECT statement, with lookup_key()'s snapshot rules.
-KeyRow lookup_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot);
+KeyRow select_key(const KeyTable& table, text* principal, text* key, Snapshot snapshot);
 
 /// Stores a completed key with `fence`: an INSERT when `known_absent`, else an
 /// upsert that replaces only a replaceable row. False when nothing was written.

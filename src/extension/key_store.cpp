@@ -59,8 +59,8 @@ KeyRow lookup_key(text* principal, text* key, Snapshot snapshot) {
     const KeyTable table = key_table();
     KeyTable use;
     if (backend_for(table, principal, &use) == Backend::statements)
-        return statements::lookup_key(table, principal, key, snapshot);
-    return direct::lookup_key(use, principal, key, snapshot);
+        return statements::select_key(table, principal, key, snapshot);
+    return direct::scan_key(use, principal, key, snapshot);
 }
 
 // From 0.8.0 a fence is this node's clock in microseconds since 1970, or the

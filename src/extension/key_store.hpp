@@ -83,14 +83,6 @@ bool expiry_refuses(const KeyRow& row);
 /// this transaction.
 bool expiry_refuses_takeover(const KeyRow& row);
 
-/// Raises 0A000 unless this node holds the shard of `principal` (Citus only;
-/// a no-op for a local table): the key lock is a lock of this node, so two
-/// calls for one key must run on the same node to exclude each other. Takes
-/// Citus's shard metadata lock on the shard in share mode first, to the end of
-/// the transaction, so that the shard cannot move away while the transaction
-/// uses it; once per principal and transaction.
-void require_local_shard(text* principal);
-
 /// Registers the relation cache callback that forgets the table's OIDs (from _PG_init).
 void key_store_init();
 

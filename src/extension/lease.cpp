@@ -10,6 +10,9 @@
 #include "key_store.hpp"
 #include "one_key.hpp"
 #include "outcome.hpp"
+#include "outcome_counts.hpp"
+#include "outcome_row.hpp"
+#include "snapshot_check.hpp"
 #include "pending.hpp"
 #include "settings.hpp"
 

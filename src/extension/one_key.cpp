@@ -6,6 +6,8 @@
 #include "key_lock.hpp"
 #include "key_store.hpp"
 #include "outcome.hpp"
+#include "outcome_counts.hpp"
+#include "snapshot_check.hpp"
 #include "settings.hpp"
 
 extern "C" {

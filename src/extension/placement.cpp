@@ -15,7 +15,8 @@
 // reads and writes it: the direct back-end then reads and writes the shard's
 // own relation (idempotency.keys_<shard id>) through its heap and primary key,
 // as it does the plain table on one node (locked_local_shard).
-#include "key_store.hpp"
+#include "placement.hpp"
+
 #include "key_table.hpp"
 
 extern "C" {

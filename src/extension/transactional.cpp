@@ -16,6 +16,8 @@
 #include "key_store.hpp"
 #include "one_key.hpp"
 #include "outcome.hpp"
+#include "outcome_counts.hpp"
+#include "outcome_row.hpp"
 #include "pending.hpp"
 #include "settings.hpp"
 
