@@ -23,17 +23,8 @@ after=${2:-}
 roots=${COMPARE_ROOTS:-/tmp/idem-compare}
 pgver=${PGVER:-15}
 
-make_root() {  # NAME SOURCE_DIR
-  local r=$roots/$1
-  rm -rf "$r"
-  mkdir -p "$r/usr/lib/postgresql" "$r/usr/share/postgresql" "$r/usr/include"
-  cp -a "/usr/lib/postgresql/$pgver" "$r/usr/lib/postgresql/"
-  cp -a "/usr/share/postgresql/$pgver" "$r/usr/share/postgresql/"
-  ln -s /usr/include/postgresql "$r/usr/include/postgresql"
-  local pgc=$r/usr/lib/postgresql/$pgver/bin/pg_config
-  (cd "$2" && make -s clean >/dev/null 2>&1; make -s -j"$(nproc)" PG_CONFIG="$pgc" >/dev/null &&
-    make -s install PG_CONFIG="$pgc" >/dev/null)
-}
+source "$here/lib.sh"
+make_root() { private_root "$roots/$1" "$2" "$pgver"; }  # NAME SOURCE_DIR
 
 checkout() {  # REF DIR
   rm -rf "$2"

@@ -32,3 +32,20 @@ pgbench_value() {
 
 # ratio A B: A / B with two decimals.
 ratio() { echo "scale=2; $1 / $2" | bc; }
+
+# private_root ROOT SOURCE_DIR [PGVER]: a private copy of the PostgreSQL
+# installation under ROOT (PostgreSQL finds its share and lib folders relative
+# to its binaries, so a copy of /usr/lib/postgresql/V and /usr/share/postgresql/V
+# is a second, independent installation) with the extension of SOURCE_DIR
+# built and installed into it. Its binaries: ROOT/usr/lib/postgresql/V/bin.
+private_root() {
+  local r=$1 src=$2 v=${3:-15}
+  rm -rf "$r"
+  mkdir -p "$r/usr/lib/postgresql" "$r/usr/share/postgresql" "$r/usr/include"
+  cp -a "/usr/lib/postgresql/$v" "$r/usr/lib/postgresql/"
+  cp -a "/usr/share/postgresql/$v" "$r/usr/share/postgresql/"
+  ln -s /usr/include/postgresql "$r/usr/include/postgresql"
+  local pgc=$r/usr/lib/postgresql/$v/bin/pg_config
+  (cd "$src" && make -s clean >/dev/null 2>&1; make -s -j"$(nproc)" PG_CONFIG="$pgc" >/dev/null &&
+    make -s install PG_CONFIG="$pgc" >/dev/null)
+}
