@@ -10,6 +10,7 @@ fingerprint, a duplicate under a lease policy that keeps nothing, a database
 fault), the database fault's detail and SQLSTATEs, the routing defaults.
 
     /usr/bin/python3 tools/protocol_gen.py go > client/go/protocol_gen.go
+    /usr/bin/python3 tools/protocol_gen.py cpp > client/cpp/include/idem/protocol_gen.hpp
 
 One function per language (GENERATORS); each takes the parsed protocol.json and
 returns the file's text. A test diffs the committed file with a fresh run
@@ -145,7 +146,155 @@ def go(protocol):
     return "\n".join(lines)
 
 
-GENERATORS = {"go": go}
+def cpp_string(text, indent):
+    """A C++ string literal, split at spaces into pieces of at most 100 columns
+    after `indent` spaces (adjacent literals concatenate)."""
+    pieces, current = [], ""
+    for word in text.split(" "):
+        candidate = word if not current else current + " " + word
+        if current and len(json.dumps(candidate)) > 98 - indent:
+            pieces.append(current + " ")
+            current = word
+        else:
+            current = candidate
+    pieces.append(current)
+    return ("\n" + " " * indent).join(json.dumps(piece) for piece in pieces)
+
+
+def cpp_comment(text):
+    """A /// comment wrapped at 100 columns."""
+    lines, current = [], "///"
+    for word in text.split(" "):
+        if len(current) + 1 + len(word) > 100:
+            lines.append(current)
+            current = "///"
+        current += " " + word
+    lines.append(current)
+    return lines
+
+
+def cpp(protocol):
+    """client/cpp/include/idem/protocol_gen.hpp: namespace idem (and idem::routing).
+    The C++ client still answers the outcomes itself (it is the reference the
+    extension's http_answer is compared with, client/cpp/tests/http_answer_test.cpp),
+    so it gets every problem and every outcome's detail."""
+    routing = protocol["routing"]
+    fault = protocol["database_fault"]
+    names = list(protocol["problems"])
+    lines = [
+        "// " + HEADER,
+        "#pragma once",
+        "",
+        "#include <array>",
+        "#include <cstddef>",
+        "#include <string_view>",
+        "",
+        "namespace idem {",
+        "",
+        "/// The problem types of RFC 9457 bodies that the client library produces",
+        "/// (client/protocol.json \"problems\"; their slug, status and title: problem_texts).",
+        "enum class Problem {",
+    ]
+    for name in names:
+        problem = protocol["problems"][name]
+        lines.append("    /// %d: %s" % (problem["status"], problem["title"]))
+        lines.append("    %s," % name)
+    lines += [
+        "};",
+        "",
+        "/// One problem type: the slug after the type base, the status, the title.",
+        "struct ProblemText {",
+        "    /// Appended to the type base (\"/problems/\" + slug).",
+        "    const char* slug;",
+        "    /// The HTTP status of responses of this type.",
+        "    int status;",
+        "    /// The fixed, human-readable title.",
+        "    const char* title;",
+        "};",
+        "",
+        "/// Every Problem's text, in the enum's order.",
+        "inline constexpr std::array<ProblemText, %d> problem_texts{{" % len(names),
+    ]
+    for name in names:
+        problem = protocol["problems"][name]
+        lines.append("    {%s, %d, %s}," % (json.dumps(problem["type"]), problem["status"],
+                                           cpp_string(problem["title"], 8)))
+    lines += ["}};", ""]
+    strings = [
+        ("problem_content_type", "The Content-Type of every problem response.",
+         protocol["problem_content_type"]),
+        ("default_problem_type_base", "The default prefix of a problem's type URI.",
+         protocol["problem_type_base"]),
+        ("key_header", "The request header that carries the key.", protocol["key_header"]),
+        ("replay_header", "The marker of a response played back from the key store (value "
+         "\"true\").", protocol["replay_header"]),
+        ("expires_header", "The response header that says until when the key counts: an RFC "
+         "9110 IMF-fixdate of the key row's expires_at, never stored as a kept header.",
+         protocol["expires_header"]),
+        ("stream_chunks_entry", "The stored entry of a stream's chunk lengths (\"5,5,3\"); "
+         "never sent.", protocol["stream_chunks_entry"]),
+        ("not_kept_entry", "The stored entry of a stream too large to keep (value "
+         "\"stream-too-large\"); never sent.", protocol["not_kept_entry"]),
+        ("not_kept_detail", "The detail of the 409 response-not-kept answer.",
+         protocol["not_kept_detail"]),
+        ("database_fault_detail", "The detail of the 503 database-unavailable answer, word "
+         "for word.", fault["detail"]),
+    ]
+    for outcome, rule in protocol["outcomes"].items():
+        if "detail" in rule:
+            strings.append(("%s_detail" % outcome, "The detail of the %s answer (%s)." % (
+                outcome, rule["problem"]), rule["detail"]))
+    for name, comment, value in strings:
+        lines += cpp_comment(comment)
+        first = "inline constexpr const char* %s = %s;" % (name, json.dumps(value))
+        if len(first) <= 100:
+            lines.append(first)
+        else:
+            lines.append("inline constexpr const char* %s =" % name)
+            lines.append("    %s;" % cpp_string(value, 4))
+    lines += [
+        "/// The Retry-After of a 409 for a key held by a transaction, when no lease says more.",
+        "inline constexpr int default_retry_after_seconds = %d;" %
+        protocol["default_retry_after_seconds"],
+        "/// Default of Options::max_stream_bytes: the longest streamed body that is kept.",
+        "inline constexpr std::size_t default_max_stream_bytes = %d;" %
+        protocol["default_max_stream_bytes"],
+        "/// SQLSTATE classes of a database fault.",
+        "inline constexpr std::array<std::string_view, %d> fault_sqlstate_classes{%s};" % (
+            len(fault["sqlstate_classes"]), ", ".join(json.dumps(c) for c in
+                                                     fault["sqlstate_classes"])),
+        "/// SQLSTATEs of a database fault outside those classes.",
+        "inline constexpr std::array<std::string_view, %d> fault_sqlstates{%s};" % (
+            len(fault["sqlstates"]), ", ".join(json.dumps(c) for c in fault["sqlstates"])),
+        "",
+        "/// The routing defaults (client/protocol.json \"routing\").",
+        "namespace routing {",
+        "/// The Citus placement query: $1 is the principal; zero or one row (nodename, nodeport).",
+        "inline constexpr const char* placement_sql =",
+        "    %s;" % cpp_string(routing["placement_sql"], 4),
+        "/// How long a principal's placement is kept before it is looked up again.",
+        "inline constexpr int default_refresh_seconds = %d;" % routing["default_refresh_seconds"],
+        "/// How long a node that could not be connected to is passed over.",
+        "inline constexpr int default_node_down_seconds = %d;" %
+        routing["default_node_down_seconds"],
+        "/// Most principals whose placement is kept (the least recently used goes first).",
+        "inline constexpr std::size_t default_max_principals = %d;" %
+        routing["default_max_principals"],
+        "/// The SQLSTATE of the extension's refusal of a call on a node without the shard.",
+        "inline constexpr const char* stale_placement_sqlstate = %s;" %
+        json.dumps(routing["stale_placement"]["sqlstate"]),
+        "/// The primary message of that refusal.",
+        "inline constexpr const char* stale_placement_message = %s;" %
+        json.dumps(routing["stale_placement"]["message"]),
+        "}  // namespace routing",
+        "",
+        "}  // namespace idem",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+GENERATORS = {"go": go, "cpp": cpp}
 
 
 def main(argv):

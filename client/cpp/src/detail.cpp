@@ -84,7 +84,7 @@ Response stored_response(int status, const std::optional<std::string>& headers_j
     if (body) response.body = std::move(*body);
     response.resource_id = std::move(resource_id);
     response.replayed = true;
-    response.set_header("Idempotent-Replay", "true");
+    response.set_header(replay_header, "true");
     return response;
 }
 
@@ -106,36 +106,26 @@ std::optional<Response> problem_for_outcome(const std::string& outcome,
                                             std::chrono::seconds retry_after,
                                             const std::string& problem_type_base) {
     if (outcome == "mismatch")
-        return problem_response(Problem::key_reuse,
-                                "This Idempotency-Key was used for a different request; use a new "
-                                "key for a new request.",
-                                problem_type_base);
+        return problem_response(Problem::key_reuse, mismatch_detail, problem_type_base);
     if (outcome == "secret_replay") {
-        Response response = problem_response(Problem::one_time_secret,
-                                             "The first response to this request carried a secret "
-                                             "and was not kept; create a new one with a new key.",
-                                             problem_type_base);
+        Response response =
+            problem_response(Problem::one_time_secret, secret_replay_detail, problem_type_base);
         response.replayed = true;
-        response.set_header("Idempotent-Replay", "true");
+        response.set_header(replay_header, "true");
         return response;
     }
     if (outcome == "in_progress") {
         long retry = retry_after.count();
         if (lease_seconds) retry = std::max(1, *lease_seconds);
-        Response response = problem_response(
-            Problem::request_in_progress,
-            "A request with this Idempotency-Key is still being processed; retry later.",
-            problem_type_base);
+        Response response =
+            problem_response(Problem::request_in_progress, in_progress_detail, problem_type_base);
         response.set_header("Retry-After", std::to_string(std::max(1L, retry)));
         return response;
     }
     // A tombstone of a key that expired under on_expiry 'refuse': the caller adds
     // Idempotency-Expires (the past expiry begin/acquire returned).
     if (outcome == "expired")
-        return problem_response(Problem::key_expired,
-                                "This Idempotency-Key expired and its response is no longer kept; "
-                                "the request was not run again. Use a new key for a new request.",
-                                problem_type_base);
+        return problem_response(Problem::key_expired, expired_detail, problem_type_base);
     return std::nullopt;
 }
 

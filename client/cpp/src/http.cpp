@@ -49,71 +49,24 @@ std::string http_date(long long epoch_seconds) {
 }
 
 const char* problem_slug(Problem problem) noexcept {
-    switch (problem) {
-        case Problem::key_missing: return "idempotency-key-missing";
-        case Problem::key_malformed: return "idempotency-key-malformed";
-        case Problem::body_invalid: return "request-body-invalid";
-        case Problem::key_reuse: return "idempotency-key-reuse";
-        case Problem::request_in_progress: return "request-in-progress";
-        case Problem::one_time_secret: return "one-time-secret";
-        case Problem::already_processed: return "request-already-processed";
-        case Problem::key_expired: return "idempotency-key-expired";
-        case Problem::response_not_kept: return "response-not-kept";
-        case Problem::database_unavailable: return "database-unavailable";
-    }
-    return "about:blank";
+    return problem_texts[static_cast<std::size_t>(problem)].slug;
 }
 
 int problem_status(Problem problem) noexcept {
-    switch (problem) {
-        case Problem::key_missing:
-        case Problem::key_malformed:
-        case Problem::body_invalid: return 400;
-        case Problem::key_reuse: return 422;
-        case Problem::request_in_progress:
-        case Problem::one_time_secret:
-        case Problem::already_processed:
-        case Problem::response_not_kept: return 409;
-        case Problem::key_expired: return 410;
-        case Problem::database_unavailable: return 503;
-    }
-    return 500;
+    return problem_texts[static_cast<std::size_t>(problem)].status;
 }
-
-namespace {
-
-const char* problem_title(Problem problem) {
-    switch (problem) {
-        case Problem::key_missing: return "Idempotency-Key header is missing";
-        case Problem::key_malformed: return "Idempotency-Key header is malformed";
-        case Problem::body_invalid: return "Request body cannot be fingerprinted";
-        case Problem::key_reuse: return "Idempotency-Key was used for another request";
-        case Problem::request_in_progress:
-            return "A request with this Idempotency-Key is in progress";
-        case Problem::one_time_secret:
-            return "The response to this request was sent once and not kept";
-        case Problem::already_processed: return "This request was already processed";
-        case Problem::key_expired: return "Idempotency-Key has expired";
-        case Problem::response_not_kept:
-            return "The response to this request was too large to keep";
-        case Problem::database_unavailable: return "The database is unavailable";
-    }
-    return "Error";
-}
-
-}  // namespace
 
 Response problem_response(Problem problem, std::string_view detail, std::string_view type_base) {
     Response response;
     response.status = problem_status(problem);
     nlohmann::json body = {
         {"type", std::string(type_base) + problem_slug(problem)},
-        {"title", problem_title(problem)},
+        {"title", problem_texts[static_cast<std::size_t>(problem)].title},
         {"status", response.status},
         {"detail", std::string(detail)},
     };
     response.body = body.dump();
-    response.headers.emplace_back("Content-Type", "application/problem+json");
+    response.headers.emplace_back("Content-Type", problem_content_type);
     return response;
 }
 

@@ -51,13 +51,10 @@ std::string stream_headers_json(const Response& response, const std::vector<std:
 
 Response restore_stream(Response stored, const std::string& problem_type_base) {
     if (stored.header(not_kept_entry) != nullptr) {
-        Response problem = problem_response(
-            Problem::response_not_kept,
-            "The first response to this request was streamed and was larger than this service "
-            "keeps; it was sent once and not stored. Use a new key for a new request.",
-            problem_type_base);
+        Response problem =
+            problem_response(Problem::response_not_kept, not_kept_detail, problem_type_base);
         problem.replayed = true;
-        problem.set_header("Idempotent-Replay", "true");
+        problem.set_header(replay_header, "true");
         return problem;
     }
     const std::string* lengths = stored.header(stream_chunks_entry);

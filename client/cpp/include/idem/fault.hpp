@@ -13,15 +13,8 @@
 
 namespace idem {
 
-/// SQLSTATE classes of a database fault: connection exception, operator intervention
-/// (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57014 cancel).
-inline constexpr std::array<std::string_view, 2> fault_sqlstate_classes{"08", "57"};
-/// SQLSTATEs of a database fault outside those classes: too many connections.
-inline constexpr std::array<std::string_view, 1> fault_sqlstates{"53300"};
-/// The detail of the fault answer, word for word.
-inline constexpr std::string_view database_fault_detail =
-    "The database failed or could not be reached while this request was processed. Retry it "
-    "with the same Idempotency-Key: it runs once, or its stored response is replayed.";
+/// fault_sqlstate_classes, fault_sqlstates and database_fault_detail are generated
+/// (idem/protocol_gen.hpp, client/protocol.json `database_fault`).
 
 /// True for pqxx::broken_connection (a connection lost or refused), pqxx::in_doubt_error (a
 /// commit whose outcome is unknown) and a pqxx::sql_error whose SQLSTATE is a fault's; false

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "idem/protocol_gen.hpp"
+
 namespace idem {
 
 /// HTTP header fields in order; names compare case-insensitively.
@@ -59,39 +61,9 @@ struct Response {
     void set_header(std::string_view name, std::string value);
 };
 
-/// Response header carrying when the request's key stops counting (client/protocol.json
-/// `expires_header`): an RFC 9110 IMF-fixdate, the key row's expires_at rounded down to the
-/// second. Never stored as a kept header; every answer adds the stored row's value.
-inline constexpr const char* expires_header = "Idempotency-Expires";
-
-/// Reserved entry of the stored headers of a streamed response (client/protocol.json
-/// `stream_chunks_entry`): the chunks' byte lengths, "5,5,3". No header can have this name;
-/// it is never sent.
-inline constexpr const char* stream_chunks_entry = ":chunks";
-/// Reserved entry of the stored headers of a stream that was too large to keep
-/// (`not_kept_entry`); its value is "stream-too-large".
-inline constexpr const char* not_kept_entry = ":not_kept";
-/// Default of Options::max_stream_bytes (`default_max_stream_bytes`).
-inline constexpr std::size_t default_max_stream_bytes = 1048576;
-
 /// Formats seconds since the Unix epoch as an RFC 9110 IMF-fixdate
 /// ("Sun, 06 Nov 1994 08:49:37 GMT").
 std::string http_date(long long epoch_seconds);
-
-/// The problem types of RFC 9457 bodies that the client library produces.
-enum class Problem {
-    key_missing,          ///< 400: the method needs an Idempotency-Key and none was sent
-    key_malformed,        ///< 400: the key is empty, too long or has bad characters
-    body_invalid,         ///< 400: the body cannot be fingerprinted (JSON nested too deep)
-    key_reuse,            ///< 422: the key was used for another request
-    request_in_progress,  ///< 409: the first request with this key is still running
-    one_time_secret,      ///< 409: the response held a secret and was not kept
-    already_processed,    ///< 409: lease policies once / commit_on_success: done before, result not
-                          ///< kept
-    key_expired,          ///< 410: the key expired under an on_expiry 'refuse' policy (tombstone)
-    response_not_kept,    ///< 409: the first response was a stream larger than max_stream_bytes
-    database_unavailable,  ///< 503: the database failed under the request (idem/fault.hpp)
-};
 
 /// The slug of a problem type ("idempotency-key-reuse"), appended to the type base URI.
 const char* problem_slug(Problem problem) noexcept;

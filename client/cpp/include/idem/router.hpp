@@ -34,30 +34,12 @@
 #include <unordered_map>
 
 #include "idem/connection.hpp"
+#include "idem/protocol_gen.hpp"
 
 namespace idem {
 
-/// The routing defaults of client/protocol.json (`routing`); its test compares them.
-namespace routing {
-/// The Citus placement query: $1 is the principal; zero or one row (nodename, nodeport).
-inline constexpr const char* placement_sql =
-    "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p JOIN "
-    "pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid WHERE p.shardid "
-    "OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column("
-    "'idempotency.keys'::pg_catalog.regclass, $1::pg_catalog.text) AND n.isactive AND "
-    "n.noderole OPERATOR(pg_catalog.=) 'primary' ORDER BY n.nodeid LIMIT 1";
-/// How long a principal's placement is kept before it is looked up again.
-inline constexpr int default_refresh_seconds = 60;
-/// How long a node that could not be connected to is passed over.
-inline constexpr int default_node_down_seconds = 5;
-/// Most principals whose placement is kept (the least recently used goes first).
-inline constexpr std::size_t default_max_principals = 10000;
-/// The SQLSTATE of the extension's refusal of a locking call whose principal's shard is
-/// not on the node it ran on (`stale_placement.sqlstate`: feature_not_supported).
-inline constexpr const char* stale_placement_sqlstate = "0A000";
-/// The primary message of that refusal (`stale_placement.message`).
-inline constexpr const char* stale_placement_message = "the key's shard is not on this node";
-}  // namespace routing
+// idem::routing (the placement query, the defaults, the stale placement refusal) is
+// generated from client/protocol.json `routing` into idem/protocol_gen.hpp.
 
 /// True when `sqlstate` and `primary_message` (the error's message without severity,
 /// detail or hint: libpq's PG_DIAG_MESSAGE_PRIMARY) are the extension's "the key's shard
