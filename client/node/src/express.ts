@@ -35,19 +35,17 @@ import type { Pool, PoolClient } from "pg";
 
 import type { Db, Request, RequestContext } from "./common";
 import { isDatabaseFault, watchConnection, type ConnectionWatch } from "./fault";
+import { readStream } from "./adapter";
 import {
-  DEFAULT_MAX_STREAM_BYTES,
-  EXPIRES_HEADER,
   Response,
   StreamCapture,
   checkDuplicates,
   checkMaxStreamBytes,
   databaseFaultResponse,
-  readStream,
   httpDate,
-  type DuplicateMode,
   type Headers,
 } from "./http";
+import { DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, type DuplicateMode } from "./protocol_gen";
 import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
 
@@ -356,7 +354,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           const captured = capture(res, maxStreamBytes, (status) => {
             // The key's expiry goes with a stream that will be kept (a final 2xx/3xx); the
             // final-status table was read before begin(), so the check needs no query.
-            if (status < 400 && expiresEpoch != null && client["final"].isFinal(status)) {
+            if (status < 400 && expiresEpoch != null && client["storage"].isFinal(status)) {
               res.setHeader(EXPIRES_HEADER, httpDate(Number(expiresEpoch)));
             }
           });
@@ -394,7 +392,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           conn = null;
         }
         const faulted = (watch as ConnectionWatch | null)?.faulted() ?? false;
-        if (faulted && !streamed() && !client["final"].isFinal(response.status)) {
+        if (faulted && !streamed() && !client["storage"].isFinal(response.status)) {
           // The database failed under the route, which answered for itself (its own 500):
           // nothing was kept, the fault answer says to retry with the same key.
           response = fault();

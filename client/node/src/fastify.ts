@@ -28,19 +28,17 @@ import type { Pool, PoolClient } from "pg";
 
 import type { Request, RequestContext } from "./common";
 import { isDatabaseFault, watchConnection, type ConnectionWatch } from "./fault";
+import { readStream } from "./adapter";
 import {
-  DEFAULT_MAX_STREAM_BYTES,
-  EXPIRES_HEADER,
   Response,
   StreamCapture,
   checkDuplicates,
   checkMaxStreamBytes,
   databaseFaultResponse,
   httpDate,
-  readStream,
-  type DuplicateMode,
   type Headers,
 } from "./http";
+import { DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, type DuplicateMode } from "./protocol_gen";
 import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
 
@@ -154,7 +152,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   checkMaxStreamBytes(maxStreamBytes);
   checkMaxStreamBytes(limit, "limit");
   checkDuplicates(options.duplicates);
-  const final = client["final"];
+  const final = client["storage"];
   const fault = () => databaseFaultResponse(client.options.retryAfter, client.options.problemTypeBase);
 
   app.decorateRequest("idempotency", null);

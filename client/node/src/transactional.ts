@@ -14,17 +14,20 @@
  * takes as many round trips as the same handler between `BEGIN` and `COMMIT`.
  * The statements are prepared once per session (PREPARE in the first string,
  * EXECUTE afterwards), so the server does not parse and plan them per request.
+ * Every outcome that does not run the handler is answered by the extension
+ * (idempotency.http_answer, in begin's statement); what the handler's status means
+ * for storage is idempotency.http_storage's table, read once.
  */
 
 import { randomBytes } from "crypto";
 
 import {
   BODY_INVALID,
-  DEFAULT_KEPT_HEADERS,
-  FinalStatuses,
   KEY_REFUSED,
   RAW_TYPES,
   RETRYABLE,
+  StorageTable,
+  actionName,
   byteaLiteral,
   decodeBytea,
   intervalLiteral,
@@ -32,25 +35,21 @@ import {
   literal,
   sqlstate,
   stamped,
-  storedResponse,
   textArrayLiteral,
   validKey,
-  actionName,
   type Db,
   type Request,
 } from "./common";
+import { DETAILS, Response, answerResponse, asResponse, checkDuplicates, problemResponse } from "./http";
 import {
   DEFAULT_DUPLICATE_MODE,
-  DETAILS,
-  DUPLICATE_MODES,
+  DEFAULT_KEPT_HEADERS,
+  DEFAULT_RETRY_AFTER_SECONDS,
+  PROBLEM_TYPE_BASE,
   Problem,
-  Response,
-  asResponse,
-  problemForOutcome,
-  problemResponse,
   type DuplicateMode,
   type ProblemType,
-} from "./http";
+} from "./protocol_gen";
 
 /** Settings of a Client; every member is optional. */
 export interface Options {
@@ -72,9 +71,7 @@ export interface Options {
   maxAttempts?: number;
   /** Retry-After (seconds) of a 409 for a key held by a transaction (default 1). */
   retryAfter?: number;
-  /** Statuses that are stored; default: ask the server once (idempotency.is_final). */
-  finalStatuses?: readonly number[];
-  /** Prefix of problem type URIs (default "/problems/"). */
+  /** Prefix of problem type URIs (default PROBLEM_TYPE_BASE, client/protocol.json). */
   problemTypeBase?: string;
   /** Longest key accepted before asking the server (default 255). */
   maxKeyLength?: number;
@@ -118,8 +115,9 @@ export type AttemptOutcome =
   | "rejected"
   | "unkeyed";
 
-/** The counter each problem outcome of begin() counts in. */
+/** The counter each outcome of begin() that does not run the handler counts in. */
 const OUTCOME_COUNTERS = {
+  replay: "replayed",
   mismatch: "mismatched",
   in_progress: "inProgress",
   secret_replay: "secretReplayed",
@@ -138,17 +136,19 @@ const PREFIX = "pg_idempotency_" + randomBytes(4).toString("hex");
 
 // Every column as text: node-pg leaves text as it is, so the query needs no RAW_TYPES (a
 // query config object, which node-pg copies through property descriptors on every call).
+// http_answer answers every outcome but "started" in the same statement: OFFSET 0 keeps
+// the subquery whole, so the test of the outcome is a one-time filter (no call for started).
 const BEGIN_T: Template = {
   name: PREFIX + "_begin",
-  types: "text, text, text, text, text, bytea, text[], interval, interval",
+  types: "text, text, text, text, text, bytea, text[], interval, interval, text, integer",
   sql:
-    "SELECT outcome::text AS outcome, response_status::text AS response_status," +
-    " response_headers::text AS response_headers, response_body::text AS response_body," +
-    " resource_id::text AS resource_id," +
-    " floor(extract(epoch FROM expires_at))::bigint::text AS expires_epoch," +
-    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer::text AS lease_seconds" +
+    "SELECT o.outcome::text AS outcome, o.resource_id::text AS resource_id," +
+    " floor(extract(epoch FROM o.expires_at))::bigint::text AS expires_epoch," +
+    " a.status::text AS status, a.headers::text AS headers, a.body::text AS body" +
     " FROM idempotency.begin($1::text, $2::text, $3::text," +
-    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval)",
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o" +
+    " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)" +
+    " WHERE o.outcome <> 'started' OFFSET 0) AS a ON true",
 };
 // Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
 const COMPLETE_T: Template = {
@@ -187,12 +187,13 @@ function render(template: Template, args: string[], prepared: boolean): string {
   return template.sql.replace(/\$(\d+)/g, (_, n: string) => args[Number(n) - 1]);
 }
 
+/** begin's arguments as literals, but the last two (the answer's type base and Retry-After). */
 function beginArgs(
   request: Request,
   options: { ttlMs: number | null; waitMs: number | null; duplicates: DuplicateMode },
 ): string[] {
   const mode = request.duplicates ?? options.duplicates;
-  if (!DUPLICATE_MODES.includes(mode)) throw new RangeError(`duplicates must be "wait" or "reject", not ${mode}`);
+  checkDuplicates(mode, false);
   return [
     literal(request.principal),
     literal(request.key),
@@ -215,13 +216,14 @@ async function rollbackQuietly(db: Db): Promise<void> {
 }
 
 /**
- * Runs handlers through the transactional protocol and maps outcomes to HTTP.
+ * Runs handlers through the transactional protocol; the outcomes that do not run the
+ * handler are answered by the extension (idempotency.http_answer).
  * One Client serves many connections and concurrent requests; a connection
  * serves one request at a time.
  */
 export class Client {
   /** The settings, defaults filled in. */
-  readonly options: Required<Omit<Options, "finalStatuses">> & { finalStatuses?: readonly number[] };
+  readonly options: Required<Options>;
   /** What this client did. */
   readonly counters: Counters = {
     started: 0,
@@ -235,7 +237,7 @@ export class Client {
     storedErrors: 0,
     retries: 0,
   };
-  private readonly final: FinalStatuses;
+  private readonly storage = new StorageTable();
 
   /** A client with these options (see Options for the defaults). */
   constructor(options: Options = {}) {
@@ -246,9 +248,8 @@ export class Client {
       duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
       ttlMs: options.ttlMs ?? null,
       maxAttempts: options.maxAttempts ?? 3,
-      retryAfter: options.retryAfter ?? 1,
-      finalStatuses: options.finalStatuses,
-      problemTypeBase: options.problemTypeBase ?? "/problems/",
+      retryAfter: options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS,
+      problemTypeBase: options.problemTypeBase ?? PROBLEM_TYPE_BASE,
       maxKeyLength: options.maxKeyLength ?? 255,
       beginStatement: options.beginStatement ?? "BEGIN",
       prepare: options.prepare ?? true,
@@ -256,13 +257,15 @@ export class Client {
     if (!Number.isInteger(this.options.maxAttempts) || this.options.maxAttempts < 1) {
       throw new RangeError("maxAttempts must be at least 1");
     }
-    this.final = new FinalStatuses(options.finalStatuses);
+    if (!Number.isSafeInteger(this.options.retryAfter)) {
+      throw new RangeError(`retryAfter must be an integer number of seconds, not ${this.options.retryAfter}`);
+    }
   }
 
-  /** Whether a response with this status is stored (idempotency.final_statuses). */
+  /** Whether a response with this status is stored (idempotency.http_storage, read once). */
   async isFinal(db: Db, status: number): Promise<boolean> {
-    await this.final.load(db);
-    return this.final.isFinal(status);
+    await this.storage.load(db);
+    return this.storage.isFinal(status);
   }
 
   /**
@@ -323,7 +326,7 @@ export class Client {
         `The Idempotency-Key must be 1 to ${options.maxKeyLength} visible ASCII characters.`,
       );
     }
-    await this.final.load(db); // known before any transaction starts
+    await this.storage.load(db); // known before any transaction starts
 
     let row: Record<string, string | null>;
     try {
@@ -344,7 +347,7 @@ export class Client {
     if (outcome !== "started") {
       let response: Response;
       try {
-        response = stamped(this.answer(outcome, row), row.expires_epoch);
+        response = this.answer(outcome, row);
       } finally {
         await db.query("COMMIT");
       }
@@ -362,7 +365,8 @@ export class Client {
       await rollbackQuietly(db); // nothing is stored; the error propagates
       throw error;
     }
-    if (!this.final.isFinal(answer.status)) {
+    const storage = this.storage.of(answer.status);
+    if (storage === "not_stored") {
       // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
       // retry after a token refresh, throttling or a crash takes effect once.
       this.counters.notStored++;
@@ -371,7 +375,7 @@ export class Client {
     }
     const headers = keptHeadersJson(answer, options.keptHeaders);
     const secret = answer.oneTimeSecret;
-    if (answer.status >= 400) {
+    if (storage === "saved_after_rollback") {
       // A final error has no effect to keep: roll back, then store it alone
       // (save_final runs in an implicit transaction of its own, same string).
       const args = [
@@ -419,7 +423,8 @@ export class Client {
    */
   private async begin(db: Db, request: Request): Promise<Record<string, string | null>> {
     const options = this.options;
-    const args = beginArgs(request, options);
+    const answerArgs = [literal(options.problemTypeBase), String(Math.trunc(options.retryAfter))];
+    const args = [...beginArgs(request, options), ...answerArgs];
     const send = async (prepare: boolean, prepared: boolean) => {
       const text = `${prepare ? prepareAll() + "; " : ""}${options.beginStatement}; ${render(BEGIN_T, args, prepared)}`;
       const results = (await db.query(text)) as unknown as Array<{
@@ -451,21 +456,12 @@ export class Client {
     }
   }
 
+  /** The extension's answer in begin's row (also begin_batch's, batch.ts), counted. */
   private answer(outcome: string, row: Record<string, string | null>): Response {
-    if (outcome === "replay") {
-      this.counters.replayed++;
-      return storedResponse(
-        Number(row.response_status),
-        row.response_headers,
-        decodeBytea(row.response_body),
-        row.resource_id,
-        this.options.problemTypeBase, // a stream too large to keep: 409 response-not-kept
-      );
+    if (!Object.prototype.hasOwnProperty.call(OUTCOME_COUNTERS, outcome) || row.status === null) {
+      throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
     }
-    const options = this.options;
-    const response = problemForOutcome(outcome, row.lease_seconds, options.retryAfter, options.problemTypeBase);
-    if (response === null) throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
     this.counters[OUTCOME_COUNTERS[outcome as keyof typeof OUTCOME_COUNTERS]]++;
-    return response;
+    return answerResponse(row.status, row.headers, decodeBytea(row.body), row.resource_id);
   }
 }
