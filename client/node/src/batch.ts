@@ -12,7 +12,7 @@
  * read as the server's text, as the rest of the client reads them.
  */
 
-import { RAW_TYPES, actionName, intervalText, keptHeadersJson, type Db, type Request } from "./common";
+import { RAW_TYPES, actionName, intervalText, keptHeadersJson, waitFor, type Db, type Request } from "./common";
 import { Response } from "./http";
 import { Client, type AttemptOutcome } from "./transactional";
 
@@ -133,7 +133,7 @@ export async function beginBatch(
   }
   const bodies = requests.map((r) => (typeof r.body === "string" ? Buffer.from(r.body) : r.body));
   const exclude = first.exclude && first.exclude.length > 0 ? [...first.exclude] : null;
-  const wait = modeOf(first) === "reject" ? "0 seconds" : interval(client.options.waitMs);
+  const wait = interval(waitFor(first, client.options));
   const found = await rows(db, BEGIN_BATCH_SQL, [
     first.principal,
     keys,

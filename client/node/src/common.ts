@@ -5,8 +5,16 @@
 
 import type { ClientBase } from "pg";
 
-import { Response, httpDate } from "./http";
-import { EXPIRES_HEADER, NOT_KEPT_ENTRY, STREAM_CHUNKS_ENTRY, type DuplicateMode } from "./protocol_gen";
+import { Response, checkDuplicates, httpDate } from "./http";
+import {
+  DEFAULT_DUPLICATE_MODE,
+  DEFAULT_KEPT_HEADERS,
+  EXPIRES_HEADER,
+  NOT_KEPT_ENTRY,
+  PROBLEM_TYPE_BASE,
+  STREAM_CHUNKS_ENTRY,
+  type DuplicateMode,
+} from "./protocol_gen";
 
 /** SQLSTATEs with which the server refuses a key (empty, too long, bad characters, not a UUID). */
 export const KEY_REFUSED: readonly string[] = ["22P02"];
@@ -36,6 +44,48 @@ export interface Request {
   action?: string;
   /** "wait" or "reject" for a duplicate of a running request; default: the client's option. */
   duplicates?: DuplicateMode | null;
+}
+
+/** Settings the Client and the LeaseRunner share; every member is optional. */
+export interface KeyOptions {
+  /** Response headers stored with the key and replayed (default DEFAULT_KEPT_HEADERS). */
+  keptHeaders?: readonly string[];
+  /** Key lifetime in ms; default idempotency.key_ttl. */
+  ttlMs?: number | null;
+  /** How long begin/acquire waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
+  waitMs?: number | null;
+  /**
+   * "wait" (default): a duplicate of a running request waits for the transaction that
+   * holds the key (up to waitMs), then replays; "reject": 409 request-in-progress with
+   * Retry-After at once (wait 0). A live lease is 409 at once in both. Request.duplicates
+   * overrides it per call.
+   */
+  duplicates?: DuplicateMode;
+  /** Prefix of problem type URIs (default PROBLEM_TYPE_BASE, client/protocol.json). */
+  problemTypeBase?: string;
+  /** Longest key accepted before asking the server (default 255). */
+  maxKeyLength?: number;
+}
+
+/** The shared settings with their defaults filled in; RangeError for an unknown duplicate mode. */
+export function keyOptions(options: KeyOptions): Required<KeyOptions> {
+  const filled = {
+    keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
+    ttlMs: options.ttlMs ?? null,
+    waitMs: options.waitMs ?? null,
+    duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
+    problemTypeBase: options.problemTypeBase ?? PROBLEM_TYPE_BASE,
+    maxKeyLength: options.maxKeyLength ?? 255,
+  };
+  checkDuplicates(filled.duplicates, false);
+  return filled;
+}
+
+/** How long begin/acquire waits for `request`, in ms: 0 in reject mode (409 at once), else waitMs. */
+export function waitFor(request: Request, options: Required<KeyOptions>): number | null {
+  const mode = request.duplicates ?? options.duplicates;
+  checkDuplicates(mode, false);
+  return mode === "reject" ? 0 : options.waitMs;
 }
 
 /** Adds the key's expiry header (when known), replacing any value the handler set. */

@@ -28,30 +28,11 @@ export {
   type Headers,
   type ResponseExtras,
 } from "./http";
-export {
-  DATABASE_FAULT_DETAIL,
-  DEFAULT_DUPLICATE_MODE,
-  DEFAULT_KEPT_HEADERS,
-  DEFAULT_MAX_STREAM_BYTES,
-  DEFAULT_RETRY_AFTER_SECONDS,
-  DUPLICATE_MODES,
-  EXPIRES_FORMAT,
-  EXPIRES_HEADER,
-  FAULT_SQLSTATE_CLASSES,
-  FAULT_SQLSTATES,
-  KEY_HEADER,
-  NOT_KEPT_ENTRY,
-  PROBLEM_CONTENT_TYPE,
-  PROBLEM_TYPE_BASE,
-  Problem,
-  REPLAY_HEADER,
-  ROUTING,
-  STREAM_CHUNKS_ENTRY,
-  type DuplicateMode,
-  type ProblemType,
-} from "./protocol_gen";
+// The constants generated from client/protocol.json: all of them are public.
+export * from "./protocol_gen";
 export {
   IdempotencyError,
+  type KeyOptions,
   keptHeadersJson,
   actionName,
   sqlstate,

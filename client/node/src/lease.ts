@@ -29,18 +29,13 @@ import {
   sqlstate,
   stamped,
   validKey,
+  waitFor,
+  keyOptions,
+  type KeyOptions,
   type Request,
 } from "./common";
-import { DETAILS, Response, answerResponse, asResponse, checkDuplicates, problemResponse } from "./http";
-import {
-  DEFAULT_DUPLICATE_MODE,
-  DEFAULT_KEPT_HEADERS,
-  DEFAULT_RETRY_AFTER_SECONDS,
-  PROBLEM_TYPE_BASE,
-  Problem,
-  type DuplicateMode,
-  type ProblemType,
-} from "./protocol_gen";
+import { DETAILS, Response, answerResponse, asResponse, problemResponse } from "./http";
+import { DEFAULT_RETRY_AFTER_SECONDS, Problem, type ProblemType } from "./protocol_gen";
 
 // Statement names, unique per copy of the module: node-pg prepares a named
 // statement once per connection, and the runner's connections are its own.
@@ -93,8 +88,8 @@ export type LeaseOutcome =
   | "rejected"
   | "expired";
 
-/** Settings of a LeaseRunner; every member is optional. */
-export interface LeaseOptions {
+/** Settings of a LeaseRunner (and the shared KeyOptions); every member is optional. */
+export interface LeaseOptions extends KeyOptions {
   /** Default "remember". */
   policy?: Policy;
   /** Lease length in ms (default 30 000; the server accepts 100 ms .. 24 h); renewed every third of it. */
@@ -103,22 +98,6 @@ export interface LeaseOptions {
   renew?: boolean;
   /** Consecutive renewal errors after which renewing stops (default 3; an error is not a lost lease). */
   maxRenewFailures?: number;
-  /** Key lifetime in ms; default idempotency.key_ttl. */
-  ttlMs?: number | null;
-  /** How long acquire waits for a transaction holding the key, in ms; default idempotency.wait_timeout. */
-  waitMs?: number | null;
-  /**
-   * "wait" (default: acquire waits up to waitMs for a transaction holding the key) or
-   * "reject" (acquire with wait 0: 409 at once); a live lease is 409 at once in both.
-   * Request.duplicates overrides it per call.
-   */
-  duplicates?: DuplicateMode;
-  /** Response headers stored (policy remember) and replayed. */
-  keptHeaders?: readonly string[];
-  /** Prefix of problem type URIs (default PROBLEM_TYPE_BASE, client/protocol.json). */
-  problemTypeBase?: string;
-  /** Longest key accepted before asking the server (default 255). */
-  maxKeyLength?: number;
 }
 
 /** The result of one run. */
@@ -216,19 +195,13 @@ export class LeaseRunner {
    */
   constructor(readonly config: ClientConfig | string, options: LeaseOptions = {}) {
     this.options = {
+      ...keyOptions(options),
       policy: options.policy ?? "remember",
       leaseMs: options.leaseMs ?? 30_000,
       renew: options.renew ?? true,
       maxRenewFailures: options.maxRenewFailures ?? 3,
-      ttlMs: options.ttlMs ?? null,
-      waitMs: options.waitMs ?? null,
-      duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
-      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
-      problemTypeBase: options.problemTypeBase ?? PROBLEM_TYPE_BASE,
-      maxKeyLength: options.maxKeyLength ?? 255,
     };
     if (!(this.options.leaseMs > 0)) throw new RangeError("leaseMs must be positive");
-    checkDuplicates(this.options.duplicates, false);
     if (!["once", "commit_on_success", "remember"].includes(this.options.policy)) {
       throw new RangeError(`unknown policy: ${this.options.policy}`);
     }
@@ -272,10 +245,8 @@ export class LeaseRunner {
 
   /** acquire's wait: 0 in reject mode (409 at once), else waitMs. */
   private waitText(request: Request): string | null {
-    const mode = request.duplicates ?? this.options.duplicates;
-    checkDuplicates(mode, false);
-    if (mode === "reject") return intervalText(0);
-    return this.options.waitMs === null ? null : intervalText(this.options.waitMs);
+    const wait = waitFor(request, this.options);
+    return wait === null ? null : intervalText(wait);
   }
 
   /**

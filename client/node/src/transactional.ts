@@ -37,44 +37,23 @@ import {
   stamped,
   textArrayLiteral,
   validKey,
+  waitFor,
+  keyOptions,
   type Db,
+  type KeyOptions,
   type Request,
 } from "./common";
-import { DETAILS, Response, answerResponse, asResponse, checkDuplicates, problemResponse } from "./http";
-import {
-  DEFAULT_DUPLICATE_MODE,
-  DEFAULT_KEPT_HEADERS,
-  DEFAULT_RETRY_AFTER_SECONDS,
-  PROBLEM_TYPE_BASE,
-  Problem,
-  type DuplicateMode,
-  type ProblemType,
-} from "./protocol_gen";
+import { DETAILS, Response, answerResponse, asResponse, problemResponse } from "./http";
+import { DEFAULT_RETRY_AFTER_SECONDS, Problem, type ProblemType } from "./protocol_gen";
 
-/** Settings of a Client; every member is optional. */
-export interface Options {
+/** Settings of a Client (and the shared KeyOptions); every member is optional. */
+export interface Options extends KeyOptions {
   /** Methods answered 400 when they come without an Idempotency-Key (default POST, PATCH). */
   methodsRequiringKey?: readonly string[];
-  /** Response headers stored with the key and replayed. */
-  keptHeaders?: readonly string[];
-  /** How long begin waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
-  waitMs?: number | null;
-  /**
-   * "wait" (default): a duplicate of a running request waits for it (up to waitMs),
-   * then replays; "reject": 409 request-in-progress with Retry-After at once (begin
-   * with wait 0). Request.duplicates overrides it per call.
-   */
-  duplicates?: DuplicateMode;
-  /** Key lifetime in ms; default idempotency.key_ttl. */
-  ttlMs?: number | null;
   /** Attempts of handle() on serialization failures and deadlocks (default 3). */
   maxAttempts?: number;
   /** Retry-After (seconds) of a 409 for a key held by a transaction (default 1). */
   retryAfter?: number;
-  /** Prefix of problem type URIs (default PROBLEM_TYPE_BASE, client/protocol.json). */
-  problemTypeBase?: string;
-  /** Longest key accepted before asking the server (default 255). */
-  maxKeyLength?: number;
   /** The statement that opens the transaction (default "BEGIN"; e.g. "BEGIN ISOLATION LEVEL SERIALIZABLE"). */
   beginStatement?: string;
   /**
@@ -188,12 +167,7 @@ function render(template: Template, args: string[], prepared: boolean): string {
 }
 
 /** begin's arguments as literals, but the last two (the answer's type base and Retry-After). */
-function beginArgs(
-  request: Request,
-  options: { ttlMs: number | null; waitMs: number | null; duplicates: DuplicateMode },
-): string[] {
-  const mode = request.duplicates ?? options.duplicates;
-  checkDuplicates(mode, false);
+function beginArgs(request: Request, options: Required<KeyOptions>): string[] {
   return [
     literal(request.principal),
     literal(request.key),
@@ -203,7 +177,7 @@ function beginArgs(
     byteaLiteral(request.body),
     textArrayLiteral(request.exclude),
     intervalLiteral(options.ttlMs),
-    intervalLiteral(mode === "reject" ? 0 : options.waitMs), // reject: 409 at once
+    intervalLiteral(waitFor(request, options)),
   ];
 }
 
@@ -242,15 +216,10 @@ export class Client {
   /** A client with these options (see Options for the defaults). */
   constructor(options: Options = {}) {
     this.options = {
+      ...keyOptions(options),
       methodsRequiringKey: options.methodsRequiringKey ?? ["POST", "PATCH"],
-      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
-      waitMs: options.waitMs ?? null,
-      duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
-      ttlMs: options.ttlMs ?? null,
       maxAttempts: options.maxAttempts ?? 3,
       retryAfter: options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS,
-      problemTypeBase: options.problemTypeBase ?? PROBLEM_TYPE_BASE,
-      maxKeyLength: options.maxKeyLength ?? 255,
       beginStatement: options.beginStatement ?? "BEGIN",
       prepare: options.prepare ?? true,
     };
