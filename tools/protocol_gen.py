@@ -244,6 +244,12 @@ def node(protocol):
         "/** The duplicate modes, the default first. */",
         "export const DUPLICATE_MODES: readonly DuplicateMode[] = [%s];" % ", ".join(
             json.dumps(mode) for mode in modes),
+        "/** An outcome of idempotency.begin, acquire and begin_batch, as the server spells it. */",
+        "export type KeyOutcome =",
+    ]
+    lines += ["  | %s" % json.dumps(name) for name in protocol["outcomes"]]
+    lines[-1] += ";"
+    lines += [
         "/** The duplicate mode of a client or call that names none. */",
         "export const DEFAULT_DUPLICATE_MODE: DuplicateMode = %s;" % json.dumps(
             protocol["default_duplicate_mode"]),

@@ -12,7 +12,7 @@ import type { Pool, PoolClient } from "pg";
 
 import type { Db, Request, RequestContext } from "./common";
 import { isDatabaseFault, watchConnection } from "./fault";
-import { Response, checkDuplicates, checkMaxStreamBytes, databaseFaultResponse } from "./http";
+import { Response, checkDuplicates, checkMaxStreamBytes, databaseFaultResponse, httpDate } from "./http";
 import { DEFAULT_MAX_STREAM_BYTES, type DuplicateMode } from "./protocol_gen";
 import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
@@ -123,9 +123,14 @@ export class Adapter<R> {
     return databaseFaultResponse(options.retryAfter, options.problemTypeBase);
   }
 
-  /** Whether a response with this status is stored (the client's storage table, read before begin). */
-  isFinal(status: number): boolean {
-    return this.options.client["storage"].isFinal(status);
+  /**
+   * The key's expiry (an IMF-fixdate) for a stream of this status that is committed with
+   * the key (idempotency.http_storage), else null: it goes out with the stream's head.
+   */
+  streamExpires(status: number, expiresEpoch: string | null | undefined): string | null {
+    if (expiresEpoch === null || expiresEpoch === undefined) return null;
+    const kept = this.options.client["storage"].of(status) === "committed_with_key";
+    return kept ? httpDate(Number(expiresEpoch)) : null;
   }
 
   /**
@@ -168,7 +173,7 @@ export class Adapter<R> {
         const streamed = routed !== null && (routed.chunks !== null || routed.streamTooLarge);
         // The database failed under the route, which answered for itself (its own 500):
         // nothing was kept, the fault's answer says to retry with the same key.
-        if (watch.faulted() && !streamed && !this.isFinal(response.status)) {
+        if (watch.faulted() && !streamed && !client["storage"].isFinal(response.status)) {
           return { response: this.fault(), failed: false };
         }
         return { response, failed: false };

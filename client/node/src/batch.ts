@@ -14,10 +14,8 @@
 
 import { RAW_TYPES, actionName, intervalText, keptHeadersJson, waitFor, type Db, type Request } from "./common";
 import { Response } from "./http";
-import { Client, type AttemptOutcome } from "./transactional";
-
-/** An outcome of idempotency.begin (and of one key of begin_batch), as the server spells it. */
-export type KeyOutcome = Exclude<AttemptOutcome, "rejected" | "unkeyed">;
+import type { KeyOutcome } from "./protocol_gen";
+import { Client } from "./transactional";
 
 /** What begin_batch answered for one key (the columns of idempotency.batch_outcome). */
 export interface BatchOutcome {

@@ -26,7 +26,7 @@ import type { IncomingMessage, ServerResponse } from "http";
 
 import { Adapter, readStream, type AdapterOptions } from "./adapter";
 import type { RequestContext } from "./common";
-import { Response, StreamCapture, httpDate, type Headers } from "./http";
+import { Response, StreamCapture, toBuffer, type Headers } from "./http";
 import { EXPIRES_HEADER, KEY_HEADER } from "./protocol_gen";
 
 declare global {
@@ -89,12 +89,6 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   const chunks: Buffer[] = [];
   const stream = new StreamCapture(maxBytes);
   let streaming = false;
-  const toBuffer = (chunk: unknown, encoding?: unknown): Buffer =>
-    Buffer.isBuffer(chunk)
-      ? chunk
-      : chunk instanceof Uint8Array
-        ? Buffer.from(chunk)
-        : Buffer.from(String(chunk), typeof encoding === "string" ? (encoding as BufferEncoding) : "utf8");
   let resolve!: (response: Response) => void;
   let reject!: (error: Error) => void;
   const done = new Promise<Response>((yes, no) => {
@@ -271,11 +265,9 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         const ran = await adapter.run(request, async (context, expiresEpoch) => {
           req.idempotency = context;
           const captured = capture(res, adapter.maxStreamBytes, (status) => {
-            // The key's expiry goes with a stream that will be kept (a final 2xx/3xx); the
-            // storage table was read before begin(), so the check needs no query.
-            if (status < 400 && expiresEpoch != null && adapter.isFinal(status)) {
-              res.setHeader(EXPIRES_HEADER, httpDate(Number(expiresEpoch)));
-            }
+            // The storage table was read before begin(), so the check needs no query.
+            const expires = adapter.streamExpires(status, expiresEpoch);
+            if (expires !== null) res.setHeader(EXPIRES_HEADER, expires);
           });
           restore = captured.restore;
           streamed = captured.streaming;

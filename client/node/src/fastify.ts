@@ -26,7 +26,7 @@ import fp from "fastify-plugin";
 
 import { Adapter, readStream, type AdapterOptions, type Ran } from "./adapter";
 import type { Request, RequestContext } from "./common";
-import { Response, StreamCapture, httpDate, type Headers } from "./http";
+import { Response, StreamCapture, toBuffer, type Headers } from "./http";
 import { EXPIRES_HEADER, KEY_HEADER } from "./protocol_gen";
 
 declare module "fastify" {
@@ -83,12 +83,6 @@ function apply(reply: FastifyReply, response: Response): Buffer | Readable {
 
 function isStream(payload: unknown): payload is Readable {
   return payload !== null && typeof payload === "object" && typeof (payload as Readable).pipe === "function";
-}
-
-function toBuffer(chunk: unknown): Buffer {
-  if (Buffer.isBuffer(chunk)) return chunk;
-  if (chunk instanceof Uint8Array) return Buffer.from(chunk);
-  return Buffer.from(String(chunk), "utf8");
 }
 
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, options) => {
@@ -160,9 +154,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   /** A streamed payload: each piece sent as it comes and captured; the end after the commit. */
   const stream = (state: State, reply: FastifyReply, payload: Readable): PassThrough => {
     const status = reply.statusCode;
-    if (status < 400 && state.expiresEpoch != null && adapter.isFinal(status)) {
-      reply.header(EXPIRES_HEADER, httpDate(Number(state.expiresEpoch)));
-    }
+    const expires = adapter.streamExpires(status, state.expiresEpoch);
+    if (expires !== null) reply.header(EXPIRES_HEADER, expires);
     reply.removeHeader("content-length");
     const headers = headersOf(reply);
     const capture = new StreamCapture(adapter.maxStreamBytes);

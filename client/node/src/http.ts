@@ -135,6 +135,13 @@ export function asResponse(value: unknown): Response {
   });
 }
 
+/** A piece a route wrote (a Buffer, bytes, or text in `encoding`, default UTF-8) as a Buffer. */
+export function toBuffer(chunk: unknown, encoding?: unknown): Buffer {
+  if (Buffer.isBuffer(chunk)) return chunk;
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk);
+  return Buffer.from(String(chunk), typeof encoding === "string" ? (encoding as BufferEncoding) : "utf8");
+}
+
 /**
  * The STREAM_CHUNKS_ENTRY's lengths, or null unless they are positive decimals that add
  * up to the body's length (a row this client did not write is replayed whole).

@@ -52,7 +52,6 @@ export {
   type BatchClaim,
   type BatchCompletion,
   type BatchOutcome,
-  type KeyOutcome,
 } from "./batch";
 export { LeaseRunner, type Body, type LeaseOptions, type LeaseOutcome, type LeaseResult, type Policy } from "./lease";
 export {

@@ -92,6 +92,14 @@ export const FAULT_SQLSTATES: readonly string[] = [
 export type DuplicateMode = "wait" | "reject";
 /** The duplicate modes, the default first. */
 export const DUPLICATE_MODES: readonly DuplicateMode[] = ["wait", "reject"];
+/** An outcome of idempotency.begin, acquire and begin_batch, as the server spells it. */
+export type KeyOutcome =
+  | "started"
+  | "replay"
+  | "mismatch"
+  | "in_progress"
+  | "secret_replay"
+  | "expired";
 /** The duplicate mode of a client or call that names none. */
 export const DEFAULT_DUPLICATE_MODE: DuplicateMode = "wait";
 

@@ -83,17 +83,6 @@ export interface Counters {
 /** The application's work, in the key's transaction on `db`; `expiresEpoch`: begin()'s expiry. */
 export type Handler = (db: Db, expiresEpoch?: string | null) => Promise<Response> | Response;
 
-/** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
-export type AttemptOutcome =
-  | "started"
-  | "replay"
-  | "mismatch"
-  | "in_progress"
-  | "secret_replay"
-  | "expired"
-  | "rejected"
-  | "unkeyed";
-
 /** The counter each outcome of begin() that does not run the handler counts in. */
 const OUTCOME_COUNTERS = {
   replay: "replayed",
