@@ -12,7 +12,9 @@ const root = path.resolve(__dirname, "..", "..", "..");
 const src = path.join(__dirname, "..", "src");
 
 test("src/protocol_gen.ts is not stale (tools/protocol_gen.py node)", () => {
-  const run = spawnSync("python3", [path.join(root, "tools", "protocol_gen.py"), "node"], { encoding: "utf8" });
+  // The system's Python 3, as the other generated-file checks run it (stdlib only).
+  const python = fs.existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const run = spawnSync(python, [path.join(root, "tools", "protocol_gen.py"), "node"], { encoding: "utf8" });
   assert.equal(run.status, 0, run.stderr);
   const committed = fs.readFileSync(path.join(src, "protocol_gen.ts"), "utf8");
   assert.equal(committed, run.stdout, "run: python3 tools/protocol_gen.py node > client/node/src/protocol_gen.ts");
