@@ -11,10 +11,12 @@ fault), the database fault's detail and SQLSTATEs, the routing defaults.
 
     /usr/bin/python3 tools/protocol_gen.py go > client/go/protocol_gen.go
     /usr/bin/python3 tools/protocol_gen.py cpp > client/cpp/include/idem/protocol_gen.hpp
+    /usr/bin/python3 tools/protocol_gen.py node > client/node/src/protocol_gen.ts
 
 One function per language (GENERATORS); each takes the parsed protocol.json and
 returns the file's text. A test diffs the committed file with a fresh run
-(tests/integration/go_client.sh), so a stale file fails. Python 3 stdlib only.
+(tests/integration/go_client.sh, client/node/test/generated.test.js), so a stale
+file fails. Python 3 stdlib only.
 """
 
 import json
@@ -294,7 +296,138 @@ def cpp(protocol):
     return "\n".join(lines)
 
 
-GENERATORS = {"go": go, "cpp": cpp}
+def ts_string(text, first):
+    """A TypeScript string literal, split at spaces: the first piece fits after
+    `first` columns, the others on lines of their own (four spaces), each line at
+    most 100 columns."""
+    pieces, current, room = [], "", 98 - first
+    for word in text.split(" "):
+        candidate = word if not current else current + " " + word
+        if current and len(json.dumps(candidate)) > room:
+            pieces.append(current + " ")
+            current, room = word, 90
+        else:
+            current = candidate
+    pieces.append(current)
+    return " +\n    ".join(json.dumps(piece) for piece in pieces)
+
+
+def node(protocol):
+    """client/node/src/protocol_gen.ts: the constants of the Node client."""
+    routing = protocol["routing"]
+    fault = protocol["database_fault"]
+    lines = [
+        "// " + HEADER,
+        "",
+        "/** One RFC 9457 problem type the client answers with itself. */",
+        "export interface ProblemType {",
+        "  /** Appended to the type base (\"/problems/\" + \"idempotency-key-missing\"). */",
+        "  readonly slug: string;",
+        "  /** The HTTP status of responses of this type. */",
+        "  readonly status: number;",
+        "  /** The fixed, human-readable title. */",
+        "  readonly title: string;",
+        "}",
+        "",
+        "/**",
+        " * The problems the client answers itself (client/protocol.json \"problems\"); the",
+        " * answers of the outcomes come whole from idempotency.http_answer.",
+        " */",
+        "export const Problem = {",
+    ]
+    for name in CLIENT_PROBLEMS:
+        problem = protocol["problems"][name]
+        lines.append("  /** %s. */" % name)
+        lines.append("  %s: {" % name.upper())
+        lines.append("    slug: %s," % json.dumps(problem["type"]))
+        lines.append("    status: %d," % problem["status"])
+        lines.append("    title: %s," % ts_string(problem["title"], 11))
+        lines.append("  },")
+    lines += ["} as const satisfies Record<string, ProblemType>;", ""]
+    strings = [
+        ("PROBLEM_CONTENT_TYPE", "The Content-Type of every problem response.",
+         protocol["problem_content_type"]),
+        ("PROBLEM_TYPE_BASE", "The prefix of a problem's type URI, unless configured otherwise.",
+         protocol["problem_type_base"]),
+        ("KEY_HEADER", "The request header that carries the key.", protocol["key_header"]),
+        ("REPLAY_HEADER", "The marker of a response played back from the key store.",
+         protocol["replay_header"]),
+        ("EXPIRES_HEADER", "The response header that says until when the key counts.",
+         protocol["expires_header"]),
+        ("EXPIRES_FORMAT", "The format of EXPIRES_HEADER's value.", protocol["expires_format"]),
+        ("STREAM_CHUNKS_ENTRY", "The stored entry of a stream's chunk lengths (never sent).",
+         protocol["stream_chunks_entry"]),
+        ("NOT_KEPT_ENTRY", "The stored entry of a stream too large to keep (never sent).",
+         protocol["not_kept_entry"]),
+        ("DATABASE_FAULT_DETAIL", "The detail of the 503 database-unavailable answer.",
+         fault["detail"]),
+    ]
+    for name, comment, value in strings:
+        lines.append("/** %s */" % comment)
+        lines.append("export const %s = %s;" % (name, ts_string(value, 16 + len(name))))
+    numbers = [
+        ("DEFAULT_RETRY_AFTER_SECONDS", "The Retry-After of a 409 for a key held by a transaction.",
+         protocol["default_retry_after_seconds"]),
+        ("DEFAULT_MAX_STREAM_BYTES", "The longest streamed body a middleware keeps, by default.",
+         protocol["default_max_stream_bytes"]),
+    ]
+    for name, comment, value in numbers:
+        lines.append("/** %s */" % comment)
+        lines.append("export const %s = %d;" % (name, value))
+    lists = [
+        ("DEFAULT_KEPT_HEADERS", "The response headers stored with a key and replayed, by default.",
+         protocol["kept_headers"]),
+        ("FAULT_SQLSTATE_CLASSES", "The SQLSTATE classes of a database fault.",
+         fault["sqlstate_classes"]),
+        ("FAULT_SQLSTATES", "The other SQLSTATEs of a database fault.", fault["sqlstates"]),
+    ]
+    for name, comment, values in lists:
+        lines.append("/** %s */" % comment)
+        lines.append("export const %s: readonly string[] = [" % name)
+        lines += ["  %s," % json.dumps(value) for value in values]
+        lines.append("];")
+    modes = protocol["duplicate_modes"]
+    lines += [
+        "/** What a duplicate of a running request does: wait for it and replay, or 409 at once. */",
+        "export type DuplicateMode = %s;" % " | ".join(json.dumps(mode) for mode in modes),
+        "/** The duplicate modes, the default first. */",
+        "export const DUPLICATE_MODES: readonly DuplicateMode[] = [%s];" % ", ".join(
+            json.dumps(mode) for mode in modes),
+        "/** An outcome of idempotency.begin, acquire and begin_batch, as the server spells it. */",
+        "export type KeyOutcome =",
+    ]
+    lines += ["  | %s" % json.dumps(name) for name in protocol["outcomes"]]
+    lines[-1] += ";"
+    lines += [
+        "/** The duplicate mode of a client or call that names none. */",
+        "export const DEFAULT_DUPLICATE_MODE: DuplicateMode = %s;" % json.dumps(
+            protocol["default_duplicate_mode"]),
+        "",
+        "/** client/protocol.json's routing table (Citus). */",
+        "export const ROUTING = {",
+        "  /** The query of the primary node that holds the shard of idempotency.keys for $1. */",
+        "  placementSql:",
+        "    %s," % ts_string(routing["placement_sql"], 4),
+        "  /** How long a principal's placement is cached, in seconds. */",
+        "  defaultRefreshSeconds: %d," % routing["default_refresh_seconds"],
+        "  /** How long a node that could not be connected to is skipped, in seconds. */",
+        "  defaultNodeDownSeconds: %d," % routing["default_node_down_seconds"],
+        "  /** How many principals' placements are cached at most. */",
+        "  defaultMaxPrincipals: %d," % routing["default_max_principals"],
+        "  /** The extension's refusal of a call on a node without the principal's shard. */",
+        "  stalePlacement: {",
+        "    /** Its SQLSTATE. */",
+        "    sqlstate: %s," % json.dumps(routing["stale_placement"]["sqlstate"]),
+        "    /** Its primary message, exactly. */",
+        "    message: %s," % json.dumps(routing["stale_placement"]["message"]),
+        "  },",
+        "} as const;",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+GENERATORS = {"go": go, "cpp": cpp, "node": node}
 
 
 def main(argv):

@@ -12,20 +12,10 @@
  * read as the server's text, as the rest of the client reads them.
  */
 
-import {
-  RAW_TYPES,
-  actionName,
-  intervalText,
-  keptHeadersJson,
-  stamped,
-  type Db,
-  type Request,
-} from "./common";
+import { RAW_TYPES, actionName, intervalText, keptHeadersJson, waitFor, type Db, type Request } from "./common";
 import { Response } from "./http";
-import { Client, type AttemptOutcome } from "./transactional";
-
-/** An outcome of idempotency.begin (and of one key of begin_batch), as the server spells it. */
-export type KeyOutcome = Exclude<AttemptOutcome, "rejected" | "unkeyed">;
+import type { KeyOutcome } from "./protocol_gen";
+import { Client } from "./transactional";
 
 /** What begin_batch answered for one key (the columns of idempotency.batch_outcome). */
 export interface BatchOutcome {
@@ -35,8 +25,9 @@ export interface BatchOutcome {
   /** "started": the key is held by the transaction (do the work, then completeBatch). */
   outcome: KeyOutcome;
   /**
-   * The answer for an outcome that does not run the work, made as Client.handle
-   * makes it (the stored response, 409, 422, with Idempotency-Expires); null for "started".
+   * The answer for an outcome that does not run the work, the extension's as for
+   * Client.handle (the stored response, 409, 410, 422, with Idempotency-Expires);
+   * null for "started".
    */
   response: Response | null;
   /** Status and resource id of the stored response (null when there is none). */
@@ -69,22 +60,20 @@ function iso(column: string): string {
   return `CASE WHEN isfinite(${column}) THEN to_json(${column}) #>> '{}' END`;
 }
 
-// The columns begin's statement has (read by the client's answer()), then the rest of
-// idempotency.batch_outcome; the fingerprints are computed by the server, in order.
+// The columns of idempotency.batch_outcome, then each key's answer (but a started one's)
+// from idempotency.http_answer, as begin's statement (transactional.ts) has them; the
+// fingerprints are computed by the server, in order.
 const BEGIN_BATCH_SQL =
-  "SELECT b.ord, b.key, b.outcome, b.response_status," +
-  " b.response_headers::text AS response_headers, b.response_body, b.resource_id," +
+  "SELECT b.ord, b.key, b.outcome, b.response_status, b.resource_id," +
   ` ${iso("b.created_at")} AS created_at, ${iso("b.expires_at")} AS expires_at,` +
   ` b.fence::text AS fence, ${iso("b.lease_until")} AS lease_until,` +
-  " CASE WHEN isfinite(b.expires_at)" +
-  " THEN floor(extract(epoch FROM b.expires_at))::bigint END AS expires_epoch," +
-  " CASE WHEN isfinite(b.lease_until) THEN" +
-  " ceil(extract(epoch FROM b.lease_until - pg_catalog.clock_timestamp()))::integer" +
-  " END AS lease_seconds" +
+  " a.status, a.headers::text AS headers, a.body" +
   " FROM idempotency.begin_batch($1::text, $2::text[], $3::text," +
   " ARRAY(SELECT idempotency.fingerprint(u.m, u.p, u.b, $7::text[])" +
   " FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n)" +
-  " ORDER BY u.n), $8::interval, $9::interval) AS b ORDER BY b.ord";
+  " ORDER BY u.n), $8::interval, $9::interval) AS b" +
+  " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(b, $10::text, $11::integer)" +
+  " WHERE b.outcome <> 'started' OFFSET 0) AS a ON true ORDER BY b.ord";
 const COMPLETE_BATCH_SQL =
   "SELECT ord, key, completed FROM idempotency.complete_batch($1::text, $2::text[]," +
   " $3::integer[], $4::bytea[], $5::text[]::jsonb[], $6::text[]) ORDER BY ord";
@@ -121,7 +110,7 @@ function batchKeys(requests: readonly Request[]): string[] {
  * in their order. Do the work of the "started" keys on `db`, then completeBatch
  * them before COMMIT. The requests share one principal, action, exclude list and
  * duplicate mode; `client`'s ttlMs, waitMs, duplicates, problemTypeBase and
- * retryAfter apply (and its counters count the answers). The server refuses a
+ * retryAfter apply (and its counters count the answers, which the extension gives). The server refuses a
  * duplicate key (22023) and more than 1000 keys (54000).
  */
 export async function beginBatch(
@@ -142,7 +131,7 @@ export async function beginBatch(
   }
   const bodies = requests.map((r) => (typeof r.body === "string" ? Buffer.from(r.body) : r.body));
   const exclude = first.exclude && first.exclude.length > 0 ? [...first.exclude] : null;
-  const wait = modeOf(first) === "reject" ? "0 seconds" : interval(client.options.waitMs);
+  const wait = interval(waitFor(first, client.options));
   const found = await rows(db, BEGIN_BATCH_SQL, [
     first.principal,
     keys,
@@ -153,14 +142,13 @@ export async function beginBatch(
     exclude,
     interval(client.options.ttlMs),
     wait,
+    client.options.problemTypeBase,
+    client.options.retryAfter,
   ]);
   return found.map((row) => {
     const outcome = row.outcome as KeyOutcome;
-    let response: Response | null = null;
-    if (outcome !== "started") {
-      // The single-key mapping of the client (the protocol table), counters included.
-      response = stamped(client["answer"](outcome, row), row.expires_epoch);
-    }
+    // The extension's answer, counted as the client counts a single key's.
+    const response = outcome === "started" ? null : client["answer"](outcome, row);
     return {
       ord: Number(row.ord),
       key: row.key ?? "",

@@ -1,20 +1,20 @@
-/** What the transactional and the lease protocol share: requests, options, SQL pieces. */
+/**
+ * What the transactional and the lease protocol share: requests, SQL literals and
+ * columns, the kept headers as stored, and the storage table (idempotency.http_storage).
+ */
 
 import type { ClientBase } from "pg";
 
+import { Response, checkDuplicates, httpDate } from "./http";
 import {
+  DEFAULT_DUPLICATE_MODE,
+  DEFAULT_KEPT_HEADERS,
   EXPIRES_HEADER,
   NOT_KEPT_ENTRY,
-  NOT_KEPT_VALUE,
-  Response,
+  PROBLEM_TYPE_BASE,
   STREAM_CHUNKS_ENTRY,
-  httpDate,
-  notKeptResponse,
   type DuplicateMode,
-} from "./http";
-
-/** The response headers kept with a key and replayed, unless Options say otherwise. */
-export const DEFAULT_KEPT_HEADERS: readonly string[] = ["Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"];
+} from "./protocol_gen";
 
 /** SQLSTATEs with which the server refuses a key (empty, too long, bad characters, not a UUID). */
 export const KEY_REFUSED: readonly string[] = ["22P02"];
@@ -44,6 +44,48 @@ export interface Request {
   action?: string;
   /** "wait" or "reject" for a duplicate of a running request; default: the client's option. */
   duplicates?: DuplicateMode | null;
+}
+
+/** Settings the Client and the LeaseRunner share; every member is optional. */
+export interface KeyOptions {
+  /** Response headers stored with the key and replayed (default DEFAULT_KEPT_HEADERS). */
+  keptHeaders?: readonly string[];
+  /** Key lifetime in ms; default idempotency.key_ttl. */
+  ttlMs?: number | null;
+  /** How long begin/acquire waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
+  waitMs?: number | null;
+  /**
+   * "wait" (default): a duplicate of a running request waits for the transaction that
+   * holds the key (up to waitMs), then replays; "reject": 409 request-in-progress with
+   * Retry-After at once (wait 0). A live lease is 409 at once in both. Request.duplicates
+   * overrides it per call.
+   */
+  duplicates?: DuplicateMode;
+  /** Prefix of problem type URIs (default PROBLEM_TYPE_BASE, client/protocol.json). */
+  problemTypeBase?: string;
+  /** Longest key accepted before asking the server (default 255). */
+  maxKeyLength?: number;
+}
+
+/** The shared settings with their defaults filled in; RangeError for an unknown duplicate mode. */
+export function keyOptions(options: KeyOptions): Required<KeyOptions> {
+  const filled = {
+    keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
+    ttlMs: options.ttlMs ?? null,
+    waitMs: options.waitMs ?? null,
+    duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
+    problemTypeBase: options.problemTypeBase ?? PROBLEM_TYPE_BASE,
+    maxKeyLength: options.maxKeyLength ?? 255,
+  };
+  checkDuplicates(filled.duplicates, false);
+  return filled;
+}
+
+/** How long begin/acquire waits for `request`, in ms: 0 in reject mode (409 at once), else waitMs. */
+export function waitFor(request: Request, options: Required<KeyOptions>): number | null {
+  const mode = request.duplicates ?? options.duplicates;
+  checkDuplicates(mode, false);
+  return mode === "reject" ? 0 : options.waitMs;
 }
 
 /** Adds the key's expiry header (when known), replacing any value the handler set. */
@@ -155,7 +197,7 @@ function keptSet(kept: readonly string[]): Set<string> {
  */
 export function keptHeadersJson(response: Response, kept: readonly string[]): string {
   // A stream too large to keep is stored as its marker alone (no body, no header).
-  if (response.streamTooLarge) return JSON.stringify({ [NOT_KEPT_ENTRY]: NOT_KEPT_VALUE });
+  if (response.streamTooLarge) return JSON.stringify({ [NOT_KEPT_ENTRY]: "stream-too-large" });
   // The expiry header belongs to the key, added to every answer: never stored. Names
   // starting with ":" are the reserved entries, written below only.
   const wanted = keptSet(kept);
@@ -168,90 +210,38 @@ export function keptHeadersJson(response: Response, kept: readonly string[]): st
   return JSON.stringify(pairs);
 }
 
-/**
- * The STREAM_CHUNKS_ENTRY's lengths, or null unless they are positive decimals that add
- * up to the body's length (a row this client did not write is replayed whole).
- */
-export function chunkLengths(value: string, bodyLength: number): number[] | null {
-  if (value === "") return bodyLength === 0 ? [] : null;
-  const parts = value.split(",");
-  if (!parts.every((part) => /^[0-9]+$/.test(part) && Number(part) > 0)) return null;
-  const lengths = parts.map(Number);
-  return lengths.reduce((a, b) => a + b, 0) === bodyLength ? lengths : null;
-}
+/** What a handler's status means for storage (idempotency.http_storage). */
+export type Storage = "committed_with_key" | "saved_after_rollback" | "not_stored";
+
+/** Reads what every status means for storage from the server, once. */
+export const STORAGE_SQL =
+  "SELECT s::text AS s, idempotency.http_storage(s) AS storage" +
+  " FROM pg_catalog.generate_series(100, 599) AS s";
 
 /**
- * A stored response as it is replayed: kept headers, Idempotent-Replay: true; the
- * reserved entries set `chunks` or `streamTooLarge` and are never sent as headers.
- * With `notKeptTypeBase`, a stream that was too large to keep is answered with
- * notKeptResponse(notKeptTypeBase) instead.
+ * idempotency.http_storage of every status, read once per client (the server's
+ * idempotency.final_statuses): committed with the key, saved after the rollback, or
+ * not stored.
  */
-export function storedResponse(
-  status: number,
-  headersJson: string | null,
-  body: Buffer | null,
-  resourceId: string | null,
-  notKeptTypeBase?: string,
-): Response {
-  const response = new Response(status, [], body ?? Buffer.alloc(0), { resourceId, replayed: true });
-  if (headersJson) {
-    // An array of [name, value] pairs (order and repeated names kept), or the
-    // object form of name -> value (rows written by 0.5.0 clients).
-    const parsed: unknown = JSON.parse(headersJson);
-    const pairs: unknown[] = Array.isArray(parsed)
-      ? parsed
-      : parsed && typeof parsed === "object"
-        ? Object.entries(parsed as Record<string, unknown>)
-        : [];
-    for (const pair of pairs) {
-      const named = Array.isArray(pair) && pair.length === 2 && typeof pair[0] === "string";
-      if (!named || typeof pair[1] !== "string") continue;
-      // The reserved entries (":" names) describe the stream; they are never sent.
-      if (pair[0] === STREAM_CHUNKS_ENTRY) response.chunks = chunkLengths(pair[1], response.body.length);
-      else if (pair[0] === NOT_KEPT_ENTRY) response.streamTooLarge = true;
-      else if (!pair[0].startsWith(":")) response.headers.push([pair[0], pair[1]]);
-    }
-  }
-  // A stream too large to keep: never a truncated body, a 409 that says so.
-  if (response.streamTooLarge && notKeptTypeBase !== undefined) return notKeptResponse(notKeptTypeBase);
-  response.setHeader("Idempotent-Replay", "true");
-  return response;
-}
-
-/** Reads which statuses are final (stored) from the server once. */
-export const FINAL_STATUSES_SQL =
-  "SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)";
-
-/** Which statuses are stored: idempotency.is_final, read once, or a fixed list. */
-export class FinalStatuses {
-  private table: boolean[] | null = null;
+export class StorageTable {
+  private table: Storage[] | null = null;
   private loading: Promise<void> | null = null;
 
-  /** A fixed list of statuses, or undefined to ask the server once. */
-  constructor(statuses?: readonly number[]) {
-    if (statuses !== undefined) {
-      const table = new Array<boolean>(500).fill(false);
-      for (const status of statuses) {
-        if (!Number.isInteger(status) || status < 100 || status > 599) throw new RangeError(`not an HTTP status: ${status}`);
-        table[status - 100] = true;
-      }
-      this.table = table;
-    }
-  }
-
-  /** True once the table has been read (or was given). */
+  /** True once the table has been read. */
   get known(): boolean {
     return this.table !== null;
   }
 
-  /** Reads idempotency.final_statuses through idempotency.is_final (one round trip, once); db must be idle. */
+  /** Reads the table (one round trip, once); db must be idle. */
   async load(db: Db): Promise<void> {
     if (this.table !== null) return;
     if (this.loading === null) {
       this.loading = (async () => {
-        const result = await db.query({ text: FINAL_STATUSES_SQL, types: RAW_TYPES });
-        const table = new Array<boolean>(500).fill(false);
-        for (const row of result.rows as Array<{ s: string }>) table[Number(row.s) - 100] = true;
+        const result = await db.query({ text: STORAGE_SQL, types: RAW_TYPES });
+        const table = new Array<Storage>(500).fill("not_stored");
+        for (const row of result.rows as Array<{ s: string; storage: Storage }>) {
+          table[Number(row.s) - 100] = row.storage;
+        }
         this.table = table;
       })().finally(() => {
         this.loading = null;
@@ -260,10 +250,15 @@ export class FinalStatuses {
     return this.loading;
   }
 
-  /** Whether a response with this status is stored; load() must have run. */
+  /** What a response with this status does; load() must have run. */
+  of(status: number): Storage {
+    if (this.table === null) throw new Error("the storage table is not loaded");
+    return status >= 100 && status <= 599 ? this.table[status - 100] : "not_stored";
+  }
+
+  /** Whether a response with this status is stored (with the key or after the rollback). */
   isFinal(status: number): boolean {
-    if (this.table === null) throw new Error("final statuses not loaded");
-    return status >= 100 && status <= 599 && this.table[status - 100];
+    return this.of(status) !== "not_stored";
   }
 }
 

@@ -9,47 +9,25 @@
  *       res.status(201).json(...);
  *     });
  *
- * For each request with a principal the middleware reads the body, takes a
- * connection from the pool, runs the transactional protocol around the rest of
- * the chain (next()), captures what the route writes, and sends it once the key
- * is settled (or answers replays, 400, 409 and 422 itself). A route that writes
- * pieces (res.write, a piped stream) streams: the pieces go out as written, inside
- * the transaction, and the key is completed when the route ends the response (the
- * response's end goes out after the commit); up to maxStreamBytes the pieces are
- * kept and replayed as the same chunks, past it a retry gets 409 response-not-kept.
- * With `router` (a Router, under Citus) instead of `pool`, the connection comes from
- * the node that holds the principal's shard: the whole request runs there. When a
- * statement there answers that the shard is not on that node (isStalePlacement), the
- * principal's placement is reported (dropped); when that statement is the key's begin,
- * the request runs once more on the node looked up again (the route had not run).
- * A database fault (no connection, a backend terminated or cancelled, a server shut
- * down, a commit whose outcome is unknown) is answered 503 database-unavailable with
- * Retry-After (databaseFaultResponse), also when the route had turned it into an
- * answer that is not stored (its own 500); the connection is then discarded.
- * Written against node's http.ServerResponse, so it needs no import of express;
- * works with Express 4 and 5 and with plain `(req, res, next)` chains.
+ * For each request with a principal the middleware reads the body and runs the rest
+ * of the chain (next()) through the request runner (adapter.ts: a connection of the
+ * pool or the router, the protocol, the database fault's 503), captures what the
+ * route writes, and sends it once the key is settled (or the extension's answer to a
+ * replay, 409, 410 or 422). A route that writes pieces (res.write, a piped stream)
+ * streams: the pieces go out as written, inside the transaction, and the key is
+ * completed when the route ends the response (the response's end goes out after the
+ * commit); up to maxStreamBytes the pieces are kept and replayed as the same chunks,
+ * past it a retry gets 409 response-not-kept. Written against node's
+ * http.ServerResponse, so it needs no import of express; works with Express 4 and 5
+ * and with plain `(req, res, next)` chains.
  */
 
 import type { IncomingMessage, ServerResponse } from "http";
-import type { Pool, PoolClient } from "pg";
 
-import type { Db, Request, RequestContext } from "./common";
-import { isDatabaseFault, watchConnection, type ConnectionWatch } from "./fault";
-import {
-  DEFAULT_MAX_STREAM_BYTES,
-  EXPIRES_HEADER,
-  Response,
-  StreamCapture,
-  checkDuplicates,
-  checkMaxStreamBytes,
-  databaseFaultResponse,
-  readStream,
-  httpDate,
-  type DuplicateMode,
-  type Headers,
-} from "./http";
-import { isStalePlacement, type Router } from "./router";
-import type { Client } from "./transactional";
+import { Adapter, readStream, type AdapterOptions } from "./adapter";
+import type { RequestContext } from "./common";
+import { Response, StreamCapture, toBuffer, type Headers } from "./http";
+import { EXPIRES_HEADER, KEY_HEADER } from "./protocol_gen";
 
 declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace
@@ -76,50 +54,8 @@ export type MiddlewareRequest = IncomingMessage & {
 /** The next() of a middleware chain. */
 export type Next = (error?: unknown) => void;
 
-/** Settings of the middleware. */
-export interface MiddlewareOptions {
-  /** A node-pg Pool; each handled request takes one connection for its duration. */
-  pool?: Pick<Pool, "connect">;
-  /**
-   * Instead of `pool`: a Router (Citus), whose connection for the request's principal
-   * (the node that holds its shard) carries the whole request, the route's writes included.
-   * A stale placement is reported to it (reportStalePlacement); a begin refused for one
-   * is run once more on a new connection.
-   */
-  router?: Pick<Router, "connect" | "reportStalePlacement">;
-  /** The protocol client (its options: kept headers, ttl, wait, problem URIs). */
-  client: Client;
-  /**
-   * The authenticated principal, or null: such requests pass straight to the
-   * next handler, which must refuse unauthenticated writes itself.
-   */
-  principal: (req: MiddlewareRequest) => string | null | undefined;
-  /** Which requests the middleware handles (default: all). */
-  applies?: (req: MiddlewareRequest) => boolean;
-  /** The path that is fingerprinted (default: the URL path without the query string). */
-  path?: (req: MiddlewareRequest) => string;
-  /** Body size limit in bytes (default 1 MiB); a larger body is answered 413. */
-  limit?: number;
-  /**
-   * "wait" (default: a duplicate of a running request waits for it, then replays)
-   * or "reject" (409 with Retry-After at once), or a function of the request
-   * returning either (null: the client's option), to choose per route.
-   */
-  duplicates?: DuplicateMode | ((req: MiddlewareRequest) => DuplicateMode | null | undefined);
-  /**
-   * The largest streamed response kept for replay, in bytes (default 1048576). A route
-   * that calls res.write() (or pipes a stream into res) streams: its pieces go out as
-   * written and are captured; past this size the stream goes on but is not kept, and a
-   * retry gets 409 response-not-kept.
-   */
-  maxStreamBytes?: number;
-}
-
-function pathOf(req: MiddlewareRequest): string {
-  const url = req.originalUrl ?? req.url ?? "/";
-  const end = url.indexOf("?");
-  return end < 0 ? url : url.slice(0, end);
-}
+/** Settings of the middleware (adapter.ts has each member's meaning). */
+export type MiddlewareOptions = AdapterOptions<MiddlewareRequest>;
 
 async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer | null> {
   if (Buffer.isBuffer(req.body)) return req.body; // express.raw() ran first
@@ -153,12 +89,6 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   const chunks: Buffer[] = [];
   const stream = new StreamCapture(maxBytes);
   let streaming = false;
-  const toBuffer = (chunk: unknown, encoding?: unknown): Buffer =>
-    Buffer.isBuffer(chunk)
-      ? chunk
-      : chunk instanceof Uint8Array
-        ? Buffer.from(chunk)
-        : Buffer.from(String(chunk), typeof encoding === "string" ? (encoding as BufferEncoding) : "utf8");
   let resolve!: (response: Response) => void;
   let reject!: (error: Error) => void;
   const done = new Promise<Response>((yes, no) => {
@@ -296,42 +226,30 @@ function sendOwn(res: ServerResponse, response: Response): void {
  * The rest of the chain runs once per request: Express cannot run it again, so
  * a serialization failure or deadlock is not retried here (it goes to next(err));
  * use Client.handle in the route for retries. The one exception: with `router`, a
- * begin refused for a stale placement (the route has not run) is run once more.
+ * begin refused for a stale placement (the route has not run) is run once more. A
+ * database fault is answered 503 database-unavailable with Retry-After, also when the
+ * route had answered it itself (its own 500); the connection is then discarded.
  */
 export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest, res: ServerResponse, next: Next) => void {
-  const limit = options.limit ?? 1024 * 1024;
-  const maxStreamBytes = options.maxStreamBytes ?? DEFAULT_MAX_STREAM_BYTES;
-  checkMaxStreamBytes(maxStreamBytes);
-  checkMaxStreamBytes(limit, "limit");
-  checkDuplicates(options.duplicates);
-  const { pool, router } = options;
-  if ((pool === undefined) === (router === undefined)) {
-    throw new TypeError("idempotency() needs either pool or router");
-  }
-  if (!options.client || typeof options.client.handle !== "function") throw new TypeError("idempotency() needs a client");
-  if (typeof options.principal !== "function") throw new TypeError("principal must be a function");
-  const connect = async (principal: string): Promise<PoolClient> =>
-    router !== undefined
-      ? (await router.connect(principal)).client
-      : ((await (pool as Pick<Pool, "connect">).connect()) as PoolClient);
+  const adapter = new Adapter(options, "idempotency()");
   return (req, res, next) => {
-    const principal = !options.applies || options.applies(req) ? options.principal(req) : null;
-    if (principal === null || principal === undefined) {
+    const principal = adapter.principal(req);
+    if (principal === null) {
       next();
       return;
     }
+    let restore: (() => void) | null = null;
+    let streamed = () => false;
+    /** The route's own headers go when the route's answer is not what is sent (unless sent). */
+    const undo = () => {
+      if (restore === null) return;
+      restore();
+      restore = null;
+      if (!res.headersSent) for (const name of res.getHeaderNames()) res.removeHeader(name);
+    };
     void (async () => {
-      let conn: PoolClient | null = null;
-      let watch: ConnectionWatch | null = null;
-      let restore: (() => void) | null = null;
-      let streamed = () => false;
-      let routeAnswer: Response | null = null;
-      let broken = false;
-      const client = options.client;
-      const fault = () =>
-        databaseFaultResponse(client.options.retryAfter, client.options.problemTypeBase);
       try {
-        const body = await readBody(req, limit);
+        const body = await readBody(req, adapter.limit);
         if (body === null) {
           res.statusCode = 413;
           res.setHeader("Connection", "close");
@@ -340,87 +258,42 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         }
         req.body = body;
         req.rawBody = body;
-        const header = req.headers["idempotency-key"];
-        const request: Request = {
-          principal,
-          key: Array.isArray(header) ? header[0] : header,
-          method: req.method ?? "GET",
-          path: options.path ? options.path(req) : pathOf(req),
-          body: body.length > 0 ? body : null,
-          duplicates: typeof options.duplicates === "function" ? options.duplicates(req) : options.duplicates,
-        };
-        const handler = async (db: Db, expiresEpoch?: string | null): Promise<Response> => {
-          if (restore !== null) throw new Error("the middleware cannot run the route twice");
-          const context: RequestContext = { db, request, oneTimeSecret: false, resourceId: null };
+        const url = req.originalUrl ?? req.url ?? "/";
+        const key = req.headers[KEY_HEADER.toLowerCase()];
+        const request = adapter.request(req, principal, key, req.method ?? "GET", url, body);
+        let routeAnswer: Response | null = null;
+        const ran = await adapter.run(request, async (context, expiresEpoch) => {
           req.idempotency = context;
-          const captured = capture(res, maxStreamBytes, (status) => {
-            // The key's expiry goes with a stream that will be kept (a final 2xx/3xx); the
-            // final-status table was read before begin(), so the check needs no query.
-            if (status < 400 && expiresEpoch != null && client["final"].isFinal(status)) {
-              res.setHeader(EXPIRES_HEADER, httpDate(Number(expiresEpoch)));
-            }
+          const captured = capture(res, adapter.maxStreamBytes, (status) => {
+            // The storage table was read before begin(), so the check needs no query.
+            const expires = adapter.streamExpires(status, expiresEpoch);
+            if (expires !== null) res.setHeader(EXPIRES_HEADER, expires);
           });
           restore = captured.restore;
           streamed = captured.streaming;
           // The route's errors reach Express's error handlers, whose answer (a 500)
           // is captured like any other: not final, rolled back, not stored.
           next();
-          const answer = await captured.done;
-          answer.oneTimeSecret = context.oneTimeSecret;
-          answer.resourceId = context.resourceId;
-          routeAnswer = answer;
-          return answer;
-        };
-        let response: Response;
-        for (let attempt = 1; ; attempt++) {
-          conn = await connect(principal);
-          watch = watchConnection(conn);
-          let stale = false;
-          // A query that answers the shard is not on this node: the placement is reported.
-          if (router !== undefined) watch.onQueryError = (error) => (stale ||= isStalePlacement(error));
-          try {
-            response = await client.handle(conn, request, handler);
-            break;
-          } catch (error) {
-            // Refused before the route ran (the key's begin): rolled back, nothing written.
-            if (!stale || restore !== null || attempt > 1 || !isStalePlacement(error)) throw error;
-          } finally {
-            watch.onQueryError = null;
-            if (stale) (router as Pick<Router, "reportStalePlacement">).reportStalePlacement(principal);
-          }
-          watch.stop();
-          watch = null;
-          conn.release(); // and once more, on the connection for the placement looked up again
-          conn = null;
+          routeAnswer = await captured.done;
+          return routeAnswer;
+        });
+        if (ran.failed) {
+          // In doubt or rolled back: a retry is safe. A stream cut short is never seen
+          // to end as if it had worked.
+          undo();
+          if (res.headersSent) res.destroy();
+          else send(res, ran.response);
+          return;
         }
-        const faulted = (watch as ConnectionWatch | null)?.faulted() ?? false;
-        if (faulted && !streamed() && !client["final"].isFinal(response.status)) {
-          // The database failed under the route, which answered for itself (its own 500):
-          // nothing was kept, the fault answer says to retry with the same key.
-          response = fault();
-        }
-        if (restore !== null) (restore as () => void)();
+        (restore as (() => void) | null)?.();
         restore = null;
         if (streamed()) res.end(); // streamed and committed: the response ends now
-        else if (response === routeAnswer) sendOwn(res, response);
-        else send(res, response);
+        else if (ran.response === routeAnswer) sendOwn(res, ran.response);
+        else send(res, ran.response);
       } catch (error) {
-        if (restore !== null) (restore as () => void)();
-        if (restore !== null && !res.headersSent) {
-          for (const name of res.getHeaderNames()) res.removeHeader(name); // the route's, not sent
-        }
-        const faulted = isDatabaseFault(error) || (watch !== null && watch.faulted());
-        broken = true; // never back to the pool after an error of the request: it may be dead
-        // A stream cut short: the client never sees it end as if it had worked.
+        undo();
         if (res.headersSent) res.destroy();
-        else if (faulted) send(res, fault()); // in doubt or rolled back: a retry is safe
         else next(error);
-      } finally {
-        if (watch !== null) {
-          broken ||= watch.faulted() || watch.dead();
-          watch.stop();
-        }
-        if (conn !== null) conn.release(broken ? true : undefined);
       }
     })();
   };

@@ -10,11 +10,7 @@
 import type { PoolClient } from "pg";
 
 import { sqlstate } from "./common";
-
-/** SQLSTATE classes of a database fault: connection exception, operator intervention. */
-export const FAULT_SQLSTATE_CLASSES: readonly string[] = ["08", "57"];
-/** SQLSTATEs of a database fault outside those classes: too many connections. */
-export const FAULT_SQLSTATES: readonly string[] = ["53300"];
+import { FAULT_SQLSTATE_CLASSES, FAULT_SQLSTATES } from "./protocol_gen";
 
 // node's socket errors, and node-pg's own for a connection that went away.
 const SOCKET_CODES = ["ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "ENOTCONN",

@@ -1,28 +1,30 @@
 /**
- * The HTTP side of the client: responses, header lists and RFC 9457 problem bodies.
+ * The HTTP side of the client: responses, header lists, the problems the client
+ * answers itself, and the answers idempotency.http_answer gives.
  *
- * No database here. Problem bodies are byte-identical to the C++ client's
- * (client/cpp/src/http.cpp) and the Python client's: the members detail, status,
- * title, type in that (sorted) order, no whitespace, non-ASCII characters as raw UTF-8.
+ * No database here. What an outcome of begin/acquire means over HTTP (replay, 409,
+ * 410, 422, their RFC 9457 bodies) is the extension's answer; this file only turns
+ * its columns into a Response. The problems answered before any SQL call (a missing
+ * or malformed key, a database fault) are built here with the generated constants
+ * (protocol_gen.ts), byte-identical to the extension's bodies: the members detail,
+ * status, title, type in that (sorted) order, no whitespace, raw UTF-8.
  */
+
+import {
+  DATABASE_FAULT_DETAIL,
+  DEFAULT_MAX_STREAM_BYTES,
+  DUPLICATE_MODES,
+  PROBLEM_CONTENT_TYPE,
+  PROBLEM_TYPE_BASE,
+  Problem,
+  REPLAY_HEADER,
+  STREAM_CHUNKS_ENTRY,
+  type DuplicateMode,
+  type ProblemType,
+} from "./protocol_gen";
 
 /** HTTP header fields in order; names compare case-insensitively. */
 export type Headers = Array<[string, string]>;
-
-/**
- * The response header that tells until when the request's key counts: an RFC 9110
- * IMF-fixdate, the key row's expires_at rounded down to the second. Never stored as
- * a kept header; every answer to a keyed request gets the stored row's value.
- */
-export const EXPIRES_HEADER = "Idempotency-Expires";
-/** The format of EXPIRES_HEADER's value (client/protocol.json expires_format). */
-export const EXPIRES_FORMAT = "IMF-fixdate";
-/** What a duplicate of a running request does: wait for it and replay, or get 409 at once. */
-export type DuplicateMode = "wait" | "reject";
-/** The duplicate modes, the documented default first. */
-export const DUPLICATE_MODES: readonly DuplicateMode[] = ["wait", "reject"];
-/** The duplicate mode of a client or call that names none. */
-export const DEFAULT_DUPLICATE_MODE: DuplicateMode = "wait";
 
 let lastDate: [number, string] = [NaN, ""];
 
@@ -32,25 +34,6 @@ export function httpDate(epochSeconds: number): string {
   if (lastDate[0] !== epochSeconds) lastDate = [epochSeconds, new Date(epochSeconds * 1000).toUTCString()];
   return lastDate[1];
 }
-
-/** The media type of problem bodies. */
-export const PROBLEM_CONTENT_TYPE = "application/problem+json";
-
-/**
- * The reserved entry of the stored headers that keeps a streamed response's chunk
- * lengths ("5,5,3": decimal, comma-separated, in the order written). No HTTP header
- * can have this name: it is never sent.
- */
-export const STREAM_CHUNKS_ENTRY = ":chunks";
-/**
- * The reserved entry of the stored headers of a streamed response larger than the
- * middleware keeps (value NOT_KEPT_VALUE): no body stored, a retry gets 409 response-not-kept.
- */
-export const NOT_KEPT_ENTRY = ":not_kept";
-/** The value of NOT_KEPT_ENTRY. */
-export const NOT_KEPT_VALUE = "stream-too-large";
-/** The largest streamed response a middleware keeps for replay, unless configured otherwise. */
-export const DEFAULT_MAX_STREAM_BYTES = 1048576;
 
 /** True when two header names are equal ignoring ASCII case. */
 export function headerNameEqual(a: string, b: string): boolean {
@@ -71,7 +54,7 @@ export interface ResponseExtras {
   streamTooLarge?: boolean;
 }
 
-/** An HTTP response produced by a handler or by the client. */
+/** An HTTP response produced by a handler, by the extension's answer or by the client. */
 export class Response {
   /** HTTP status code (100..599). */
   status: number;
@@ -152,126 +135,68 @@ export function asResponse(value: unknown): Response {
   });
 }
 
-/** A problem type of the RFC 9457 bodies the client produces. */
-export interface ProblemType {
-  /** Appended to the type base URI ("idempotency-key-reuse"). */
-  readonly slug: string;
-  /** The HTTP status of this problem type. */
-  readonly status: number;
-  /** The fixed, human-readable title. */
-  readonly title: string;
+/** A piece a route wrote (a Buffer, bytes, or text in `encoding`, default UTF-8) as a Buffer. */
+export function toBuffer(chunk: unknown, encoding?: unknown): Buffer {
+  if (Buffer.isBuffer(chunk)) return chunk;
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk);
+  return Buffer.from(String(chunk), typeof encoding === "string" ? (encoding as BufferEncoding) : "utf8");
 }
 
-/** The problem types, with the C++ client's slugs, statuses and titles. */
-export const Problem = {
-  KEY_MISSING: { slug: "idempotency-key-missing", status: 400, title: "Idempotency-Key header is missing" },
-  KEY_MALFORMED: { slug: "idempotency-key-malformed", status: 400, title: "Idempotency-Key header is malformed" },
-  BODY_INVALID: { slug: "request-body-invalid", status: 400, title: "Request body cannot be fingerprinted" },
-  KEY_REUSE: { slug: "idempotency-key-reuse", status: 422, title: "Idempotency-Key was used for another request" },
-  REQUEST_IN_PROGRESS: {
-    slug: "request-in-progress",
-    status: 409,
-    title: "A request with this Idempotency-Key is in progress",
-  },
-  ONE_TIME_SECRET: {
-    slug: "one-time-secret",
-    status: 409,
-    title: "The response to this request was sent once and not kept",
-  },
-  ALREADY_PROCESSED: { slug: "request-already-processed", status: 409, title: "This request was already processed" },
-  RESPONSE_NOT_KEPT: {
-    slug: "response-not-kept",
-    status: 409,
-    title: "The response to this request was too large to keep",
-  },
-  KEY_EXPIRED: { slug: "idempotency-key-expired", status: 410, title: "Idempotency-Key has expired" },
-  DATABASE_UNAVAILABLE: {
-    slug: "database-unavailable",
-    status: 503,
-    title: "The database is unavailable",
-  },
-} as const satisfies Record<string, ProblemType>;
+/**
+ * The STREAM_CHUNKS_ENTRY's lengths, or null unless they are positive decimals that add
+ * up to the body's length (a row this client did not write is replayed whole).
+ */
+export function chunkLengths(value: string, bodyLength: number): number[] | null {
+  if (value === "") return bodyLength === 0 ? [] : null;
+  const parts = value.split(",");
+  if (!parts.every((part) => /^[0-9]+$/.test(part) && Number(part) > 0)) return null;
+  const lengths = parts.map(Number);
+  return lengths.reduce((a, b) => a + b, 0) === bodyLength ? lengths : null;
+}
 
 /**
- * Serializes an RFC 9457 problem object the way the C++ client (nlohmann_json)
- * does: sorted members, no whitespace, raw UTF-8. JSON.stringify escapes exactly
- * the characters nlohmann_json escapes (", \, control characters) for valid strings.
+ * The answer of idempotency.http_answer as a Response: its status, its headers (the
+ * server's JSON text of [name, value] pairs, in order) and its body. A stored stream's
+ * STREAM_CHUNKS_ENTRY is the client's instruction, never sent: it sets `chunks`.
+ * `resourceId`: the key row's, for a replay.
+ */
+export function answerResponse(
+  status: string,
+  headersJson: string | null,
+  body: Buffer | null,
+  resourceId: string | null = null,
+): Response {
+  const response = new Response(Number(status), [], body ?? Buffer.alloc(0), { resourceId });
+  const pairs: unknown = headersJson === null ? [] : JSON.parse(headersJson);
+  for (const pair of Array.isArray(pairs) ? pairs : []) {
+    if (!Array.isArray(pair) || typeof pair[0] !== "string" || typeof pair[1] !== "string") continue;
+    if (pair[0] === STREAM_CHUNKS_ENTRY) response.chunks = chunkLengths(pair[1], response.body.length);
+    else if (!pair[0].startsWith(":")) response.headers.push([pair[0], pair[1]]);
+  }
+  response.replayed = response.header(REPLAY_HEADER) !== undefined;
+  return response;
+}
+
+/**
+ * Serializes an RFC 9457 problem object as idempotency.http_answer does: sorted
+ * members, no whitespace, raw UTF-8 (JSON.stringify escapes what the server's
+ * to_json escapes for valid strings: ", \ and control characters).
  */
 export function problemBody(status: number, typeUri: string, title: string, detail: string): Buffer {
   return Buffer.from(JSON.stringify({ detail, status, title, type: typeUri }), "utf8");
 }
 
 /** An application/problem+json response with type = typeBase + slug. */
-export function problemResponse(problem: ProblemType, detail: string, typeBase = "/problems/"): Response {
+export function problemResponse(problem: ProblemType, detail: string, typeBase = PROBLEM_TYPE_BASE): Response {
   const body = problemBody(problem.status, typeBase + problem.slug, problem.title, detail);
   return new Response(problem.status, [["Content-Type", PROBLEM_CONTENT_TYPE]], body);
 }
 
-/** The problem details the clients (C++, Python, Node) write, word for word. */
+/** The details of the problems the client answers itself, word for word. */
 export const DETAILS = {
-  keyReuse: "This Idempotency-Key was used for a different request; use a new key for a new request.",
-  oneTimeSecret:
-    "The first response to this request carried a secret and was not kept; create a new one with a new key.",
-  inProgress: "A request with this Idempotency-Key is still being processed; retry later.",
   alreadyProcessed: "A request with this Idempotency-Key was already processed; its result is not kept.",
   keyRefused: "The Idempotency-Key was refused by the server.",
-  responseNotKept:
-    "The first response to this request was streamed and was larger than this service keeps;" +
-    " it was sent once and not stored. Use a new key for a new request.",
-  keyExpired:
-    "This Idempotency-Key expired and its response is no longer kept; the request was not run again." +
-    " Use a new key for a new request.",
-  databaseFault:
-    "The database failed or could not be reached while this request was processed." +
-    " Retry it with the same Idempotency-Key: it runs once, or its stored response is replayed.",
 } as const;
-
-/** The outcomes of begin()/acquire() that are answered with a problem, and its detail. */
-export const OUTCOME_PROBLEMS: Readonly<Record<string, readonly [ProblemType, string]>> = {
-  mismatch: [Problem.KEY_REUSE, DETAILS.keyReuse],
-  in_progress: [Problem.REQUEST_IN_PROGRESS, DETAILS.inProgress],
-  secret_replay: [Problem.ONE_TIME_SECRET, DETAILS.oneTimeSecret],
-  expired: [Problem.KEY_EXPIRED, DETAILS.keyExpired],
-};
-
-/**
- * The one mapping from an outcome of begin()/acquire() to an HTTP problem response:
- * mismatch 422; in_progress 409 with Retry-After (the rest of the lease when known,
- * else `retryAfter`, at least 1); secret_replay 409 with Idempotent-Replay; expired
- * 410 (the caller adds Idempotency-Expires, the past expiry begin/acquire returned).
- * null for the outcomes that are not problems.
- */
-export function problemForOutcome(
-  outcome: string,
-  leaseSeconds: string | number | null | undefined,
-  retryAfter: number,
-  typeBase = "/problems/",
-): Response | null {
-  const entry = Object.prototype.hasOwnProperty.call(OUTCOME_PROBLEMS, outcome) ? OUTCOME_PROBLEMS[outcome] : null;
-  if (entry === null) return null;
-  const response = problemResponse(entry[0], entry[1], typeBase);
-  if (outcome === "in_progress") {
-    const retry = leaseSeconds === null || leaseSeconds === undefined ? retryAfter : Number(leaseSeconds);
-    response.setHeader("Retry-After", String(Math.max(1, retry)));
-  }
-  if (outcome === "secret_replay") {
-    response.replayed = true;
-    response.setHeader("Idempotent-Replay", "true");
-  }
-  return response;
-}
-
-/**
- * The answer to a retry whose first response was a stream too large to keep (stored
- * with the NOT_KEPT_ENTRY): 409 response-not-kept with Idempotent-Replay, as a
- * one-time secret's retry is answered (the request was processed once; its answer is gone).
- */
-export function notKeptResponse(typeBase = "/problems/"): Response {
-  const response = problemResponse(Problem.RESPONSE_NOT_KEPT, DETAILS.responseNotKept, typeBase);
-  response.replayed = true;
-  response.setHeader("Idempotent-Replay", "true");
-  return response;
-}
 
 /**
  * The one answer to a database fault (client/protocol.json database_fault): the
@@ -279,8 +204,8 @@ export function notKeptResponse(typeBase = "/problems/"): Response {
  * cancelled, or the commit's outcome is unknown. 503 database-unavailable with
  * Retry-After; a retry with the same key runs the request once or replays it.
  */
-export function databaseFaultResponse(retryAfter = 1, typeBase = "/problems/"): Response {
-  const response = problemResponse(Problem.DATABASE_UNAVAILABLE, DETAILS.databaseFault, typeBase);
+export function databaseFaultResponse(retryAfter = 1, typeBase = PROBLEM_TYPE_BASE): Response {
+  const response = problemResponse(Problem.DATABASE_UNAVAILABLE, DATABASE_FAULT_DETAIL, typeBase);
   response.setHeader("Retry-After", String(Math.max(1, retryAfter)));
   return response;
 }
@@ -326,54 +251,11 @@ export function checkMaxStreamBytes(value: number, name = "maxStreamBytes"): voi
   }
 }
 
-/** Throws RangeError unless `duplicates` is a mode, a function or absent (an adapter's option). */
-export function checkDuplicates(duplicates: unknown): void {
-  if (duplicates === undefined || duplicates === null || typeof duplicates === "function") return;
-  if (!DUPLICATE_MODES.includes(duplicates as DuplicateMode)) {
-    throw new RangeError(`duplicates must be "wait", "reject" or a function, not ${String(duplicates)}`);
+/** Throws RangeError unless `mode` is a duplicate mode (or, for an adapter, a function or absent). */
+export function checkDuplicates(mode: unknown, functionAllowed = true): void {
+  if (functionAllowed && (mode === undefined || mode === null || typeof mode === "function")) return;
+  if (!DUPLICATE_MODES.includes(mode as DuplicateMode)) {
+    const choices = functionAllowed ? '"wait", "reject" or a function' : '"wait" or "reject"';
+    throw new RangeError(`duplicates must be ${choices}, not ${String(mode)}`);
   }
-}
-
-/**
- * The bytes of a readable stream (a request body), or null once they pass `limit` (the
- * stream is then left paused). Rejects when the stream fails or closes before its end.
- * Events rather than `for await`: a request's body is read on every keyed request.
- */
-export function readStream(stream: NodeJS.ReadableStream, limit: number): Promise<Buffer | null> {
-  const readable = stream as NodeJS.ReadableStream & { readableEnded?: boolean };
-  if (readable.readableEnded) return Promise.resolve(Buffer.alloc(0));
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const stop = () => {
-      stream.off("data", onData);
-      stream.off("end", onEnd);
-      stream.off("error", onError);
-      stream.off("close", onClose);
-    };
-    const onData = (chunk: Buffer | string) => {
-      const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
-      size += bytes.length;
-      if (size > limit) {
-        stop();
-        stream.pause();
-        resolve(null);
-        return;
-      }
-      chunks.push(bytes);
-    };
-    const onEnd = () => {
-      stop();
-      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
-    };
-    const onError = (error: Error) => {
-      stop();
-      reject(error);
-    };
-    const onClose = () => onError(new Error("the request closed before its body ended"));
-    stream.on("data", onData);
-    stream.on("end", onEnd);
-    stream.on("error", onError);
-    stream.on("close", onClose);
-  });
 }

@@ -4,8 +4,9 @@
  *
  * - Client: the transactional protocol around the caller's own connection;
  * - LeaseRunner: the lease protocol for effects outside the database;
- * - Response, Problem, problemResponse: the HTTP mapping (RFC 9457 bodies
- *   byte-identical to the C++ and Python clients');
+ * - Response: a handler's answer, or the extension's (idempotency.http_answer) for the
+ *   outcomes that do not run the handler; Problem, problemResponse: the problems the
+ *   client answers itself (constants generated from client/protocol.json);
  * - idempotency(): an Express-style middleware;
  * - Router: each principal's transaction sent to the Citus node that holds its shard
  *   (isStalePlacement: a call's answer that the shard moved);
@@ -15,43 +16,31 @@
 
 export {
   Response,
-  Problem,
   asResponse,
+  answerResponse,
   DETAILS,
-  DEFAULT_DUPLICATE_MODE,
-  DEFAULT_MAX_STREAM_BYTES,
-  DUPLICATE_MODES,
-  EXPIRES_FORMAT,
-  EXPIRES_HEADER,
-  NOT_KEPT_ENTRY,
-  NOT_KEPT_VALUE,
-  PROBLEM_CONTENT_TYPE,
   StreamCapture,
-  STREAM_CHUNKS_ENTRY,
   headerNameEqual,
   httpDate,
-  notKeptResponse,
   databaseFaultResponse,
-  type DuplicateMode,
   problemBody,
-  problemForOutcome,
   problemResponse,
-  OUTCOME_PROBLEMS,
   type Headers,
-  type ProblemType,
   type ResponseExtras,
 } from "./http";
+// The constants generated from client/protocol.json: all of them are public.
+export * from "./protocol_gen";
 export {
-  DEFAULT_KEPT_HEADERS,
   IdempotencyError,
+  type KeyOptions,
   keptHeadersJson,
-  storedResponse,
   actionName,
   sqlstate,
   validKey,
   type Db,
   type Request,
   type RequestContext,
+  type Storage,
 } from "./common";
 export { Client, type Counters, type Handler, type Options } from "./transactional";
 export { fingerprint } from "./common";
@@ -63,7 +52,6 @@ export {
   type BatchClaim,
   type BatchCompletion,
   type BatchOutcome,
-  type KeyOutcome,
 } from "./batch";
 export { LeaseRunner, type Body, type LeaseOptions, type LeaseOutcome, type LeaseResult, type Policy } from "./lease";
 export {
@@ -74,7 +62,6 @@ export {
 } from "./express";
 export {
   DEFAULT_LOOKUP_TIMEOUT_MS,
-  ROUTING,
   Router,
   isStalePlacement,
   type Route,
@@ -82,8 +69,4 @@ export {
   type RouterOptions,
   type RouterPool,
 } from "./router";
-export {
-  FAULT_SQLSTATE_CLASSES,
-  FAULT_SQLSTATES,
-  isDatabaseFault,
-} from "./fault";
+export { isDatabaseFault } from "./fault";

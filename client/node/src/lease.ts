@@ -9,8 +9,9 @@
  *
  * The key is held by a lease that a timer (setInterval, on a connection of its
  * own) renews every third of its length while the body runs; every statement
- * that settles the key is fenced. Same semantics and problem bodies as
- * idem::LeaseRunner (C++) and the Python LeaseRunner.
+ * that settles the key is fenced. Same semantics as idem::LeaseRunner (C++) and the
+ * Python LeaseRunner; an outcome that does not run the body is answered by the
+ * extension (idempotency.http_answer, in acquire's statement).
  */
 
 import { randomBytes } from "crypto";
@@ -18,44 +19,38 @@ import { randomBytes } from "crypto";
 import { Client as PgClient, type ClientConfig } from "pg";
 
 import {
-  DEFAULT_KEPT_HEADERS,
-  FinalStatuses,
   KEY_REFUSED,
   RAW_TYPES,
+  StorageTable,
   actionName,
   decodeBytea,
   intervalText,
   keptHeadersJson,
   sqlstate,
   stamped,
-  storedResponse,
   validKey,
+  waitFor,
+  keyOptions,
+  type KeyOptions,
   type Request,
 } from "./common";
-import {
-  DEFAULT_DUPLICATE_MODE,
-  DETAILS,
-  DUPLICATE_MODES,
-  Problem,
-  Response,
-  asResponse,
-  problemForOutcome,
-  problemResponse,
-  type DuplicateMode,
-  type ProblemType,
-} from "./http";
+import { DETAILS, Response, answerResponse, asResponse, problemResponse } from "./http";
+import { DEFAULT_RETRY_AFTER_SECONDS, Problem, type ProblemType } from "./protocol_gen";
 
 // Statement names, unique per copy of the module: node-pg prepares a named
 // statement once per connection, and the runner's connections are its own.
 const PREFIX = "pg_idempotency_lease_" + randomBytes(4).toString("hex");
 
+// The answer of an outcome that does not run the body in the same statement, as
+// begin's (transactional.ts): no call of http_answer for "started".
 const ACQUIRE_SQL =
-  "SELECT outcome, fence::text AS fence, response_status, response_headers::text AS response_headers," +
-  " response_body, resource_id, to_json(lease_until) #>> '{}' AS lease_until," +
-  " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds," +
-  " floor(extract(epoch FROM expires_at))::bigint AS expires_epoch" +
+  "SELECT o.outcome, o.fence::text AS fence, o.resource_id, to_json(o.lease_until) #>> '{}' AS lease_until," +
+  " floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch," +
+  " a.status, a.headers::text AS headers, a.body" +
   " FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6::bytea, $7::text[])," +
-  " $8::interval, $9::interval, $10::interval)";
+  " $8::interval, $9::interval, $10::interval) AS o" +
+  " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer)" +
+  " WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
 const RENEW_SQL = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval) AS ok";
 const MARK_DONE_SQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer) AS ok";
 const REMEMBER_SQL =
@@ -93,8 +88,8 @@ export type LeaseOutcome =
   | "rejected"
   | "expired";
 
-/** Settings of a LeaseRunner; every member is optional. */
-export interface LeaseOptions {
+/** Settings of a LeaseRunner (and the shared KeyOptions); every member is optional. */
+export interface LeaseOptions extends KeyOptions {
   /** Default "remember". */
   policy?: Policy;
   /** Lease length in ms (default 30 000; the server accepts 100 ms .. 24 h); renewed every third of it. */
@@ -103,24 +98,6 @@ export interface LeaseOptions {
   renew?: boolean;
   /** Consecutive renewal errors after which renewing stops (default 3; an error is not a lost lease). */
   maxRenewFailures?: number;
-  /** Key lifetime in ms; default idempotency.key_ttl. */
-  ttlMs?: number | null;
-  /** How long acquire waits for a transaction holding the key, in ms; default idempotency.wait_timeout. */
-  waitMs?: number | null;
-  /**
-   * "wait" (default: acquire waits up to waitMs for a transaction holding the key) or
-   * "reject" (acquire with wait 0: 409 at once); a live lease is 409 at once in both.
-   * Request.duplicates overrides it per call.
-   */
-  duplicates?: DuplicateMode;
-  /** Response headers stored (policy remember) and replayed. */
-  keptHeaders?: readonly string[];
-  /** Statuses that are stored; default: ask the server once. */
-  finalStatuses?: readonly number[];
-  /** Prefix of problem type URIs (default "/problems/"). */
-  problemTypeBase?: string;
-  /** Longest key accepted before asking the server (default 255). */
-  maxKeyLength?: number;
 }
 
 /** The result of one run. */
@@ -206,10 +183,10 @@ function epoch(text: string | null | undefined): number | null {
 /** Runs external effects under leases. Runs may overlap; each uses the runner's connection in turn. */
 export class LeaseRunner {
   /** The settings, defaults filled in. */
-  readonly options: Required<Omit<LeaseOptions, "finalStatuses">> & { finalStatuses?: readonly number[] };
+  readonly options: Required<LeaseOptions>;
   private conn: PgClient | null = null;
   private connecting: Promise<PgClient> | null = null;
-  private readonly final: FinalStatuses;
+  private readonly storage = new StorageTable();
 
   /**
    * `config` (node-pg's ClientConfig or a connection string) opens the runner's
@@ -218,26 +195,16 @@ export class LeaseRunner {
    */
   constructor(readonly config: ClientConfig | string, options: LeaseOptions = {}) {
     this.options = {
+      ...keyOptions(options),
       policy: options.policy ?? "remember",
       leaseMs: options.leaseMs ?? 30_000,
       renew: options.renew ?? true,
       maxRenewFailures: options.maxRenewFailures ?? 3,
-      ttlMs: options.ttlMs ?? null,
-      waitMs: options.waitMs ?? null,
-      duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
-      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
-      finalStatuses: options.finalStatuses,
-      problemTypeBase: options.problemTypeBase ?? "/problems/",
-      maxKeyLength: options.maxKeyLength ?? 255,
     };
     if (!(this.options.leaseMs > 0)) throw new RangeError("leaseMs must be positive");
-    if (!DUPLICATE_MODES.includes(this.options.duplicates)) {
-      throw new RangeError(`duplicates must be "wait" or "reject", not ${this.options.duplicates}`);
-    }
     if (!["once", "commit_on_success", "remember"].includes(this.options.policy)) {
       throw new RangeError(`unknown policy: ${this.options.policy}`);
     }
-    this.final = new FinalStatuses(options.finalStatuses);
   }
 
   /** The runner's own autocommit connection, reopened when it was lost. */
@@ -278,35 +245,26 @@ export class LeaseRunner {
 
   /** acquire's wait: 0 in reject mode (409 at once), else waitMs. */
   private waitText(request: Request): string | null {
-    const mode = request.duplicates ?? this.options.duplicates;
-    if (!DUPLICATE_MODES.includes(mode)) throw new RangeError(`duplicates must be "wait" or "reject", not ${mode}`);
-    if (mode === "reject") return intervalText(0);
-    return this.options.waitMs === null ? null : intervalText(this.options.waitMs);
+    const wait = waitFor(request, this.options);
+    return wait === null ? null : intervalText(wait);
   }
 
-  /** The answer of an acquire that did not start, null when it started. */
+  /**
+   * The answer of an acquire that did not start (null when it started): the extension's
+   * (idempotency.http_answer), but for a duplicate under a policy that keeps nothing.
+   */
   private unstarted(row: Record<string, string | null>): LeaseResult | null {
     const outcome = row.outcome as string;
     const expires = row.expires_epoch;
     if (outcome === "started") return null;
-    if (outcome === "replay" || outcome === "secret_replay") {
-      if (this.options.policy !== "remember") {
-        return this.result("duplicate", this.problem(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed), expires);
-      }
-      if (outcome === "replay") {
-        const stored = storedResponse(
-          Number(row.response_status),
-          row.response_headers,
-          decodeBytea(row.response_body),
-          row.resource_id,
-        );
-        return this.result("replayed", stored, expires);
-      }
+    const duplicate = outcome === "replay" || outcome === "secret_replay";
+    if (duplicate && this.options.policy !== "remember") {
+      return this.result("duplicate", this.problem(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed), expires);
     }
-    const response = problemForOutcome(outcome, row.lease_seconds, 1, this.options.problemTypeBase);
-    if (response === null) throw new Error(`idempotency.acquire returned an unknown outcome: ${outcome}`);
+    if (row.status === null) throw new Error(`idempotency.acquire returned an unknown outcome: ${outcome}`);
+    const response = answerResponse(row.status, row.headers, decodeBytea(row.body), row.resource_id);
     const kinds: Record<string, LeaseOutcome> = { mismatch: "mismatch", in_progress: "in_progress", expired: "expired" };
-    return this.result(kinds[outcome] ?? "replayed", response, expires);
+    return { ...this.result(kinds[outcome] ?? "replayed", response), expiresEpoch: epoch(expires) };
   }
 
   /**
@@ -326,7 +284,7 @@ export class LeaseRunner {
     const principal = request.principal;
     const key = request.key;
     let conn = await this.connection();
-    if (options.policy === "remember") await this.final.load(conn); // known before holding anything
+    if (options.policy === "remember") await this.storage.load(conn); // known before holding anything
     let row: Record<string, string | null>;
     try {
       const body = request.body ?? null;
@@ -344,6 +302,8 @@ export class LeaseRunner {
           intervalText(options.leaseMs),
           options.ttlMs === null ? null : intervalText(options.ttlMs),
           this.waitText(request),
+          options.problemTypeBase,
+          DEFAULT_RETRY_AFTER_SECONDS,
         ],
         types: RAW_TYPES,
       });
@@ -408,7 +368,7 @@ export class LeaseRunner {
       settled = await markDone(response.status);
     } else if (options.policy === "commit_on_success") {
       settled = response.status < 400 ? await markDone(response.status) : await release();
-    } else if (this.final.isFinal(response.status)) {
+    } else if (this.storage.isFinal(response.status)) {
       settled = await ask("remember", REMEMBER_SQL, [
         principal,
         key,

@@ -26,31 +26,7 @@
 import type { Pool, PoolClient, QueryArrayConfig } from "pg";
 
 import { sqlstate } from "./common";
-
-/** client/protocol.json's routing table as this client keeps it (test/protocol.test.js). */
-export const ROUTING = {
-  /** The Citus query: the primary node that holds the shard of idempotency.keys for $1. */
-  placementSql:
-    "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p" +
-    " JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid" +
-    " WHERE p.shardid OPERATOR(pg_catalog.=)" +
-    " pg_catalog.get_shard_id_for_distribution_column('idempotency.keys'::pg_catalog.regclass," +
-    " $1::pg_catalog.text) AND n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'" +
-    " ORDER BY n.nodeid LIMIT 1",
-  defaultRefreshSeconds: 60,
-  defaultNodeDownSeconds: 5,
-  defaultMaxPrincipals: 10000,
-  /**
-   * The extension's refusal of a locking call whose principal's shard is not on the
-   * node it runs on: the router's placement of that principal is stale.
-   */
-  stalePlacement: {
-    /** Its SQLSTATE (feature_not_supported). */
-    sqlstate: "0A000",
-    /** Its primary message, exactly. */
-    message: "the key's shard is not on this node",
-  },
-} as const;
+import { ROUTING } from "./protocol_gen";
 
 /**
  * Whether `error` is the extension's answer that the principal's shard is not on the

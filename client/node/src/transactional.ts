@@ -14,17 +14,20 @@
  * takes as many round trips as the same handler between `BEGIN` and `COMMIT`.
  * The statements are prepared once per session (PREPARE in the first string,
  * EXECUTE afterwards), so the server does not parse and plan them per request.
+ * Every outcome that does not run the handler is answered by the extension
+ * (idempotency.http_answer, in begin's statement); what the handler's status means
+ * for storage is idempotency.http_storage's table, read once.
  */
 
 import { randomBytes } from "crypto";
 
 import {
   BODY_INVALID,
-  DEFAULT_KEPT_HEADERS,
-  FinalStatuses,
   KEY_REFUSED,
   RAW_TYPES,
   RETRYABLE,
+  StorageTable,
+  actionName,
   byteaLiteral,
   decodeBytea,
   intervalLiteral,
@@ -32,52 +35,25 @@ import {
   literal,
   sqlstate,
   stamped,
-  storedResponse,
   textArrayLiteral,
   validKey,
-  actionName,
+  waitFor,
+  keyOptions,
   type Db,
+  type KeyOptions,
   type Request,
 } from "./common";
-import {
-  DEFAULT_DUPLICATE_MODE,
-  DETAILS,
-  DUPLICATE_MODES,
-  Problem,
-  Response,
-  asResponse,
-  problemForOutcome,
-  problemResponse,
-  type DuplicateMode,
-  type ProblemType,
-} from "./http";
+import { DETAILS, Response, answerResponse, asResponse, problemResponse } from "./http";
+import { DEFAULT_RETRY_AFTER_SECONDS, Problem, type ProblemType } from "./protocol_gen";
 
-/** Settings of a Client; every member is optional. */
-export interface Options {
+/** Settings of a Client (and the shared KeyOptions); every member is optional. */
+export interface Options extends KeyOptions {
   /** Methods answered 400 when they come without an Idempotency-Key (default POST, PATCH). */
   methodsRequiringKey?: readonly string[];
-  /** Response headers stored with the key and replayed. */
-  keptHeaders?: readonly string[];
-  /** How long begin waits for a transaction that holds the key, in ms; default idempotency.wait_timeout. */
-  waitMs?: number | null;
-  /**
-   * "wait" (default): a duplicate of a running request waits for it (up to waitMs),
-   * then replays; "reject": 409 request-in-progress with Retry-After at once (begin
-   * with wait 0). Request.duplicates overrides it per call.
-   */
-  duplicates?: DuplicateMode;
-  /** Key lifetime in ms; default idempotency.key_ttl. */
-  ttlMs?: number | null;
   /** Attempts of handle() on serialization failures and deadlocks (default 3). */
   maxAttempts?: number;
   /** Retry-After (seconds) of a 409 for a key held by a transaction (default 1). */
   retryAfter?: number;
-  /** Statuses that are stored; default: ask the server once (idempotency.is_final). */
-  finalStatuses?: readonly number[];
-  /** Prefix of problem type URIs (default "/problems/"). */
-  problemTypeBase?: string;
-  /** Longest key accepted before asking the server (default 255). */
-  maxKeyLength?: number;
   /** The statement that opens the transaction (default "BEGIN"; e.g. "BEGIN ISOLATION LEVEL SERIALIZABLE"). */
   beginStatement?: string;
   /**
@@ -107,19 +83,9 @@ export interface Counters {
 /** The application's work, in the key's transaction on `db`; `expiresEpoch`: begin()'s expiry. */
 export type Handler = (db: Db, expiresEpoch?: string | null) => Promise<Response> | Response;
 
-/** What one attempt ended with: begin's outcome, "rejected" (no or bad key) or "unkeyed". */
-export type AttemptOutcome =
-  | "started"
-  | "replay"
-  | "mismatch"
-  | "in_progress"
-  | "secret_replay"
-  | "expired"
-  | "rejected"
-  | "unkeyed";
-
-/** The counter each problem outcome of begin() counts in. */
+/** The counter each outcome of begin() that does not run the handler counts in. */
 const OUTCOME_COUNTERS = {
+  replay: "replayed",
   mismatch: "mismatched",
   in_progress: "inProgress",
   secret_replay: "secretReplayed",
@@ -138,17 +104,19 @@ const PREFIX = "pg_idempotency_" + randomBytes(4).toString("hex");
 
 // Every column as text: node-pg leaves text as it is, so the query needs no RAW_TYPES (a
 // query config object, which node-pg copies through property descriptors on every call).
+// http_answer answers every outcome but "started" in the same statement: OFFSET 0 keeps
+// the subquery whole, so the test of the outcome is a one-time filter (no call for started).
 const BEGIN_T: Template = {
   name: PREFIX + "_begin",
-  types: "text, text, text, text, text, bytea, text[], interval, interval",
+  types: "text, text, text, text, text, bytea, text[], interval, interval, text, integer",
   sql:
-    "SELECT outcome::text AS outcome, response_status::text AS response_status," +
-    " response_headers::text AS response_headers, response_body::text AS response_body," +
-    " resource_id::text AS resource_id," +
-    " floor(extract(epoch FROM expires_at))::bigint::text AS expires_epoch," +
-    " ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer::text AS lease_seconds" +
+    "SELECT o.outcome::text AS outcome, o.resource_id::text AS resource_id," +
+    " floor(extract(epoch FROM o.expires_at))::bigint::text AS expires_epoch," +
+    " a.status::text AS status, a.headers::text AS headers, a.body::text AS body" +
     " FROM idempotency.begin($1::text, $2::text, $3::text," +
-    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval)",
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o" +
+    " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)" +
+    " WHERE o.outcome <> 'started' OFFSET 0) AS a ON true",
 };
 // Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
 const COMPLETE_T: Template = {
@@ -187,12 +155,8 @@ function render(template: Template, args: string[], prepared: boolean): string {
   return template.sql.replace(/\$(\d+)/g, (_, n: string) => args[Number(n) - 1]);
 }
 
-function beginArgs(
-  request: Request,
-  options: { ttlMs: number | null; waitMs: number | null; duplicates: DuplicateMode },
-): string[] {
-  const mode = request.duplicates ?? options.duplicates;
-  if (!DUPLICATE_MODES.includes(mode)) throw new RangeError(`duplicates must be "wait" or "reject", not ${mode}`);
+/** begin's arguments as literals, but the last two (the answer's type base and Retry-After). */
+function beginArgs(request: Request, options: Required<KeyOptions>): string[] {
   return [
     literal(request.principal),
     literal(request.key),
@@ -202,7 +166,7 @@ function beginArgs(
     byteaLiteral(request.body),
     textArrayLiteral(request.exclude),
     intervalLiteral(options.ttlMs),
-    intervalLiteral(mode === "reject" ? 0 : options.waitMs), // reject: 409 at once
+    intervalLiteral(waitFor(request, options)),
   ];
 }
 
@@ -215,13 +179,14 @@ async function rollbackQuietly(db: Db): Promise<void> {
 }
 
 /**
- * Runs handlers through the transactional protocol and maps outcomes to HTTP.
+ * Runs handlers through the transactional protocol; the outcomes that do not run the
+ * handler are answered by the extension (idempotency.http_answer).
  * One Client serves many connections and concurrent requests; a connection
  * serves one request at a time.
  */
 export class Client {
   /** The settings, defaults filled in. */
-  readonly options: Required<Omit<Options, "finalStatuses">> & { finalStatuses?: readonly number[] };
+  readonly options: Required<Options>;
   /** What this client did. */
   readonly counters: Counters = {
     started: 0,
@@ -235,34 +200,30 @@ export class Client {
     storedErrors: 0,
     retries: 0,
   };
-  private readonly final: FinalStatuses;
+  private readonly storage = new StorageTable();
 
   /** A client with these options (see Options for the defaults). */
   constructor(options: Options = {}) {
     this.options = {
+      ...keyOptions(options),
       methodsRequiringKey: options.methodsRequiringKey ?? ["POST", "PATCH"],
-      keptHeaders: options.keptHeaders ?? DEFAULT_KEPT_HEADERS,
-      waitMs: options.waitMs ?? null,
-      duplicates: options.duplicates ?? DEFAULT_DUPLICATE_MODE,
-      ttlMs: options.ttlMs ?? null,
       maxAttempts: options.maxAttempts ?? 3,
-      retryAfter: options.retryAfter ?? 1,
-      finalStatuses: options.finalStatuses,
-      problemTypeBase: options.problemTypeBase ?? "/problems/",
-      maxKeyLength: options.maxKeyLength ?? 255,
+      retryAfter: options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS,
       beginStatement: options.beginStatement ?? "BEGIN",
       prepare: options.prepare ?? true,
     };
     if (!Number.isInteger(this.options.maxAttempts) || this.options.maxAttempts < 1) {
       throw new RangeError("maxAttempts must be at least 1");
     }
-    this.final = new FinalStatuses(options.finalStatuses);
+    if (!Number.isSafeInteger(this.options.retryAfter)) {
+      throw new RangeError(`retryAfter must be an integer number of seconds, not ${this.options.retryAfter}`);
+    }
   }
 
-  /** Whether a response with this status is stored (idempotency.final_statuses). */
+  /** Whether a response with this status is stored (idempotency.http_storage, read once). */
   async isFinal(db: Db, status: number): Promise<boolean> {
-    await this.final.load(db);
-    return this.final.isFinal(status);
+    await this.storage.load(db);
+    return this.storage.isFinal(status);
   }
 
   /**
@@ -323,7 +284,7 @@ export class Client {
         `The Idempotency-Key must be 1 to ${options.maxKeyLength} visible ASCII characters.`,
       );
     }
-    await this.final.load(db); // known before any transaction starts
+    await this.storage.load(db); // known before any transaction starts
 
     let row: Record<string, string | null>;
     try {
@@ -344,7 +305,7 @@ export class Client {
     if (outcome !== "started") {
       let response: Response;
       try {
-        response = stamped(this.answer(outcome, row), row.expires_epoch);
+        response = this.answer(outcome, row);
       } finally {
         await db.query("COMMIT");
       }
@@ -362,7 +323,8 @@ export class Client {
       await rollbackQuietly(db); // nothing is stored; the error propagates
       throw error;
     }
-    if (!this.final.isFinal(answer.status)) {
+    const storage = this.storage.of(answer.status);
+    if (storage === "not_stored") {
       // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
       // retry after a token refresh, throttling or a crash takes effect once.
       this.counters.notStored++;
@@ -371,7 +333,7 @@ export class Client {
     }
     const headers = keptHeadersJson(answer, options.keptHeaders);
     const secret = answer.oneTimeSecret;
-    if (answer.status >= 400) {
+    if (storage === "saved_after_rollback") {
       // A final error has no effect to keep: roll back, then store it alone
       // (save_final runs in an implicit transaction of its own, same string).
       const args = [
@@ -419,7 +381,8 @@ export class Client {
    */
   private async begin(db: Db, request: Request): Promise<Record<string, string | null>> {
     const options = this.options;
-    const args = beginArgs(request, options);
+    const answerArgs = [literal(options.problemTypeBase), String(Math.trunc(options.retryAfter))];
+    const args = [...beginArgs(request, options), ...answerArgs];
     const send = async (prepare: boolean, prepared: boolean) => {
       const text = `${prepare ? prepareAll() + "; " : ""}${options.beginStatement}; ${render(BEGIN_T, args, prepared)}`;
       const results = (await db.query(text)) as unknown as Array<{
@@ -451,21 +414,12 @@ export class Client {
     }
   }
 
+  /** The extension's answer in begin's row (also begin_batch's, batch.ts), counted. */
   private answer(outcome: string, row: Record<string, string | null>): Response {
-    if (outcome === "replay") {
-      this.counters.replayed++;
-      return storedResponse(
-        Number(row.response_status),
-        row.response_headers,
-        decodeBytea(row.response_body),
-        row.resource_id,
-        this.options.problemTypeBase, // a stream too large to keep: 409 response-not-kept
-      );
+    if (!Object.prototype.hasOwnProperty.call(OUTCOME_COUNTERS, outcome) || row.status === null) {
+      throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
     }
-    const options = this.options;
-    const response = problemForOutcome(outcome, row.lease_seconds, options.retryAfter, options.problemTypeBase);
-    if (response === null) throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
     this.counters[OUTCOME_COUNTERS[outcome as keyof typeof OUTCOME_COUNTERS]]++;
-    return response;
+    return answerResponse(row.status, row.headers, decodeBytea(row.body), row.resource_id);
   }
 }

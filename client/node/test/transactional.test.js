@@ -139,6 +139,51 @@ test("a key held by another transaction is 409 with Retry-After once the wait ru
   assert.equal(ok.status, 201);
 });
 
+test("what is stored follows idempotency.http_storage (the server's final_statuses), read once", async () => {
+  const conn = await db.connect();
+  await conn.query("SET idempotency.final_statuses = '2xx,503'");
+  const client = new Client();
+  const who = principal();
+  const answer = (status) => async (c) => {
+    await c.query(INSERT, [who, String(status)]);
+    return new Response(status, [], String(status));
+  };
+  const request = (k) => ({ principal: who, key: k, method: "POST", path: "/o" });
+  const [unavailable, missing, created] = [key(), key(), key()];
+  assert.equal((await client.handle(conn, request(unavailable), answer(503))).status, 503);
+  assert.equal((await client.handle(conn, request(missing), answer(404))).status, 404);
+  assert.equal((await client.handle(conn, request(created), answer(201))).status, 201);
+  assert.deepEqual(
+    { storedErrors: client.counters.storedErrors, notStored: client.counters.notStored, started: client.counters.started },
+    { storedErrors: 1, notStored: 1, started: 3 },
+  );
+  const replay = await client.handle(conn, request(unavailable), answer(503));
+  assert.equal(replay.replayed, true, "a 503 is saved after the rollback when final_statuses says so");
+  assert.equal((await client.handle(conn, request(missing), answer(404))).replayed, false, "404 is not stored here");
+  assert.equal(await count(conn, who), 1, "only the 201's row stays: a 503 and a 404 roll back");
+  await conn.query("RESET idempotency.final_statuses");
+});
+
+test("the client's retryAfter and problemTypeBase go to http_answer, prepared or inline", async () => {
+  for (const prepare of [true, false]) {
+    const holder = await db.connect();
+    const conn = await db.connect();
+    const client = new Client({ duplicates: "reject", retryAfter: 7, problemTypeBase: "https://e.test/'q'/", prepare });
+    const who = principal();
+    const k = key();
+    await holder.query("BEGIN");
+    await holder.query("SELECT * FROM idempotency.begin($1, $2, 'a', idempotency.fingerprint('POST', '/o'))", [who, k]);
+    const busy = await client.handle(conn, { principal: who, key: k, method: "POST", path: "/o" }, order(who));
+    await holder.query("ROLLBACK");
+    assert.equal(busy.status, 409, `prepare ${prepare}`);
+    assert.equal(busy.header("Retry-After"), "7", `prepare ${prepare}`);
+    assert.equal(JSON.parse(busy.body.toString()).type, "https://e.test/'q'/request-in-progress");
+    assert.equal(client.counters.inProgress, 1);
+  }
+  assert.throws(() => new Client({ retryAfter: 1.5 }), RangeError);
+  assert.throws(() => new Client({ retryAfter: Number.NaN }), RangeError);
+});
+
 test("a one-time secret is sent once; the retry is 409 one-time-secret", async () => {
   const conn = await db.connect();
   const client = new Client();
