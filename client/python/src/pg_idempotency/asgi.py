@@ -31,7 +31,7 @@ from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .async_transactional import AsyncClient
 from .fault import is_database_fault
 from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response, database_fault_response
-from .router import AsyncRouter, is_stale_placement
+from .async_router import AsyncRouter, is_stale_placement
 
 __all__ = ["IdempotencyMiddleware", "RequestContext", "context", "SCOPE_KEY"]
 
