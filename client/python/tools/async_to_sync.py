@@ -39,6 +39,7 @@ MODULES = {
     "async_transactional.py": "transactional.py",
     "async_lease.py": "lease.py",
     "async_router.py": "router.py",
+    "_async_middleware.py": "_middleware.py",
 }
 
 # Async names and their sync counterparts (whole words).
@@ -51,10 +52,12 @@ NAMES = {
     "AsyncHandler": "Handler",
     "AsyncIterator": "Iterator",
     "AsyncLeaseRunner": "LeaseRunner",
+    "AsyncMiddlewareCore": "MiddlewareCore",
     "AsyncRenewer": "Renewer",
     "AsyncRouter": "Router",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
+    "_async_middleware": "_middleware",
     "async_lease": "lease",
     "async_router": "router",
     "async_transactional": "transactional",

@@ -24,13 +24,7 @@ from typing import Any, Iterator, Optional
 
 import psycopg
 
-from ._router_core import (  # noqa: F401
-    DEFAULT_MAX_PRINCIPALS,
-    DEFAULT_NODE_DOWN_SECONDS,
-    DEFAULT_REFRESH_SECONDS,
-    PLACEMENT_SQL,
-    STALE_PLACEMENT_MESSAGE,
-    STALE_PLACEMENT_SQLSTATE,
+from ._router_core import (
     Route,
     RouterCounters,
     Target,
