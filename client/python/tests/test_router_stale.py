@@ -16,7 +16,7 @@ import pytest
 from psycopg import errors
 
 from pg_idempotency import AsyncClient, AsyncRouter, Client, Router, asgi, is_stale_placement, wsgi
-from pg_idempotency._protocol import STALE_PLACEMENT_MESSAGE
+from pg_idempotency.router import STALE_PLACEMENT_MESSAGE
 from routing import FAKE_PLACEMENT, FakeClock, databases, new_principal, nodes, place, where
 
 RAISE_STALE = ("DO $$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000',"

@@ -24,7 +24,13 @@ from typing import Any, AsyncIterator, Optional
 
 import psycopg
 
-from ._router_core import (
+from ._router_core import (  # noqa: F401 (the routing defaults, public here as before)
+    DEFAULT_MAX_PRINCIPALS,
+    DEFAULT_NODE_DOWN_SECONDS,
+    DEFAULT_REFRESH_SECONDS,
+    PLACEMENT_SQL,
+    STALE_PLACEMENT_MESSAGE,
+    STALE_PLACEMENT_SQLSTATE,
     Route,
     RouterCounters,
     Target,
