@@ -64,8 +64,6 @@ NAMES = {
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
     "fingerprint_async": "fingerprint",
-    "load_async": "load",
-    "run_async": "run",
 }
 
 DIRECTIVE = re.compile(r"^(?P<indent>\s*)(?P<code>.*?)\s+# sync: (?P<sync>.*)$")

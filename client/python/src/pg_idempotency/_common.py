@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, List, Optional, Sequence
 
-import psycopg
-
 from . import _wire
 from .http import (
     EXPIRES_HEADER,
@@ -163,18 +161,6 @@ class Storage:
         for status, meaning in result.rows:
             table[int(status or b"0") - 100] = (meaning or b"").decode()
         self._table = table
-
-    def load(self, conn: psycopg.Connection[Any]) -> None:
-        """load_gen on a sync connection."""
-        if self._table is None:
-            with conn.lock:
-                conn.wait(self.load_gen(conn))
-
-    async def load_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """load_gen on an async connection."""
-        if self._table is None:
-            async with conn.lock:
-                await conn.wait(self.load_gen(conn))
 
     def meaning(self, status: int) -> str:
         """COMMITTED_WITH_KEY, SAVED_AFTER_ROLLBACK or NOT_STORED."""

@@ -100,7 +100,7 @@ def _positional(sql: str) -> str:
 
 class _Placements:
     """The cache (least recently used out first), the nodes marked down and the counters;
-    the callers hold the lock (Router) or run on one event loop (AsyncRouter)."""
+    the callers hold the router's lock (never across an await)."""
 
     def __init__(self, default: Target, nodes: Mapping[str, Target], placement_sql: str,
                  refresh: float, node_down: float, max_principals: int,

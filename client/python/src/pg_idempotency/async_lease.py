@@ -139,7 +139,8 @@ class AsyncLeaseRunner(LeaseRunnerBase):
             return rejected
         conn = await self.connection()
         if self.options.policy == Policy.REMEMBER:
-            await self._final.load_async(conn)  # known before holding anything
+            async with conn.lock:  # known before holding anything
+                await conn.wait(self._final.load_gen(conn))
         try:
             row = await (await conn.execute(ACQUIRE_SQL, self._acquire_params(request))).fetchone()
         except psycopg.Error as error:

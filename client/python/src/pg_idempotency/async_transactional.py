@@ -76,7 +76,8 @@ class AsyncClient(ClientBase):
 
     async def is_final(self, conn: psycopg.AsyncConnection[Any], status: int) -> bool:
         """Whether a response with this status is stored (idempotency.http_storage)."""
-        await self._final.load_async(conn)
+        async with conn.lock:
+            await conn.wait(self._final.load_gen(conn))
         return self._final(status)
 
     def transaction(self, conn: psycopg.AsyncConnection[Any], request: Request) -> AsyncAttempt:

@@ -128,7 +128,8 @@ class LeaseRunner(LeaseRunnerBase):
             return rejected
         conn = self.connection()
         if self.options.policy == Policy.REMEMBER:
-            self._final.load(conn)  # known before holding anything
+            with conn.lock:  # known before holding anything
+                conn.wait(self._final.load_gen(conn))
         try:
             row = (conn.execute(ACQUIRE_SQL, self._acquire_params(request))).fetchone()
         except psycopg.Error as error:

@@ -77,7 +77,8 @@ class Client(ClientBase):
 
     def is_final(self, conn: psycopg.Connection[Any], status: int) -> bool:
         """Whether a response with this status is stored (idempotency.http_storage)."""
-        self._final.load(conn)
+        with conn.lock:
+            conn.wait(self._final.load_gen(conn))
         return self._final(status)
 
     def transaction(self, conn: psycopg.Connection[Any], request: Request) -> Attempt:
