@@ -23,6 +23,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 
 from ._async_middleware import AsyncMiddlewareCore, RequestContext
+from ._common import COMMITTED_WITH_KEY
 from ._stream import AnswerState, stream_headers
 from .async_router import AsyncRouter
 from .async_transactional import AsyncClient
@@ -191,8 +192,8 @@ class IdempotencyMiddleware(AsyncMiddlewareCore):
                 answer.finished = not message.get("more_body", False)
                 if message.get("more_body", False) and not answer.streaming and "status" in answer.start:
                     status = int(answer.start["status"])
-                    final = status < 400 and await self.client.is_final(request_context.connection, status)
-                    await answer.start_stream(final)
+                    storage = await self.client.storage(request_context.connection, status)
+                    await answer.start_stream(storage == COMMITTED_WITH_KEY)
 
         await self.app(inner, replay, capture)
         if "status" not in answer.start:

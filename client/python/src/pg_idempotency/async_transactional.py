@@ -32,7 +32,7 @@ from psycopg import errors
 
 from . import _batch
 from ._batch import BatchFlag, BatchOutcome
-from ._common import Request
+from ._common import NOT_STORED, Request
 from ._transactional_core import AttemptBase, ClientBase, Counters, Options, fingerprint_gen
 from .http import Response
 
@@ -74,11 +74,17 @@ class AsyncClient(ClientBase):
     time (psycopg's rule), passed to each call.
     """
 
-    async def is_final(self, conn: psycopg.AsyncConnection[Any], status: int) -> bool:
-        """Whether a response with this status is stored (idempotency.http_storage)."""
+    async def storage(self, conn: psycopg.AsyncConnection[Any], status: int) -> str:
+        """What a handler's response with this status does, as idempotency.http_storage
+        says (read once per client): "committed_with_key", "saved_after_rollback" or
+        "not_stored"."""
         async with conn.lock:
             await conn.wait(self._final.load_gen(conn))
-        return self._final(status)
+        return self._final.meaning(status)
+
+    async def is_final(self, conn: psycopg.AsyncConnection[Any], status: int) -> bool:
+        """Whether a response with this status is stored (idempotency.http_storage)."""
+        return await self.storage(conn, status) != NOT_STORED
 
     def transaction(self, conn: psycopg.AsyncConnection[Any], request: Request) -> AsyncAttempt:
         """A context manager that runs one attempt of ``request`` on ``conn``.

@@ -33,7 +33,7 @@ from psycopg import errors
 
 from . import _batch
 from ._batch import BatchFlag, BatchOutcome
-from ._common import Request
+from ._common import NOT_STORED, Request
 from ._transactional_core import AttemptBase, ClientBase, Counters, Options, fingerprint_gen
 from .http import Response
 
@@ -75,11 +75,17 @@ class Client(ClientBase):
     time (psycopg's rule), passed to each call.
     """
 
-    def is_final(self, conn: psycopg.Connection[Any], status: int) -> bool:
-        """Whether a response with this status is stored (idempotency.http_storage)."""
+    def storage(self, conn: psycopg.Connection[Any], status: int) -> str:
+        """What a handler's response with this status does, as idempotency.http_storage
+        says (read once per client): "committed_with_key", "saved_after_rollback" or
+        "not_stored"."""
         with conn.lock:
             conn.wait(self._final.load_gen(conn))
-        return self._final(status)
+        return self._final.meaning(status)
+
+    def is_final(self, conn: psycopg.Connection[Any], status: int) -> bool:
+        """Whether a response with this status is stored (idempotency.http_storage)."""
+        return self.storage(conn, status) != NOT_STORED
 
     def transaction(self, conn: psycopg.Connection[Any], request: Request) -> Attempt:
         """A context manager that runs one attempt of ``request`` on ``conn``.

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 import psycopg
 
+from ._common import COMMITTED_WITH_KEY
 from ._middleware import MiddlewareCore, RequestContext
 from ._stream import AnswerState, stream_headers
 from .http import DEFAULT_MAX_STREAM_BYTES, Response
@@ -155,7 +156,8 @@ class IdempotencyMiddleware(MiddlewareCore):
                     if answer.status is None:
                         break
                     status = int(answer.status.split(" ", 1)[0])
-                    answer.start_stream(status < 400 and self.client.is_final(context.connection, status))
+                    storage = self.client.storage(context.connection, status)
+                    answer.start_stream(storage == COMMITTED_WITH_KEY)
         finally:
             close = getattr(result, "close", None)
             if close is not None:
