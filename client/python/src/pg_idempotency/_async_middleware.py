@@ -11,7 +11,8 @@ The async and the sync form are one text: ``_middleware`` (WSGI) is generated fr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional, Union  # sync: from typing import Any, Callable, Optional, Union
+from typing import Any, Awaitable, Callable, Optional, Union  # async only
+# sync only: from typing import Any, Callable, Optional, Union
 
 import psycopg
 from psycopg import errors

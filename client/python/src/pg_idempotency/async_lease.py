@@ -19,7 +19,8 @@ async one by client/python/tools/async_to_sync.py. Both make every decision in
 from __future__ import annotations
 
 import asyncio  # sync: import threading
-from typing import Any, Awaitable, Callable, Optional  # sync: from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional  # async only
+# sync only: from typing import Any, Callable, Optional
 
 import psycopg
 
@@ -60,7 +61,8 @@ class AsyncRenewer:
         self.lost = False
         self.renewals = 0
         self._stop = asyncio.Event()  # sync: self._stop = threading.Event()
-        self._worker = asyncio.get_running_loop().create_task(self._loop())  # sync: self._worker = threading.Thread(target=self._loop, name="pg_idempotency-renew", daemon=True)
+        self._worker = asyncio.get_running_loop().create_task(self._loop())  # async only
+        # sync only: self._worker = threading.Thread(target=self._loop, name="pg_idempotency-renew", daemon=True)
         # sync only: self._worker.start()
 
     async def stop(self) -> None:
@@ -74,7 +76,8 @@ class AsyncRenewer:
         conn: Optional[psycopg.AsyncConnection[Any]] = None
         failures = 0
         try:
-            while not await _stopped(self._stop, self._period):  # sync: while not self._stop.wait(self._period):
+            while not await _stopped(self._stop, self._period):  # async only
+            # sync only: while not self._stop.wait(self._period):
                 try:
                     if conn is None or conn.closed:
                         conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
@@ -163,7 +166,8 @@ class AsyncLeaseRunner(LeaseRunnerBase):
             await renewer.stop()
         sql, params = self._settlement(request, fence, failure is not None, response)
         # The settlement must not be lost to a second cancellation: shielded (async).
-        settled = await asyncio.shield(self._settle(sql, params))  # sync: settled = self._settle(sql, params)
+        settled = await asyncio.shield(self._settle(sql, params))  # async only
+        # sync only: settled = self._settle(sql, params)
         if failure is not None:
             raise failure
         expires, read = self._settled_expiry(sql, settled, row[3])

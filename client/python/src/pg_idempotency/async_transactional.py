@@ -25,7 +25,8 @@ from __future__ import annotations
 import functools
 from types import TracebackType
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Type  # sync: from typing import Any, Callable, List, Optional, Sequence, Type
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Type  # async only
+# sync only: from typing import Any, Callable, List, Optional, Sequence, Type
 
 import psycopg
 from psycopg import errors
