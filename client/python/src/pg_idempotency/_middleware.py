@@ -5,8 +5,8 @@ the principal's route, the attempts, the answer to a database fault). Each adapt
 keeps only its framework's side: reading the request, running the application and
 capturing its answer, sending the response.
 
-The async and the sync form are one text: ``_middleware`` (WSGI) is generated from
-``_middleware`` (ASGI) by client/python/tools/async_to_sync.py.
+The async and the sync form are one text: the sync module (for WSGI) is generated
+from the async one (for ASGI) by client/python/tools/async_to_sync.py.
 """
 
 from __future__ import annotations

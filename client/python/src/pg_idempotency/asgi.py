@@ -6,9 +6,10 @@
 
 For each HTTP request with a principal the middleware takes an async
 connection, runs the transactional protocol around the wrapped application
-(``AsyncClient.handle``), and answers replays, 400, 409 and 422 itself, with
-the same statuses, headers and bodies as the WSGI middleware (a database fault:
-503 database-unavailable). The application
+(``AsyncClient.handle``), and answers replays, 400, 409, 410 and 422 without
+running it, with the same statuses, headers and bodies as the WSGI middleware (the
+answers of the extension's ``idempotency.http_answer``; a database fault: 503
+database-unavailable). The application
 finds the connection, already inside the transaction that holds the key, in
 ``scope["pg_idempotency"].connection`` (Starlette and FastAPI:
 ``request.scope["pg_idempotency"]``, or ``context(request)``) and must do its

@@ -1,16 +1,18 @@
-"""Routing by principal under Citus: ``AsyncRouter`` (and ``Router``, generated from it).
+"""Routing by principal under Citus: the router of this module's I/O model (async
+or sync).
 
-    router = AsyncRouter("host=coordinator dbname=shop",
-                         {"worker-1:5432": "host=worker-1 dbname=shop",
-                          "worker-2:5432": worker_2_pool.connection})
+    router = AsyncRouter(
+        "host=coordinator dbname=shop",
+        {"worker-1:5432": "host=worker-1 dbname=shop", "worker-2:5432": worker_2_pool.connection},
+    )
     async with router.connection(principal) as conn:
         await client.handle(conn, request, handler)
 
 ``_router_core`` has the design (the placements cache, nodes marked down, stale
 placements); docs/scale-out.md ("Routing by principal") the why. A target is a libpq
 connection string (a connection is opened per request) or a function returning a
-context manager that yields a connection (a pool's ``connection`` method; for
-AsyncRouter an async context manager, an ``AsyncConnectionPool``'s).
+context manager that yields a connection (a pool's ``connection`` method; for the
+async router an async context manager, an ``AsyncConnectionPool``'s).
 
 The async and the sync router are one text: the sync module is generated from the
 async one by client/python/tools/async_to_sync.py.

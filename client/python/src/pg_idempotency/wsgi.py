@@ -5,7 +5,8 @@
 
 For each request with a principal the middleware takes a connection, runs the
 transactional protocol around the wrapped application, and answers replays,
-400, 409 and 422 itself. The application finds the connection, already inside
+400, 409, 410 and 422 without running it (the answers of the extension's
+``idempotency.http_answer``). The application finds the connection, already inside
 the transaction that holds the key, in ``environ["pg_idempotency"].connection``
 and must do its writes there (and not commit). It may set ``one_time_secret``
 and ``resource_id`` on the same object.
