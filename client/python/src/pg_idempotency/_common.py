@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Sequence
 
 from . import _wire
 from .http import (
+    DUPLICATE_MODES,
     EXPIRES_HEADER,
     NOT_KEPT_ENTRY,
     NOT_KEPT_VALUE,
@@ -55,6 +56,15 @@ def valid_key(key: str, max_length: int) -> bool:
     """1 to max_length visible ASCII characters (space included), as the C++ client checks."""
     # isprintable() on ASCII is exactly 0x20..0x7E (space in, DEL and controls out).
     return 0 < len(key) <= max_length and key.isascii() and key.isprintable()
+
+
+def duplicate_wait(request: Request, duplicates: str, wait: Optional[timedelta]) -> Optional[timedelta]:
+    """The wait of begin or acquire: 0 in reject mode (409 at once), else ``wait``; the
+    request's mode first, then the client's (``duplicates``)."""
+    mode = request.duplicates or duplicates
+    if mode not in DUPLICATE_MODES:
+        raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
+    return timedelta(0) if mode == "reject" else wait
 
 
 def interval(value: Optional[timedelta]) -> Optional[str]:

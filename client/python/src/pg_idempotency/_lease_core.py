@@ -19,6 +19,7 @@ from ._common import (
     Request,
     Storage,
     answer_response,
+    duplicate_wait,
     interval,
     kept_headers_json,
     valid_key,
@@ -26,7 +27,6 @@ from ._common import (
 from .http import (
     DEFAULT_DUPLICATE_MODE,
     DEFAULT_KEPT_HEADERS,
-    DUPLICATE_MODES,
     EXPIRES_HEADER,
     KEY_REFUSED_DETAIL,
     PROBLEM_TYPE_BASE,
@@ -189,16 +189,9 @@ class LeaseRunnerBase:
             list(request.exclude) or None,
             interval(options.lease),
             interval(options.ttl),
-            interval(self._wait(request)),
+            interval(duplicate_wait(request, options.duplicates, options.wait)),
             options.problem_type_base,
         )
-
-    def _wait(self, request: Request) -> Optional[timedelta]:
-        """acquire's wait: 0 in reject mode (409 at once), else the configured wait."""
-        mode = request.duplicates or self.options.duplicates
-        if mode not in DUPLICATE_MODES:
-            raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
-        return timedelta(0) if mode == "reject" else self.options.wait
 
     def _answer(self, row: Any) -> Optional[LeaseResult]:
         """The result of an acquire that did not start, None when it started: the

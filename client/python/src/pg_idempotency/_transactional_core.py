@@ -28,6 +28,7 @@ from ._common import (
     Request,
     Storage,
     answer_response,
+    duplicate_wait,
     interval,
     kept_headers_json,
     text_array,
@@ -37,7 +38,6 @@ from .http import (
     DEFAULT_DUPLICATE_MODE,
     DEFAULT_KEPT_HEADERS,
     DEFAULT_RETRY_AFTER_SECONDS,
-    DUPLICATE_MODES,
     EXPIRES_HEADER,
     KEY_REFUSED_DETAIL,
     PROBLEM_TYPE_BASE,
@@ -283,7 +283,7 @@ class ClientBase:
             request.body,
             text_array(request.exclude),
             interval(options.ttl),
-            interval(self._wait(request)),
+            interval(duplicate_wait(request, options.duplicates, options.wait)),
             options.problem_type_base,
             str(options.retry_after),
         ]
@@ -317,13 +317,6 @@ class ClientBase:
                 attempt._named = True
             return result
         raise AssertionError("unreachable")
-
-    def _wait(self, request: Request) -> Optional[timedelta]:
-        """begin's wait: 0 in reject mode (409 at once), else the configured wait."""
-        mode = request.duplicates or self.options.duplicates
-        if mode not in DUPLICATE_MODES:
-            raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
-        return timedelta(0) if mode == "reject" else self.options.wait
 
     def _answer(self, outcome: str, row: dict) -> Response:
         """The answer idempotency.http_answer gave in begin's row, counted."""
