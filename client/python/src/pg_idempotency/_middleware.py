@@ -109,10 +109,10 @@ class MiddlewareCore:
         self.router = router
 
     def _request(self, source: Any, principal: str, key: Optional[str], method: str, path: str,
-                 body: bytes) -> Request:
+                 body: Optional[bytes]) -> Request:
         """The keyed request of ``source`` (an environ or a scope), its duplicate mode chosen."""
         duplicates = self.duplicates(source) if callable(self.duplicates) else self.duplicates
-        return Request(principal=principal, key=key, method=method, path=path, body=body or None,
+        return Request(principal=principal, key=key, method=method, path=path, body=body,
                        duplicates=duplicates)
 
     def _serve(self, request: Request, answer: AnswerState, run_app: RunApp) -> Response:

@@ -146,7 +146,8 @@ class IdempotencyMiddleware(AsyncMiddlewareCore):
             return
         body = await _read_body(receive)
         path = scope.get("root_path", "") + scope.get("path", "")
-        request = self._request(scope, principal, _header(scope, _KEY_HEADER), scope.get("method", "GET"), path, body)
+        key = _header(scope, _KEY_HEADER)
+        request = self._request(scope, principal, key, scope.get("method", "GET"), path, body or None)
         answer = _Answer(send, self.max_stream_bytes)
 
         async def run_app(context: RequestContext) -> Response:

@@ -134,7 +134,7 @@ class IdempotencyMiddleware(MiddlewareCore):
         body = environ["wsgi.input"].read(length) if length > 0 else b""
         key = environ.get("HTTP_IDEMPOTENCY_KEY")
         method = environ.get("REQUEST_METHOD", "GET")
-        request = self._request(environ, principal, key, method, _path(environ), body if length > 0 else b"")
+        request = self._request(environ, principal, key, method, _path(environ), body if length > 0 else None)
         answer = _Answer(start_response, self.max_stream_bytes)
         response = self._serve(request, answer, lambda context: self._run_app(environ, body, context, answer))
         if answer.write is not None:
