@@ -221,7 +221,7 @@ def check_functions(root, errors):
 # aside. The target of issue 35 is CLIENT_TARGET each; a ceiling is lowered when
 # a library shrinks and never raised (a library over its ceiling fails).
 CLIENT_TARGET = 2000
-CLIENT_CEILINGS = {"cpp": 2744, "go": 2552, "node": 2687, "python": 3103, "rust": 3052}
+CLIENT_CEILINGS = {"cpp": 2744, "go": 2552, "node": 2687, "python": 2718, "rust": 3052}
 # The globs of each client library's source files.
 CLIENT_SOURCES = {
     "cpp": ["client/cpp/src/*.cpp", "client/cpp/src/*.hpp", "client/cpp/include/**/*.hpp"],

@@ -12,10 +12,12 @@ fault), the database fault's detail and SQLSTATEs, the routing defaults.
     /usr/bin/python3 tools/protocol_gen.py go > client/go/protocol_gen.go
     /usr/bin/python3 tools/protocol_gen.py cpp > client/cpp/include/idem/protocol_gen.hpp
     /usr/bin/python3 tools/protocol_gen.py node > client/node/src/protocol_gen.ts
+    /usr/bin/python3 tools/protocol_gen.py python > client/python/src/pg_idempotency/_protocol.py
 
 One function per language (GENERATORS); each takes the parsed protocol.json and
 returns the file's text. A test diffs the committed file with a fresh run
-(tests/integration/go_client.sh, client/node/test/generated.test.js), so a stale
+(tests/integration/go_client.sh, client/node/test/generated.test.js,
+client/python/tests/test_generated.py, ctest protocol_gen_fresh), so a stale
 file fails. Python 3 stdlib only.
 """
 
@@ -427,7 +429,127 @@ def node(protocol):
     return "\n".join(lines)
 
 
-GENERATORS = {"go": go, "cpp": cpp, "node": node}
+def py_string(text, first):
+    """A Python string literal for a module-level name: on one line when it fits
+    after `first` columns, else split at spaces into adjacent literals, one a
+    line (four spaces in), each line at most 100, in parentheses."""
+    if first + len(json.dumps(text, ensure_ascii=False)) <= 100:
+        return json.dumps(text, ensure_ascii=False)
+    pieces, current = [], ""
+    for word in text.split(" "):
+        candidate = word if not current else current + " " + word
+        if current and len(json.dumps(candidate + " ", ensure_ascii=False)) > 96:
+            pieces.append(current + " ")
+            current = word
+        else:
+            current = candidate
+    pieces.append(current)
+    literals = [json.dumps(piece, ensure_ascii=False) for piece in pieces]
+    return "(\n    " + "\n    ".join(literals) + "\n)"
+
+
+def python(protocol):
+    """client/python/src/pg_idempotency/_protocol.py: the module _protocol."""
+    routing = protocol["routing"]
+    fault = protocol["database_fault"]
+    lines = [
+        "# " + HEADER,
+        '"""The names, defaults and the client\'s own problem types of client/protocol.json.',
+        "",
+        "The answers of the outcomes that do not run the handler come whole from",
+        'idempotency.http_answer; what is here is what the client needs before or without it."""',
+        "",
+        "import enum",
+        "",
+        "",
+        "class Problem(enum.Enum):",
+        '    """An RFC 9457 problem type the client answers with itself: (slug, status, title)."""',
+        "",
+    ]
+    for name in CLIENT_PROBLEMS:
+        problem = protocol["problems"][name]
+        lines.append("    %s = (" % name.upper())
+        lines.append("        %s," % json.dumps(problem["type"]))
+        lines.append("        %d," % problem["status"])
+        lines.append("        %s," % json.dumps(problem["title"]))
+        lines.append("    )")
+    lines += [
+        "",
+        "    @property",
+        "    def slug(self) -> str:",
+        '        """The slug appended to the type base ("idempotency-key-missing")."""',
+        "        return self.value[0]",
+        "",
+        "    @property",
+        "    def status(self) -> int:",
+        '        """The HTTP status of responses of this type."""',
+        "        return self.value[1]",
+        "",
+        "    @property",
+        "    def title(self) -> str:",
+        '        """The fixed, human-readable title."""',
+        "        return self.value[2]",
+        "",
+        "",
+    ]
+    values = [
+        ("PROBLEM_CONTENT_TYPE", "the Content-Type of every problem response",
+         protocol["problem_content_type"]),
+        ("PROBLEM_TYPE_BASE", "the default prefix of a problem's type URI",
+         protocol["problem_type_base"]),
+        ("KEY_HEADER", "the request header that carries the key", protocol["key_header"]),
+        ("REPLAY_HEADER", "the marker (value true) of a response played back from the key store",
+         protocol["replay_header"]),
+        ("EXPIRES_HEADER", "the response header that says until when the key counts",
+         protocol["expires_header"]),
+        ("EXPIRES_FORMAT", "the format of EXPIRES_HEADER's value", protocol["expires_format"]),
+        ("DUPLICATE_MODES", "what a duplicate of a running request does (wait, or 409 at once)",
+         tuple(protocol["duplicate_modes"])),
+        ("DEFAULT_DUPLICATE_MODE", "the duplicate mode of a call that names none",
+         protocol["default_duplicate_mode"]),
+        ("DEFAULT_RETRY_AFTER_SECONDS", "the Retry-After of a 409 for a key held by a transaction",
+         protocol["default_retry_after_seconds"]),
+        ("DEFAULT_KEPT_HEADERS", "the response headers stored with a key and replayed",
+         tuple(protocol["kept_headers"])),
+        ("STREAM_CHUNKS_ENTRY", "the stored entry of a stream's chunk lengths (never sent)",
+         protocol["stream_chunks_entry"]),
+        ("NOT_KEPT_ENTRY", "the stored entry of a stream too large to keep (never sent)",
+         protocol["not_kept_entry"]),
+        ("DEFAULT_MAX_STREAM_BYTES", "the longest streamed body a middleware keeps",
+         protocol["default_max_stream_bytes"]),
+        ("PLACEMENT_SQL", "the Citus query of the node that holds principal $1's shard",
+         routing["placement_sql"]),
+        ("DEFAULT_REFRESH_SECONDS", "how long a principal's placement is cached",
+         routing["default_refresh_seconds"]),
+        ("DEFAULT_NODE_DOWN_SECONDS", "how long a node that could not be connected to is skipped",
+         routing["default_node_down_seconds"]),
+        ("DEFAULT_MAX_PRINCIPALS", "how many principals' placements are cached at most",
+         routing["default_max_principals"]),
+        ("STALE_PLACEMENT_SQLSTATE", "the SQLSTATE of a call on a node without the shard",
+         routing["stale_placement"]["sqlstate"]),
+        ("STALE_PLACEMENT_MESSAGE", "that refusal's primary message (0A000 alone means more)",
+         routing["stale_placement"]["message"]),
+        ("DATABASE_FAULT_DETAIL", "the detail of the 503 database-unavailable answer",
+         fault["detail"]),
+        ("FAULT_SQLSTATE_CLASSES", "the SQLSTATE classes of a database fault",
+         tuple(fault["sqlstate_classes"])),
+        ("FAULT_SQLSTATES", "the other SQLSTATEs of a database fault", tuple(fault["sqlstates"])),
+    ]
+    for name, comment, value in values:
+        if isinstance(value, str):
+            literal = py_string(value, len(name) + 3)
+        elif isinstance(value, tuple):
+            items = [json.dumps(item) for item in value]
+            literal = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        else:
+            literal = "%d" % value
+        lines.append("%s = %s" % (name, literal))
+        lines.append('"""%s."""' % (comment[:1].upper() + comment[1:]))
+    lines.append("")
+    return "\n".join(lines)
+
+
+GENERATORS = {"go": go, "cpp": cpp, "node": node, "python": python}
 
 
 def main(argv):

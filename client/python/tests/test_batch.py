@@ -30,6 +30,9 @@ def test_every_outcome_in_input_order_then_replays(conn, admin, principal):
             (1, "m-3", "started"), (2, "m-1", "started"), (3, "done", "mismatch"), (4, "m-2", "started")]
         assert [r.started for r in rows] == [True, True, False, True]
         assert rows[2].resource_id == "r-d" and rows[2].response_status is None
+        # Each row's answer from idempotency.http_answer, in the same statement.
+        assert [r.answer is None for r in rows] == [True, True, False, True]
+        assert rows[2].answer.status == 422 and b"idempotency-key-reuse" in rows[2].answer.body
         assert rows[0].expires_at - rows[0].created_at == timedelta(hours=2)
         assert all(r.fence is not None for r in rows)
         done = client.complete_batch(conn, principal, ["m-3", "m-1", "m-2"], [201, 200, 422],
@@ -45,6 +48,9 @@ def test_every_outcome_in_input_order_then_replays(conn, admin, principal):
     assert rows[1].response_headers == [["Link", "</a>"], ["Link", "</b>"]]
     assert (rows[2].response_body, rows[2].response_headers, rows[2].resource_id) == (
         b"three", {"Location": "/m/3"}, "3")
+    replay = rows[1].answer
+    assert replay.status == 422 and replay.body == b"bad" and replay.replayed
+    assert [n for n, _ in replay.headers] == ["Link", "Link", "Idempotent-Replay", "Idempotency-Expires"]
     assert admin.execute("SELECT count(*) FROM idempotency.keys WHERE principal = %s",
                          (principal,)).fetchone()[0] == 4
 

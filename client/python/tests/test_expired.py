@@ -48,20 +48,25 @@ def gone_body() -> dict:
     }
 
 
-def test_the_lease_runner_answers_expired_with_410_and_the_past_expiry():
-    row = ("expired", None, None, None, None, None, None, PAST)
+# An expired key's answer as idempotency.http_answer gives it (tested in sql/http_answer.sql).
+GONE_HEADERS = '[["Content-Type","application/problem+json"],["Idempotency-Expires","Tue, 14 Nov 2023 22:13:20 GMT"]]'
+
+
+def test_the_lease_runner_answers_expired_with_the_extensions_410_and_the_past_expiry():
+    row = ("expired", None, None, PAST, 410, GONE_HEADERS, json.dumps(gone_body()).encode())
     result = LeaseRunnerBase("", LeaseOptions())._answer(row)
     assert result is not None and result.outcome == LeaseOutcome.EXPIRED
     assert result.response.status == 410 and json.loads(result.response.body) == gone_body()
     assert result.response.header(http.EXPIRES_HEADER) == "Tue, 14 Nov 2023 22:13:20 GMT"
     assert result.expires_epoch == PAST and result.expires_header() == "Tue, 14 Nov 2023 22:13:20 GMT"
-    assert result.response.header(http.REPLAY_HEADER) is None
+    assert result.response.header(http.REPLAY_HEADER) is None and not result.response.replayed
 
 
-def test_the_client_counts_expired_and_answers_410():
+def test_the_client_counts_expired_and_sends_the_extensions_answer():
     client = Client(Options())
-    response = client._answer("expired", {"lease_seconds": None})
-    assert response.status == 410 and json.loads(response.body) == gone_body()
+    row = {"status": b"410", "headers": GONE_HEADERS.encode(), "body": b"\\x7b7d", "resource_id": None}
+    response = client._answer("expired", row)
+    assert response.status == 410 and response.body == b"{}"
     assert client.counters.expired == 1
 
 
@@ -70,8 +75,8 @@ def test_the_lease_runners_wait_follows_the_duplicate_mode(where):
     options = LeaseOptions(wait=timedelta(seconds=3), duplicates="reject" if where == "options" else "wait")
     runner = LeaseRunnerBase("", options)
     request = Request("p", "k", "POST", "/pay", duplicates="reject" if where == "request" else None)
-    assert runner._acquire_params(request)[-1] == "0 milliseconds"
-    assert runner._acquire_params(Request("p", "k", "POST", "/pay", duplicates="wait"))[-1] == "3000 milliseconds"
+    assert runner._acquire_params(request)[9] == "0 milliseconds"
+    assert runner._acquire_params(Request("p", "k", "POST", "/pay", duplicates="wait"))[9] == "3000 milliseconds"
     with pytest.raises(ValueError, match="duplicates"):
         runner._acquire_params(Request("p", "k", "POST", "/pay", duplicates="maybe"))
 

@@ -1,7 +1,8 @@
 """Streamed responses in the WSGI and the ASGI middleware: sent as produced, kept with their
 chunk lengths up to max_stream_bytes and replayed as the same chunks; past the limit sent
 whole, kept as a marker only, and a retry gets 409 response-not-kept; non-final statuses and
-streams cut short are not kept. Also the stored form (kept_headers_json, stored_response)."""
+streams cut short are not kept. Also the stored form (kept_headers_json) and how an
+answer of idempotency.http_answer with a stored stream's chunk lengths is read (answer_response)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from psycopg import errors
 
 from pg_idempotency import AsyncClient, Client, Response
 from pg_idempotency import asgi, wsgi
-from pg_idempotency._common import kept_headers_json, stored_response
-from pg_idempotency.http import DETAILS, Problem
+from pathlib import Path
+
+from pg_idempotency._common import answer_response, kept_headers_json
+
+TABLE = json.loads((Path(__file__).resolve().parents[2] / "protocol.json").read_text(encoding="utf-8"))
 
 INSERT = "INSERT INTO orders (principal, item, quantity) VALUES (%s, 'stream', 1)"
 
@@ -33,8 +37,9 @@ def count(admin, principal):
 
 
 def not_kept_body() -> bytes:
-    return json.dumps({"detail": DETAILS["response_not_kept"], "status": 409,
-                       "title": Problem.RESPONSE_NOT_KEPT.title, "type": "/problems/response-not-kept"},
+    problem = TABLE["problems"]["response_not_kept"]
+    return json.dumps({"detail": TABLE["not_kept_detail"], "status": 409,
+                       "title": problem["title"], "type": "/problems/" + problem["type"]},
                       separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -51,15 +56,16 @@ def test_kept_headers_carry_the_chunks_or_the_marker_alone():
 
 
 def test_a_stored_stream_is_cut_at_its_chunks_and_the_entries_are_never_sent():
-    replay = stored_response(200, '[["Content-Type","text/plain"],[":chunks","2,3"]]', b"aabbb", None)
+    # As idempotency.http_answer gives a kept stream: ":chunks" in its place.
+    answer = '[["Content-Type","text/plain"],[":chunks","2,3"],["Idempotent-Replay","true"]]'
+    replay = answer_response(200, answer, b"aabbb", None)
     assert replay.chunks == [2, 3] and replay.pieces() == [b"aa", b"bbb"]
-    assert [n for n, _ in replay.headers] == ["Content-Type", "Idempotent-Replay"]
-    marker = stored_response(200, '{":not_kept":"stream-too-large"}', None, None)
-    assert marker.stream_too_large and marker.headers == [("Idempotent-Replay", "true")]
+    assert [n for n, _ in replay.headers] == ["Content-Type", "Idempotent-Replay"] and replay.replayed
     # Lengths that do not add up, or are not positive decimals: replayed whole.
     for bad in ("2,2", "2,-3", "0,5", "2, 3", "x"):
-        assert stored_response(200, json.dumps([[":chunks", bad]]), b"aabbb", None).chunks is None, bad
-    assert stored_response(200, '[[":chunks",""]]', b"", None).chunks == []
+        assert answer_response(200, json.dumps([[":chunks", bad]]), b"aabbb", None).chunks is None, bad
+    assert answer_response(200, '[[":chunks",""]]', b"", None).chunks == []
+    assert not answer_response(409, '[["Content-Type","application/problem+json"]]', b"{}", None).replayed
 
 
 # -- WSGI -----------------------------------------------------------------------------

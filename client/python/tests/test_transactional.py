@@ -380,3 +380,20 @@ def test_an_autocommit_connection_works_the_same(dsn, admin, principal):
         with c.transaction():  # the caller's own transactions still work afterwards
             create_order(c, principal)
     assert orders(admin, principal) == 2
+
+
+def test_storage_is_the_extensions_http_storage_read_once(conn, admin):
+    client = Client(Options())
+    assert client.storage(conn, 201) == "committed_with_key"
+    assert client.storage(conn, 422) == "saved_after_rollback"
+    assert client.storage(conn, 500) == "not_stored" and client.storage(conn, 99) == "not_stored"
+    assert client.is_final(conn, 201) and client.is_final(conn, 404) and not client.is_final(conn, 429)
+    # What the server says, status by status.
+    want = admin.execute("SELECT idempotency.http_storage(409)").fetchone()[0]
+    assert client.storage(conn, 409) == want
+    # A fixed list: final statuses below 400 commit with the key, the others are saved after the rollback.
+    fixed = Client(Options(final_statuses=[200, 418]))
+    assert fixed.storage(conn, 200) == "committed_with_key" and fixed.storage(conn, 418) == "saved_after_rollback"
+    assert fixed.storage(conn, 201) == "not_stored"
+    with pytest.raises(ValueError, match="not an HTTP status"):
+        Client(Options(final_statuses=[600]))

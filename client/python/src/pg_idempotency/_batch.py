@@ -20,12 +20,20 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
+from ._common import answer_response
+from .http import Response
+
 __all__ = ["BatchFlag", "BatchOutcome"]
 
+# Each row's answer from idempotency.http_answer in the same statement (see
+# _transactional_core.BEGIN_SQL for OFFSET 0).
 BEGIN_BATCH = (
-    "SELECT ord, key, outcome, response_status, response_headers, response_body, resource_id,"
-    " created_at, expires_at, fence, lease_until"
-    " FROM idempotency.begin_batch(%s, %s::text[], %s, %s::bytea[], %s::interval, %s::interval)"
+    "SELECT b.ord, b.key, b.outcome, b.response_status, b.response_headers, b.response_body,"
+    " b.resource_id, b.created_at, b.expires_at, b.fence, b.lease_until,"
+    " a.status, a.headers::text, a.body"
+    " FROM idempotency.begin_batch(%s, %s::text[], %s, %s::bytea[], %s::interval, %s::interval) AS b"
+    " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(b, %s::text, %s::integer)"
+    " WHERE b.outcome <> 'started' OFFSET 0) AS a ON true ORDER BY b.ord"
 )
 COMPLETE_BATCH = (
     "SELECT ord, key, completed FROM idempotency.complete_batch("
@@ -53,6 +61,9 @@ class BatchOutcome:
     expires_at: Optional[datetime]
     fence: Optional[int]
     lease_until: Optional[datetime]
+    answer: Optional[Response] = None
+    """The HTTP answer of an outcome that does not run the work (idempotency.http_answer:
+    a replay, 409, 410, 422), None when started."""
 
     @property
     def started(self) -> bool:
@@ -76,10 +87,14 @@ def begin_params(
     fingerprints: Sequence[bytes],
     ttl: Optional[timedelta],
     wait: Optional[timedelta],
+    type_base: str,
+    retry_after: int,
 ) -> Tuple[Any, ...]:
+    """The parameters of BEGIN_BATCH."""
     if len(fingerprints) != len(keys):
         raise ValueError("begin_batch: one fingerprint per key")
-    return (principal, list(keys), action, [bytes(f) for f in fingerprints], ttl, wait)
+    return (principal, list(keys), action, [bytes(f) for f in fingerprints], ttl, wait, type_base,
+            retry_after)
 
 
 def complete_params(
@@ -109,7 +124,13 @@ def claim_params(principal: str, keys: Sequence[str], ttl: Optional[timedelta]) 
 
 
 def outcomes(rows: Sequence[Tuple[Any, ...]]) -> List[BatchOutcome]:
-    return [BatchOutcome(*row) for row in rows]
+    """The rows of BEGIN_BATCH, each with its answer."""
+    result = []
+    for row in rows:
+        status, headers, body = row[11:]
+        answer = None if status is None else answer_response(status, headers, body, row[6])
+        result.append(BatchOutcome(*row[:11], answer=answer))
+    return result
 
 
 def flags(rows: Sequence[Tuple[Any, ...]]) -> List[BatchFlag]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
-import psycopg
-
-from .http import (  # noqa: F401
-    DEFAULT_KEPT_HEADERS,
+from . import _wire
+from .http import (
+    DUPLICATE_MODES,
     EXPIRES_HEADER,
     NOT_KEPT_ENTRY,
     NOT_KEPT_VALUE,
@@ -59,6 +58,15 @@ def valid_key(key: str, max_length: int) -> bool:
     return 0 < len(key) <= max_length and key.isascii() and key.isprintable()
 
 
+def duplicate_wait(request: Request, duplicates: str, wait: Optional[timedelta]) -> Optional[timedelta]:
+    """The wait of begin or acquire: 0 in reject mode (409 at once), else ``wait``; the
+    request's mode first, then the client's (``duplicates``)."""
+    mode = request.duplicates or duplicates
+    if mode not in DUPLICATE_MODES:
+        raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
+    return timedelta(0) if mode == "reject" else wait
+
+
 def interval(value: Optional[timedelta]) -> Optional[str]:
     """A timedelta as a PostgreSQL interval literal ("1500 milliseconds"), None stays None."""
     if value is None:
@@ -104,47 +112,47 @@ def chunk_lengths(value: str, body_length: int) -> Optional[List[int]]:
     return lengths if sum(lengths) == body_length else None
 
 
-def stored_response(
+def answer_response(
     status: int, headers_json: Optional[str], body: Optional[bytes], resource_id: Optional[str]
 ) -> Response:
-    """A stored response as it is replayed: kept headers, Idempotent-Replay: true; the
-    reserved entries (names starting with ":") set ``chunks`` or ``stream_too_large``
-    and are never sent as headers."""
-    response = Response(status=status, body=body or b"", resource_id=resource_id, replayed=True)
-    if headers_json:
-        stored = json.loads(headers_json)
-        # An array of [name, value] pairs (order and repeated names kept), or
-        # the object form of name -> value.
-        pairs = stored if isinstance(stored, list) else list(stored.items())
-        for pair in pairs:
-            if not (len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str)):
-                continue
-            if pair[0] == STREAM_CHUNKS_ENTRY:
-                response.chunks = chunk_lengths(pair[1], len(response.body))
-            elif pair[0] == NOT_KEPT_ENTRY:
-                response.stream_too_large = True
-            elif not pair[0].startswith(":"):
-                response.headers.append((pair[0], pair[1]))
-    response.set_header(REPLAY_HEADER, "true")
+    """The answer ``idempotency.http_answer`` gave (status, headers as [name, value]
+    pairs, body) as a Response. Its STREAM_CHUNKS_ENTRY (a stored stream's chunk
+    lengths, the client's instruction, never a header) sets ``chunks``; the
+    ``replayed`` flag follows the answer's REPLAY_HEADER."""
+    response = Response(status=status, body=body or b"", resource_id=resource_id)
+    for name, value in json.loads(headers_json or "[]"):
+        if name == STREAM_CHUNKS_ENTRY:
+            response.chunks = chunk_lengths(value, len(response.body))
+        elif not name.startswith(":"):
+            response.headers.append((name, value))
+    response.replayed = response.header(REPLAY_HEADER) is not None
     return response
 
 
-FINAL_STATUSES_SQL = (
-    b"SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)"
+# What idempotency.http_storage says a handler's response with a status does.
+COMMITTED_WITH_KEY = "committed_with_key"
+SAVED_AFTER_ROLLBACK = "saved_after_rollback"
+NOT_STORED = "not_stored"
+
+STORAGE_SQL = (
+    b"SELECT s, idempotency.http_storage(s) FROM pg_catalog.generate_series(100, 599) AS s"
 )
 
 
-class FinalStatuses:
-    """Which statuses are stored: idempotency.is_final, read once, or a fixed list."""
+class Storage:
+    """What a status means for storage: idempotency.http_storage for every status,
+    read once, or the meanings of a fixed list of final statuses."""
 
     def __init__(self, statuses: Optional[Sequence[int]] = None) -> None:
-        self._table: Optional[List[bool]] = None
+        self._table: Optional[List[str]] = None
         if statuses is not None:
-            self._table = [False] * 500
+            self._table = [NOT_STORED] * 500
             for status in statuses:
                 if not 100 <= status <= 599:
                     raise ValueError(f"not an HTTP status: {status}")
-                self._table[status - 100] = True
+                # http_storage's reading of a final status, for a list the server never saw.
+                meaning = COMMITTED_WITH_KEY if status < 400 else SAVED_AFTER_ROLLBACK
+                self._table[status - 100] = meaning
 
     @property
     def known(self) -> bool:
@@ -152,34 +160,26 @@ class FinalStatuses:
         return self._table is not None
 
     def load_gen(self, conn: Any) -> Any:
-        """Reads the server's idempotency.final_statuses through idempotency.is_final
-        (one round trip, once); a generator for ``conn.wait`` (see _wire); the
-        connection must be idle."""
+        """Reads idempotency.http_storage of every status (one round trip, once); a
+        generator for ``conn.wait`` (see _wire); the connection must be idle."""
         if self._table is not None:
             return
-        from . import _wire
-
-        (result,) = yield from _wire.pipeline(conn, [_wire.Statement(FINAL_STATUSES_SQL), _wire.SYNC])
+        (result,) = yield from _wire.pipeline(conn, [_wire.Statement(STORAGE_SQL), _wire.SYNC])
         if result.error is not None:
             raise result.error
-        table = [False] * 500
-        for (status,) in result.rows:
-            table[int(status or b"0") - 100] = True
+        table = [NOT_STORED] * 500
+        for status, meaning in result.rows:
+            table[int(status or b"0") - 100] = (meaning or b"").decode()
         self._table = table
 
-    def load(self, conn: psycopg.Connection[Any]) -> None:
-        """load_gen on a sync connection."""
+    def meaning(self, status: int) -> str:
+        """COMMITTED_WITH_KEY, SAVED_AFTER_ROLLBACK or NOT_STORED."""
         if self._table is None:
-            with conn.lock:
-                conn.wait(self.load_gen(conn))
-
-    async def load_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """load_gen on an async connection."""
-        if self._table is None:
-            async with conn.lock:
-                await conn.wait(self.load_gen(conn))
+            raise RuntimeError("the storage table is not loaded")
+        if not 100 <= status <= 599:
+            return NOT_STORED
+        return self._table[status - 100]
 
     def __call__(self, status: int) -> bool:
-        if self._table is None:
-            raise RuntimeError("final statuses not loaded")
-        return 100 <= status <= 599 and self._table[status - 100]
+        """Whether a response with this status is stored (final)."""
+        return self.meaning(status) != NOT_STORED

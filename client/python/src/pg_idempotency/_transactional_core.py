@@ -22,41 +22,44 @@ from psycopg.pq import TransactionStatus
 from . import _wire
 from ._common import (
     BODY_INVALID,
-    DEFAULT_KEPT_HEADERS,
     KEY_REFUSED,
-    FinalStatuses,
+    NOT_STORED,
+    SAVED_AFTER_ROLLBACK,
     Request,
+    Storage,
+    answer_response,
+    duplicate_wait,
     interval,
     kept_headers_json,
-    stored_response,
     text_array,
     valid_key,
 )
 from .http import (
     DEFAULT_DUPLICATE_MODE,
+    DEFAULT_KEPT_HEADERS,
     DEFAULT_RETRY_AFTER_SECONDS,
-    DETAILS,
-    DUPLICATE_MODES,
     EXPIRES_HEADER,
+    KEY_REFUSED_DETAIL,
     PROBLEM_TYPE_BASE,
     Problem,
     Response,
-    problem_for_outcome,
     problem_response,
     http_date,
-    not_kept_response,
 )
 
+# idempotency.http_answer answers in the same statement every outcome but "started":
+# OFFSET 0 keeps the subquery from being pulled up, so the qual on the outer row is a
+# one-time filter over the function scan (no call for started), not a join filter.
 BEGIN_SQL = (
-    b"SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
-    b" resource_id, floor(extract(epoch FROM expires_at))::bigint AS expires_epoch,"
-    b" ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer"
-    b" AS lease_seconds"
+    b"SELECT o.outcome, o.resource_id,"
+    b" floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch, a.status, a.headers::text AS headers, a.body"
     b" FROM idempotency.begin($1::text, $2::text, $3::text,"
     b" idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]),"
-    b" $8::interval, $9::interval)"
+    b" $8::interval, $9::interval) AS o"
+    b" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)"
+    b" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
 )
-# Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+# Named arguments, as the extension's reference documents them.
 COMPLETE_SQL = (
     b"SELECT idempotency.complete($1::text, $2::text, status => $3::integer, body => $4::bytea,"
     b" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)"
@@ -114,7 +117,7 @@ class Options:
     retry_after: int = DEFAULT_RETRY_AFTER_SECONDS
     """Retry-After (seconds) of a 409 for a key held by a transaction."""
     final_statuses: Optional[Sequence[int]] = None
-    """Statuses that are stored; None: ask the server once (idempotency.is_final)."""
+    """Statuses that are stored; None: ask the server once (idempotency.http_storage)."""
     problem_type_base: str = PROBLEM_TYPE_BASE
     """Prefix of problem ``type`` URIs."""
     max_key_length: int = 255
@@ -190,7 +193,7 @@ class ClientBase:
             raise ValueError("max_attempts must be at least 1")
         self.counters = Counters()
         self._counter_lock = threading.Lock()
-        self._final = FinalStatuses(self.options.final_statuses)
+        self._final = Storage(self.options.final_statuses)
 
     def _count(self, name: str) -> None:
         with self._counter_lock:
@@ -244,7 +247,7 @@ class ClientBase:
             if state in KEY_REFUSED:
                 self._count("rejected_keys")
                 attempt.outcome = "rejected"
-                attempt.response = self._problem(Problem.KEY_MALFORMED, DETAILS["key_refused"])
+                attempt.response = self._problem(Problem.KEY_MALFORMED, KEY_REFUSED_DETAIL)
                 return
             if state in BODY_INVALID:
                 attempt.outcome = "rejected"
@@ -262,7 +265,7 @@ class ClientBase:
             attempt.started = True
             return
         try:
-            attempt.response = stamped(self._answer(outcome, row), attempt.expires_epoch)
+            attempt.response = self._answer(outcome, row)
         finally:
             commit = yield from _wire.pipeline(conn, [_wire.Statement(b"COMMIT"), _wire.SYNC])
         _wire.raise_first(commit)
@@ -280,7 +283,9 @@ class ClientBase:
             request.body,
             text_array(request.exclude),
             interval(options.ttl),
-            interval(self._wait(request)),
+            interval(duplicate_wait(request, options.duplicates, options.wait)),
+            options.problem_type_base,
+            str(options.retry_after),
         ]
         begin = _wire.Statement(_wire.begin_command(conn))
         if not options.prepare:
@@ -313,33 +318,18 @@ class ClientBase:
             return result
         raise AssertionError("unreachable")
 
-    def _wait(self, request: Request) -> Optional[timedelta]:
-        """begin's wait: 0 in reject mode (409 at once), else the configured wait."""
-        mode = request.duplicates or self.options.duplicates
-        if mode not in DUPLICATE_MODES:
-            raise ValueError(f"duplicates must be one of {DUPLICATE_MODES}, not {mode!r}")
-        return timedelta(0) if mode == "reject" else self.options.wait
-
     def _answer(self, outcome: str, row: dict) -> Response:
-        if outcome == "replay":
-            self._count("replayed")
-            stored = stored_response(
-                int(row["response_status"]),
-                row["response_headers"].decode() if row["response_headers"] is not None else None,
-                _wire.bytea(row["response_body"]),
-                row["resource_id"].decode() if row["resource_id"] is not None else None,
-            )
-            # A stream too large to keep: never a truncated body, a 409 that says so.
-            if stored.stream_too_large:
-                return not_kept_response(self.options.problem_type_base)
-            return stored
-        lease = int(row["lease_seconds"]) if row["lease_seconds"] is not None else None
-        response = problem_for_outcome(outcome, lease, self.options.retry_after, self.options.problem_type_base)
-        if response is None:
+        """The answer idempotency.http_answer gave in begin's row, counted."""
+        if row["status"] is None:
             raise psycopg.InterfaceError(f"idempotency.begin returned an unknown outcome: {outcome}")
-        counter = {"mismatch": "mismatched", "secret_replay": "secret_replayed"}.get(outcome, outcome)
-        self._count(counter)
-        return response
+        counter = {"replay": "replayed", "mismatch": "mismatched", "secret_replay": "secret_replayed"}
+        self._count(counter.get(outcome, outcome))
+        return answer_response(
+            int(row["status"]),
+            row["headers"].decode(),
+            _wire.bytea(row["body"]),
+            row["resource_id"].decode() if row["resource_id"] is not None else None,
+        )
 
     def _exit_gen(self, attempt: AttemptBase, exc: Optional[BaseException]) -> _wire.Gen:
         """Ends a started attempt: stores a final response with the commit (or
@@ -362,13 +352,14 @@ class ClientBase:
             yield from rollback_quietly_gen(conn)
             raise ValueError(f"handler returned HTTP status {answer.status}")
         attempt.response = answer
-        if not self._final(answer.status):
+        storage = self._final.meaning(answer.status)
+        if storage == NOT_STORED:
             # 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
             # retry after a token refresh, throttling or a crash takes effect once.
             self._count("not_stored")
             yield from rollback_quietly_gen(conn)
             return
-        if answer.status >= 400:
+        if storage == SAVED_AFTER_ROLLBACK:
             stored = yield from self._save_final_gen(attempt, answer)
             attempt.response = stamped(answer, stored)
             return

@@ -174,12 +174,6 @@ def run(conn: psycopg.Connection[Any], steps: Sequence[Step]) -> List[Result]:
         return conn.wait(pipeline(conn, steps))
 
 
-async def run_async(conn: psycopg.AsyncConnection[Any], steps: Sequence[Step]) -> List[Result]:
-    """``pipeline`` on an async connection, under its lock."""
-    async with conn.lock:
-        return await conn.wait(pipeline(conn, steps))
-
-
 def begin_command(conn: Any) -> bytes:
     """BEGIN with the connection's isolation level, read-only and deferrable settings,
     as psycopg itself would start the transaction."""

@@ -1,4 +1,4 @@
-"""The transactional protocol on ``psycopg.AsyncConnection``: ``AsyncClient``.
+"""The transactional protocol: the key row and the application's writes commit together.
 
     client = AsyncClient()
     async with client.transaction(conn, request) as attempt:
@@ -7,10 +7,17 @@
             attempt.respond(Response(201, [("Content-Type", "application/json")], body))
     send(attempt.response)
 
-The twin of ``Client`` (``transactional``): the same options, outcomes,
-statements and round trips, run with ``await conn.wait`` instead of
-``conn.wait`` (both shells run the steps of ``_transactional_core``).
-tests/test_async.py compares the two public APIs name by name.
+The attempt owns the transaction on the caller's connection: it sends ``BEGIN``
+with ``idempotency.begin(...)`` (the fingerprint computed by
+``idempotency.fingerprint``, an outcome that does not run the handler answered by
+``idempotency.http_answer``, all in the same statement) and
+``idempotency.complete(...)`` with ``COMMIT``, so a keyed request takes as many
+round trips as the same handler in a plain transaction block. The statements are
+prepared once per connection.
+
+The async and the sync client are one text: the sync module is generated from the
+async one by client/python/tools/async_to_sync.py. Both run the steps of
+``_transactional_core``, which does no I/O of its own.
 """
 
 from __future__ import annotations
@@ -18,26 +25,31 @@ from __future__ import annotations
 import functools
 from types import TracebackType
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Type
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Type  # async only
+# sync only: from typing import Any, Callable, List, Optional, Sequence, Type
 
 import psycopg
 from psycopg import errors
 
 from . import _batch
 from ._batch import BatchFlag, BatchOutcome
-from ._common import Request
+from ._common import NOT_STORED, Request
 from ._transactional_core import AttemptBase, ClientBase, Counters, Options, fingerprint_gen
 from .http import Response
 
 __all__ = ["AsyncAttempt", "AsyncClient", "AsyncHandler", "Counters", "Options", "fingerprint_async"]
 
 AsyncHandler = Callable[[psycopg.AsyncConnection[Any]], Awaitable[Response]]
-"""The application's work: a coroutine that runs inside the transaction that holds the key."""
+"""The application's work: runs inside the transaction that holds the key."""
 
 
 class AsyncAttempt(AttemptBase):
-    """One pass of a request through the protocol; an async context manager
-    (see AsyncClient.transaction). Same members as ``Attempt``."""
+    """One pass of a request through the protocol; a context manager (see AsyncClient.transaction).
+
+    After ``__aenter__``: ``started`` is True when the handler must run (and call
+    ``respond``); otherwise ``response`` is ready (replay, 400, 409, 410, 422) and the
+    transaction has already ended. After ``__aexit__``: ``response`` is what to send.
+    """
 
     async def __aenter__(self) -> "AsyncAttempt":
         self.client._check_idle(self.conn)
@@ -57,17 +69,26 @@ class AsyncAttempt(AttemptBase):
 
 
 class AsyncClient(ClientBase):
-    """Runs coroutine handlers through the transactional protocol and maps
-    outcomes to HTTP. One client serves every task; a connection serves one
-    request at a time."""
+    """Runs handlers through the transactional protocol and answers with HTTP.
+
+    One client serves every thread or task; a connection serves one request at a
+    time (psycopg's rule), passed to each call.
+    """
+
+    async def storage(self, conn: psycopg.AsyncConnection[Any], status: int) -> str:
+        """What a handler's response with this status does, as idempotency.http_storage
+        says (read once per client): "committed_with_key", "saved_after_rollback" or
+        "not_stored"."""
+        async with conn.lock:
+            await conn.wait(self._final.load_gen(conn))
+        return self._final.meaning(status)
 
     async def is_final(self, conn: psycopg.AsyncConnection[Any], status: int) -> bool:
-        """Whether a response with this status is stored (idempotency.final_statuses)."""
-        await self._final.load_async(conn)
-        return self._final(status)
+        """Whether a response with this status is stored (idempotency.http_storage)."""
+        return await self.storage(conn, status) != NOT_STORED
 
     def transaction(self, conn: psycopg.AsyncConnection[Any], request: Request) -> AsyncAttempt:
-        """An async context manager that runs one attempt of ``request`` on ``conn``.
+        """A context manager that runs one attempt of ``request`` on ``conn``.
 
         ``conn`` must be idle (not in a transaction): the attempt opens the
         transaction, and ends it on exit (commit with the stored key, or
@@ -80,11 +101,12 @@ class AsyncClient(ClientBase):
     async def handle(
         self, conn: psycopg.AsyncConnection[Any], request: Request, handler: AsyncHandler
     ) -> Response:
-        """Awaits ``handler`` through the protocol and returns the response to send.
+        """Runs ``handler`` through the protocol and returns the response to send.
 
         Serialization failures (40001) and deadlocks (40P01) rerun the whole
         attempt, handler included, up to ``max_attempts``; then the error
-        propagates (map it to 503 with Retry-After).
+        propagates (map it to 503 with Retry-After). A commit whose outcome is
+        unknown (a lost connection) is never retried.
         """
         attempt_number = 1
         while True:
@@ -111,12 +133,14 @@ class AsyncClient(ClientBase):
         wait: Optional[timedelta] = None,
     ) -> List[BatchOutcome]:
         """``idempotency.begin_batch`` in the caller's transaction: one ``BatchOutcome``
-        per key in input order (``fingerprints[i]`` is the request of ``keys[i]``).
+        per key in input order (``fingerprints[i]`` is the request of ``keys[i]``), with
+        the HTTP answer of each key that does not start (``answer``, from the extension).
         ``ttl`` and ``wait`` default to the client's options. Complete every
         started key (``complete_batch``) before the transaction commits."""
         params = _batch.begin_params(principal, keys, action, fingerprints,
                                      ttl if ttl is not None else self.options.ttl,
-                                     wait if wait is not None else self.options.wait)
+                                     wait if wait is not None else self.options.wait,
+                                     self.options.problem_type_base, self.options.retry_after)
         return _batch.outcomes(await (await conn.execute(_batch.BEGIN_BATCH, params)).fetchall())
 
     async def complete_batch(
@@ -171,7 +195,7 @@ class AsyncClient(ClientBase):
     def idempotent(
         self, handler: AsyncHandler
     ) -> Callable[[psycopg.AsyncConnection[Any], Request], Awaitable[Response]]:
-        """Decorator: ``async handler(conn)`` becomes ``async f(conn, request)`` run through handle()."""
+        """Decorator: ``handler(conn)`` becomes ``f(conn, request)`` run through handle()."""
 
         @functools.wraps(handler)
         async def run(conn: psycopg.AsyncConnection[Any], request: Request) -> Response:
@@ -187,6 +211,8 @@ async def fingerprint_async(
     body: Optional[bytes] = None,
     exclude: Sequence[str] = (),
 ) -> bytes:
-    """``fingerprint`` on an async connection."""
+    """The 32-byte request fingerprint, computed by the server's
+    ``idempotency.fingerprint`` with the parameters exactly as ``begin`` sends them
+    (one round trip; the protocol itself never needs this call)."""
     async with conn.lock:
         return await conn.wait(fingerprint_gen(conn, method, path, body, exclude))

@@ -55,7 +55,7 @@ from django.http.request import RawPostDataException
 from django.utils.module_loading import import_string
 from psycopg import errors
 
-from ._common import Request
+from ._common import COMMITTED_WITH_KEY, Request
 from ._stream import StreamCapture, check_max_stream_bytes
 from .fault import is_database_fault
 from .http import DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, Response, database_fault_response
@@ -203,7 +203,7 @@ class IdempotencyMiddleware:
             response = attempt.response
             assert response is not None
             kept = attempt.outcome == "unkeyed" or (
-                response.status < 400 and self.client.is_final(raw, response.status))
+                self.client.storage(raw, response.status) == COMMITTED_WITH_KEY)
             if not (attempt.started and kept):
                 transaction.set_rollback(True, using=self.database)
         if view_response is None:

@@ -10,11 +10,10 @@ from typing import Optional
 
 import psycopg
 
-FAULT_SQLSTATE_CLASSES = ("08", "57")
-"""SQLSTATE classes of a database fault: connection exception, operator intervention
-(57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57014 cancel)."""
-FAULT_SQLSTATES = ("53300",)
-"""SQLSTATEs of a database fault outside those classes: too many connections."""
+# From client/protocol.json: the classes 08 (connection exception) and 57 (operator
+# intervention: 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now,
+# 57014 cancel), and 53300 (too many connections).
+from ._protocol import FAULT_SQLSTATE_CLASSES, FAULT_SQLSTATES
 
 
 def is_database_fault(error: Optional[BaseException]) -> bool:
