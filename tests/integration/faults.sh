@@ -132,7 +132,7 @@ for name in $services; do
   check "$name: alive at the end" alive "$pid"
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
-  if ((failures > failed_before)); then tail -n 20 "$work/service.log" | sed 's/^/#   /'; fi
+  if ((failures > failed_before)); then tail -n 80 "$work/service.log" | sed 's/^/#   /'; fi
   : >"$work/service.log"
 done
 cd "$root" && report
