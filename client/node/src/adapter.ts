@@ -11,7 +11,7 @@
 import type { Pool, PoolClient } from "pg";
 
 import type { Db, Request, RequestContext } from "./common";
-import { isDatabaseFault, watchConnection } from "./fault";
+import { isDatabaseFault, watchConnection, watchPool } from "./fault";
 import { Response, checkDuplicates, checkMaxStreamBytes, databaseFaultResponse, httpDate } from "./http";
 import { DEFAULT_MAX_STREAM_BYTES, type DuplicateMode } from "./protocol_gen";
 import { isStalePlacement, type Router } from "./router";
@@ -95,6 +95,7 @@ export class Adapter<R> {
     checkMaxStreamBytes(this.maxStreamBytes);
     checkMaxStreamBytes(this.limit, "limit");
     checkDuplicates(options.duplicates);
+    if (options.pool !== undefined) watchPool(options.pool);
   }
 
   /** The principal of a request the adapter handles; null: the request passes on. */

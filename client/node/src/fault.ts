@@ -1,7 +1,13 @@
 /**
  * Database faults: which errors mean the database failed under a request (not the
  * request's own error), and a watch on a checked-out connection that keeps its
- * 'error' events from crashing the process and remembers whether one came.
+ * 'error' events from crashing the process and remembers whether one came. The
+ * watch's listeners go on every new connection of a pool the adapters use as the
+ * pool makes it (watchPool), not at its first checkout: node-pg parses a chunk's
+ * messages in one go, so a FATAL (57P01, a terminate or a restart) that arrives with
+ * a new connection's ready-for-query is emitted after pg-pool took its idle
+ * listener off and before the checkout's promise resumes anyone, which ended the
+ * process on an 'error' nobody listened to.
  *
  * A fault is answered with databaseFaultResponse() (client/protocol.json
  * database_fault): 503, Retry-After, retry with the same key.
@@ -103,6 +109,24 @@ function install(conn: PoolClient): WatchState {
   };
   states.set(conn, state);
   return state;
+}
+
+const watchedPools = new WeakSet<object>();
+
+/**
+ * Puts the watch's listeners on each new connection of `pool` as soon as the pool
+ * has made it (its 'connect' event, emitted before the checkout is handed over), so
+ * that no 'error' of a connection of this pool goes unheard, checked out or not.
+ * Once per pool; a pool without events (a stand-in with connect only) is left alone.
+ */
+export function watchPool(pool: unknown): void {
+  const events = pool as { on?: (event: string, listener: (client: PoolClient) => void) => unknown };
+  if (pool === null || typeof pool !== "object" || typeof events.on !== "function") return;
+  if (watchedPools.has(pool)) return;
+  watchedPools.add(pool);
+  events.on.call(pool, "connect", (client: PoolClient) => {
+    if (!states.has(client)) install(client);
+  });
 }
 
 /**

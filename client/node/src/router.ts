@@ -26,6 +26,7 @@
 import type { Pool, PoolClient, QueryArrayConfig } from "pg";
 
 import { sqlstate } from "./common";
+import { watchPool } from "./fault";
 import { ROUTING } from "./protocol_gen";
 
 /**
@@ -148,6 +149,8 @@ export class Router {
       throw new RangeError(`maxPrincipals must be an integer >= 1, not ${value}`);
     }
     this.nodes = new Map(nodes instanceof Map ? nodes : Object.entries(nodes));
+    watchPool(defaultPool);
+    for (const pool of this.nodes.values()) watchPool(pool);
     for (const name of this.nodes.keys()) {
       if (!/^.+:\d+$/.test(name)) {
         throw new RangeError(`a node is named "host:port" as Citus names it, not "${name}"`);

@@ -11,7 +11,8 @@ const RANKS = [
   ["protocol_gen"], // generated from client/protocol.json: imports nothing
   ["http"], // responses, the extension's answers read, the client's own problems
   ["common"], // requests, SQL literals and columns, kept headers, the storage table
-  ["fault", "router"], // database faults and connection watches; Citus routing
+  ["fault"], // database faults and connection watches
+  ["router"], // Citus routing (its pools watched as fault.ts says)
   ["transactional", "lease"], // the two protocols
   ["batch"], // many keys at once, over the Client's options and answers
   ["adapter"], // the request runner under the framework adapters
