@@ -46,6 +46,7 @@ import psycopg
 
 from streams import stream_scenario  # tests/conformance/streams.py: the script's folder is on sys.path
 import expired
+import vectors  # tests/conformance/vectors.py: the shared scenario vectors of vectors.json
 
 # The protocol table every client follows: problem types, titles, statuses,
 # details, the replay header and the problem content type come from it.
@@ -455,6 +456,7 @@ class Suite:
             ("headers", self.stored_header_values),
             ("stream", lambda: stream_scenario(self, problem)),
             ("expired", lambda: expired.scenario(self, problem, PROTOCOL)),  # tests/conformance/expired.py
+            ("vectors", lambda: vectors.scenario(self, problem)),  # tests/conformance/vectors.json
         ]
         for name, scenario in scenarios:
             if only and name not in only:
