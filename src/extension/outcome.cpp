@@ -2,6 +2,7 @@
 // where an outcome becomes the text of idempotency.key_outcome.outcome.
 #include "outcome.hpp"
 
+#include "compat.hpp"  // VARDATA_ANY & co. (varatt.h since 16)
 #include "key_store.hpp"
 
 extern "C" {
