@@ -75,19 +75,6 @@ fn field_value(value: &str) -> Option<HeaderValue> {
     HeaderValue::from_bytes(&octets?).ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::field_value;
-
-    #[test]
-    fn every_stored_field_value_replays() {
-        let value = field_value("a\tb c\u{80}\u{e9}\u{ff}").expect("a field value");
-        assert_eq!(value.as_bytes(), b"a\tb c\x80\xe9\xff");
-        assert!(field_value("20 \u{20ac}").is_none(), "above U+00FF is not one octet");
-        assert!(field_value("a\nb").is_none(), "LF is refused by HeaderValue too");
-    }
-}
-
 /// The hyper response of a `Client::handle_stream` call whose events come on `events`:
 /// waits for the first event; a live stream's chunks are then forwarded to a chunked body
 /// as they come, one chunk each, and the body ends at `End` (or is aborted, no last
@@ -122,4 +109,17 @@ pub async fn stream_response(mut events: mpsc::Receiver<StreamEvent>) -> hyper::
         }
     });
     with_head(&head, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_value;
+
+    #[test]
+    fn every_stored_field_value_replays() {
+        let value = field_value("a\tb c\u{80}\u{e9}\u{ff}").expect("a field value");
+        assert_eq!(value.as_bytes(), b"a\tb c\x80\xe9\xff");
+        assert!(field_value("20 \u{20ac}").is_none(), "above U+00FF is not one octet");
+        assert!(field_value("a\nb").is_none(), "LF is refused by HeaderValue too");
+    }
 }
