@@ -27,7 +27,7 @@ fn parse(body: &[u8]) -> Result<(usize, usize), Response> {
         _ => {
             let detail = "The body must be a JSON object with \"chunks\" (1 to 1000) and \
                           \"chunk_bytes\" (1 to 65536).";
-            Err(problem_response(Problem::BodyInvalid, detail, PROBLEM_TYPE_BASE))
+            Err(problem_response(Problem::BODY_INVALID, detail, PROBLEM_TYPE_BASE))
         }
     }
 }
