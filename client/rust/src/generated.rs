@@ -75,8 +75,7 @@ pub const NOT_KEPT_ENTRY: &str = ":not_kept";
 pub const NOT_KEPT_DETAIL: &str = "The first response to this request was streamed and was larger \
     than this service keeps; it was sent once and not stored. Use a new key for a new request.";
 /// The Citus query of the node that holds principal $1's shard.
-pub const PLACEMENT_SQL: &str =
-    "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p \
+pub const PLACEMENT_SQL: &str = "SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_placement p \
     JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid WHERE \
     p.shardid OPERATOR(pg_catalog.=) \
     pg_catalog.get_shard_id_for_distribution_column('idempotency.keys'::pg_catalog.regclass, \
@@ -101,9 +100,19 @@ pub const DEFAULT_NODE_DOWN_SECONDS: u64 = 5;
 /// How many principals' placements are cached at most.
 pub const DEFAULT_MAX_PRINCIPALS: usize = 10000;
 /// The response headers stored with a key and replayed.
-pub const DEFAULT_KEPT_HEADERS: [&str; 5] =
-    ["Content-Type", "Location", "ETag", "Content-Location", "Last-Modified"];
+pub const DEFAULT_KEPT_HEADERS: [&str; 5] = [
+    "Content-Type",
+    "Location",
+    "ETag",
+    "Content-Location",
+    "Last-Modified",
+];
 /// The SQLSTATE classes of a database fault.
-pub const FAULT_SQLSTATE_CLASSES: [&str; 2] = ["08", "57"];
+pub const FAULT_SQLSTATE_CLASSES: [&str; 2] = [
+    "08",
+    "57",
+];
 /// The other SQLSTATEs of a database fault.
-pub const FAULT_SQLSTATES: [&str; 1] = ["53300"];
+pub const FAULT_SQLSTATES: [&str; 1] = [
+    "53300",
+];

@@ -32,6 +32,7 @@ mod common;
 pub mod connect;
 mod error;
 pub mod fault;
+#[rustfmt::skip]
 pub mod generated;
 pub mod http;
 #[cfg(feature = "hyper")]
