@@ -140,11 +140,16 @@ impl Idempotency {
     /// Calls whose connections connect with `config` (pools and TLS as `options` say;
     /// `policy` and `ttl` are per call and ignored here).
     pub fn new(config: Config, options: LeaseOptions) -> Result<Self, Error> {
-        Ok(Idempotency { runner: LeaseRunner::new(config, options)? })
+        Ok(Idempotency::with_runner(LeaseRunner::new(config, options)?))
     }
 
-    /// The pool of these calls, for the application's own statements.
-    pub fn pool(&self) -> &deadpool_postgres::Pool {
+    pub(crate) fn with_runner(runner: LeaseRunner) -> Self {
+        Idempotency { runner }
+    }
+
+    /// The tokio-postgres pool of these calls, for the application's own statements;
+    /// None for calls over a sqlx pool.
+    pub fn pool(&self) -> Option<&deadpool_postgres::Pool> {
         self.runner.pool()
     }
 
@@ -194,8 +199,8 @@ impl Idempotency {
         let held = match self.acquire(Policy::Remember, key, ttl).await? {
             Acquired::Held(held, _) => held,
             Acquired::Answer(Outcome::Replay, row) => {
-                let body: Option<Vec<u8>> = row.get(5);
-                let value = serde_json::from_slice(&body.unwrap_or_default()).map_err(|e| {
+                let body = row.body.unwrap_or_default();
+                let value = serde_json::from_slice(&body).map_err(|e| {
                     Error::Protocol(format!("the stored value does not deserialize: {}", e))
                 })?;
                 return Ok(Remembered::Replayed(value));

@@ -86,7 +86,7 @@ pub(crate) fn millis(value: Option<Duration>) -> Option<i64> {
     value.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-const FINAL_STATUSES_SQL: &str =
+pub(crate) const FINAL_STATUSES_SQL: &str =
     "SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)";
 
 /// Which statuses are stored: the server's idempotency.is_final, read once, or a fixed list.
@@ -114,13 +114,27 @@ impl FinalStatuses {
         &self,
         client: &C,
     ) -> Result<(), Error> {
+        self.load_with(|| async {
+            let rows = client.query(FINAL_STATUSES_SQL, &[]).await?;
+            Ok(rows.iter().map(|row| row.get(0)).collect())
+        })
+        .await
+    }
+
+    /// Loads the table once from the final statuses that `fetch` reads with
+    /// `FINAL_STATUSES_SQL`.
+    pub(crate) async fn load_with<F, Fut>(&self, fetch: F) -> Result<(), Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<i32>, Error>>,
+    {
         self.table
             .get_or_try_init(|| async {
-                let rows = client.query(FINAL_STATUSES_SQL, &[]).await?;
                 let mut flags = vec![false; 500];
-                for row in rows {
-                    let status: i32 = row.get(0);
-                    flags[(status - 100) as usize] = true;
+                for status in fetch().await? {
+                    if (100..=599).contains(&status) {
+                        flags[(status - 100) as usize] = true;
+                    }
                 }
                 Ok::<_, Error>(flags)
             })

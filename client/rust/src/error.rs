@@ -21,6 +21,9 @@ pub enum Error {
     /// No pooled connection within the pool's wait timeout (every one busy), or the pool
     /// was closed: a database fault (503, retry with the same key).
     Pool(String),
+    /// sqlx said no (feature `sqlx`).
+    #[cfg(feature = "sqlx")]
+    Sqlx(sqlx::Error),
 }
 
 impl Error {
@@ -51,6 +54,8 @@ impl Error {
             }
             Error::Pool(_) => true,
             Error::Protocol(_) => false,
+            #[cfg(feature = "sqlx")]
+            Error::Sqlx(error) => crate::sqlx_glue::is_fault(error),
         }
     }
 
@@ -67,6 +72,8 @@ impl Error {
                     || error.downcast_ref::<Error>().is_some_and(Error::is_stale_placement)
             }
             Error::Protocol(_) | Error::Pool(_) => false,
+            #[cfg(feature = "sqlx")]
+            Error::Sqlx(_) => false,
         }
     }
 }
@@ -78,6 +85,8 @@ impl fmt::Display for Error {
             Error::Body(error) => write!(f, "body failed: {}", error),
             Error::Protocol(message) => write!(f, "protocol error: {}", message),
             Error::Pool(message) => write!(f, "no pooled connection: {}", message),
+            #[cfg(feature = "sqlx")]
+            Error::Sqlx(error) => write!(f, "database error: {}", error),
         }
     }
 }
@@ -88,7 +97,16 @@ impl std::error::Error for Error {
             Error::Db(error) => Some(error),
             Error::Body(error) => Some(error.as_ref()),
             Error::Protocol(_) | Error::Pool(_) => None,
+            #[cfg(feature = "sqlx")]
+            Error::Sqlx(error) => Some(error),
         }
+    }
+}
+
+#[cfg(feature = "sqlx")]
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        Error::Sqlx(error)
     }
 }
 

@@ -13,37 +13,24 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deadpool_postgres::{Object, Pool};
-use tokio_postgres::{Config, Row};
+use tokio_postgres::Config;
 
 use crate::common::{key_refused, millis, FinalStatuses, Request};
-use crate::connect::{pooled, Tls};
+use crate::connect::Tls;
 use crate::error::{BoxError, Error};
 use crate::http::{
-    answer_response, problem_response, valid_key, DuplicateMode, Outcome, Problem, Response,
-    DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
+    problem_response, valid_key, DuplicateMode, Outcome, Problem, Response, DEFAULT_KEPT_HEADERS,
+    DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
 
-mod renew;
+pub(crate) mod renew;
 mod settle;
+pub(crate) mod store;
 
 use renew::Renewer;
 pub(crate) use settle::Settle;
+pub(crate) use store::{AcquireRow, Store};
 
-// The answer of an outcome that does not run the body comes in the same statement
-// (idempotency.http_answer; OFFSET 0 keeps it from being called for started).
-const ACQUIRE_SQL: &str = "SELECT o.outcome, o.fence, \
-     floor(extract(epoch FROM o.expires_at))::int8, a.status, a.headers::text, a.body, \
-     o.resource_id \
-     FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
-     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond', \
-     $10::int8 * interval '1 millisecond') AS o \
-     LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer) \
-     WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
-// The settled row's expiry, read only when the key was completed after acquire's
-// expires_at had passed (complete then keeps it one more ttl from its own now()).
-const STORED_EXPIRY_SQL: &str =
-    "SELECT floor(extract(epoch FROM expires_at))::int8 FROM idempotency.lookup($1, $2)";
 /// The detail of a duplicate under a policy that keeps no result.
 const ALREADY_PROCESSED_DETAIL: &str =
     "A request with this Idempotency-Key was already processed; its result is not kept.";
@@ -191,8 +178,7 @@ impl LeaseResult {
 
 /// Runs external effects under leases. `Sync`: share one runner between tasks.
 pub struct LeaseRunner {
-    pool: Pool,
-    renew_pool: Pool,
+    store: Store,
     options: LeaseOptions,
     final_statuses: FinalStatuses,
 }
@@ -230,29 +216,7 @@ pub(crate) struct Call<'a> {
 /// What acquire found: the key held, or the outcome and row of an answer.
 pub(crate) enum Acquired {
     Held(Held, Option<i64>),
-    Answer(Outcome, Row),
-}
-
-/// The connection was lost before the statement could run: closed, an I/O error, or
-/// the server ended the session (class 57P: terminated, shutting down; class 08).
-pub(crate) fn connection_error(error: &Error) -> bool {
-    match error {
-        Error::Db(e) => {
-            e.is_closed()
-                || e.code().map_or(e.as_db_error().is_none(), |c| {
-                    c.code().starts_with("57P") || c.code().starts_with("08")
-                })
-        }
-        _ => false,
-    }
-}
-
-/// Gives a connection back to its pool, or drops it when `failed` says its session
-/// may be gone (its connection task may not have noticed yet).
-pub(crate) fn give_back(object: Object, failed: bool) {
-    if failed {
-        drop(Object::take(object));
-    }
+    Answer(Outcome, AcquireRow),
 }
 
 impl LeaseRunner {
@@ -269,9 +233,14 @@ impl LeaseRunner {
         let mut renewing = config;
         renewing.application_name(format!("{}-renew", options.application_name));
         let period = renew::period(options.lease);
-        let renew_pool = options.tls.pool(renewing, options.renew_pool_size, Some(period))?;
+        let renew = options.tls.pool(renewing, options.renew_pool_size, Some(period))?;
+        Ok(LeaseRunner::with_store(Store::Pg { pool, renew }, options))
+    }
+
+    /// A runner on these pools (the lease was checked, the renewal runtime started).
+    pub(crate) fn with_store(store: Store, options: LeaseOptions) -> Self {
         let final_statuses = FinalStatuses::new(options.final_statuses.as_deref());
-        Ok(LeaseRunner { pool, renew_pool, options, final_statuses })
+        LeaseRunner { store, options, final_statuses }
     }
 
     /// The runner's options.
@@ -279,9 +248,14 @@ impl LeaseRunner {
         &self.options
     }
 
-    /// The runner's pool (bounded by `pool_size`), for the application's own statements.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    /// The runner's tokio-postgres pool (bounded by `pool_size`), for the application's
+    /// own statements; None for a runner over a sqlx pool.
+    pub fn pool(&self) -> Option<&deadpool_postgres::Pool> {
+        match &self.store {
+            Store::Pg { pool, .. } => Some(pool),
+            #[cfg(feature = "sqlx")]
+            Store::Sqlx { .. } => None,
+        }
     }
 
     fn problem(&self, problem: Problem, detail: &str) -> Response {
@@ -379,8 +353,7 @@ impl LeaseRunner {
         Fut: Future<Output = R>,
     {
         // The body is never cancelled by this crate.
-        let renewer =
-            self.options.renew.then(|| Renewer::start(&self.renew_pool, held, &self.options));
+        let renewer = self.options.renew.then(|| Renewer::start(&self.store, held, &self.options));
         let result = body().await;
         let (lost, renewals) = match renewer {
             Some(renewer) => renewer.stop().await,
@@ -396,76 +369,37 @@ impl LeaseRunner {
         match acquired {
             Some(epoch) if epoch > now => Some(epoch),
             None => None,
-            Some(_) => {
-                let client = pooled(&self.pool).await.ok()?;
-                let rows = client.query(STORED_EXPIRY_SQL, &[&held.principal, &held.key]).await;
-                rows.ok()?.first().and_then(|row| row.get(0))
-            }
+            Some(_) => self.store.stored_expiry(held).await,
         }
     }
 
-    /// Acquires the key on a pooled connection; a connection that turns out to be gone
-    /// before the statement ran is replaced once.
+    /// Acquires the key (a connection found gone before the statement ran is replaced
+    /// once); with policy remember the final statuses are known before anything is held.
     pub(crate) async fn acquire(&self, call: &Call<'_>) -> Result<Acquired, Error> {
-        let stored = if self.options.hash_keys { key_digest(call.key) } else { call.key.into() };
-        let mut attempt = 0;
-        loop {
-            let client = pooled(&self.pool).await?;
-            let row = self.acquire_once(&client, call, &stored).await;
-            let lost = matches!(&row, Err(e) if connection_error(e));
-            give_back(client, lost);
-            match row {
-                Err(_) if lost && attempt == 0 => attempt += 1,
-                Err(error) => return Err(error),
-                Ok(row) => return self.acquired(call, stored, row),
-            }
+        if call.policy == Policy::Remember {
+            self.store.load(&self.final_statuses).await?;
         }
-    }
-
-    fn acquired(&self, call: &Call<'_>, stored: String, row: Row) -> Result<Acquired, Error> {
-        let name: String = row.get(0);
-        let outcome = Outcome::parse(&name).ok_or_else(|| {
-            Error::Protocol(format!("acquire returned an unknown outcome: {}", name))
+        let stored = if self.options.hash_keys { key_digest(call.key) } else { call.key.into() };
+        let acquire = store::Acquire {
+            call,
+            stored: &stored,
+            lease_ms: millis(Some(self.options.lease)),
+            ttl_ms: millis(call.ttl),
+            type_base: &self.options.problem_type_base,
+            retry_after: DEFAULT_RETRY_AFTER_SECONDS as i32,
+        };
+        let row = self.store.acquire(&acquire).await?;
+        let outcome = Outcome::parse(&row.outcome).ok_or_else(|| {
+            Error::Protocol(format!("acquire returned an unknown outcome: {}", row.outcome))
         })?;
         if outcome != Outcome::Started {
             return Ok(Acquired::Answer(outcome, row));
         }
+        let fence = row.fence.ok_or_else(|| Error::Protocol("started without a fence".into()))?;
         let digest = if self.options.hash_keys { stored.clone() } else { key_digest(call.key) };
         let principal = call.principal.to_string();
-        let held = Held { principal, key: stored, digest, fence: row.get(1) };
-        Ok(Acquired::Held(held, row.get(2)))
-    }
-
-    async fn acquire_once(
-        &self,
-        client: &Object,
-        call: &Call<'_>,
-        stored: &String,
-    ) -> Result<Row, Error> {
-        if call.policy == Policy::Remember {
-            self.final_statuses.load(&***client).await?; // known before holding anything
-        }
-        let retry_after = DEFAULT_RETRY_AFTER_SECONDS as i32;
-        let row = client
-            .query_one(
-                ACQUIRE_SQL,
-                &[
-                    &call.principal,
-                    stored,
-                    &call.action,
-                    &call.method,
-                    &call.path,
-                    &call.body,
-                    &call.exclude,
-                    &millis(Some(self.options.lease)),
-                    &millis(call.ttl),
-                    &call.wait,
-                    &self.options.problem_type_base,
-                    &retry_after,
-                ],
-            )
-            .await?;
-        Ok(row)
+        let held = Held { principal, key: stored, digest, fence };
+        Ok(Acquired::Held(held, row.expires))
     }
 
     /// acquire's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
@@ -478,14 +412,14 @@ impl LeaseRunner {
 
     /// The answer for an outcome other than started: the server's, but for a duplicate
     /// under a policy that keeps no result.
-    fn answer(&self, outcome: Outcome, row: &Row) -> LeaseResult {
-        let expires: Option<i64> = row.get(2);
+    fn answer(&self, outcome: Outcome, row: &AcquireRow) -> LeaseResult {
+        let expires = row.expires;
         let done_before = matches!(outcome, Outcome::Replay | Outcome::SecretReplay);
         if done_before && self.options.policy != Policy::Remember {
             let response = self.problem(Problem::ALREADY_PROCESSED, ALREADY_PROCESSED_DETAIL);
             return LeaseResult::answer(LeaseOutcome::Duplicate, response).expiring(expires);
         }
-        let response = answer_response(row.get(3), row.get(4), row.get(5), row.get(6));
+        let response = row.response();
         let kind = match outcome {
             Outcome::Mismatch => LeaseOutcome::Mismatch,
             Outcome::InProgress => LeaseOutcome::InProgress,

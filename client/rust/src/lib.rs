@@ -21,6 +21,9 @@
 //! - [`http`]: responses and problem bodies; the answers of the outcomes come whole from
 //!   the server (`idempotency.http_answer`), the names from [`generated`] (made from
 //!   `client/protocol.json`); the optional hyper 0.14 glue (feature `hyper`).
+//! - sqlx (feature `sqlx`): [`Client::begin_sqlx`] / [`Client::complete_sqlx`] on a
+//!   `sqlx::Transaction<'_, Postgres>`, and [`Idempotency::from_sqlx`] /
+//!   [`LeaseRunner::from_sqlx`] over a `PgPool`.
 //! - [`connect`]: TLS (rustls) or none ([`Tls`]), and bounded pools (deadpool-postgres).
 //!
 //! Fingerprints are computed by the server (`idempotency.fingerprint`, RFC 8785 + SHA-256)
@@ -40,6 +43,8 @@ pub mod hyper_glue;
 mod lease;
 mod queue;
 mod router;
+#[cfg(feature = "sqlx")]
+mod sqlx_glue;
 pub mod stream;
 mod transactional;
 

@@ -21,16 +21,16 @@ use crate::http::{
 
 // The answer of an outcome that does not run the handler comes in the same statement
 // (idempotency.http_answer; OFFSET 0 keeps it from being called for started).
-const BEGIN_SQL: &str = "SELECT o.outcome, o.resource_id, \
+pub(crate) const BEGIN_SQL: &str = "SELECT o.outcome, o.resource_id, \
      floor(extract(epoch FROM o.expires_at))::bigint, a.status, a.headers::text, a.body \
      FROM idempotency.begin($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
      $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond') AS o \
      LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer) \
      WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
-const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
+pub(crate) const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
      body => $4::bytea, headers => $5::text::jsonb, resource_id => $6::text, \
      one_time_secret => $7::boolean)";
-const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
+pub(crate) const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
      idempotency.fingerprint($4, $5, $6, $7), status => $8::int4, body => $9::bytea, \
      headers => $10::text::jsonb, ttl => $11::int8 * interval '1 millisecond', \
      one_time_secret => $12::boolean)";
@@ -196,7 +196,7 @@ impl Client {
         crate::fault::database_fault_response(options.retry_after, &options.problem_type_base)
     }
 
-    fn problem(&self, problem: Problem, detail: &str) -> Response {
+    pub(crate) fn problem(&self, problem: Problem, detail: &str) -> Response {
         problem_response(problem, detail, &self.options.problem_type_base)
     }
 
@@ -208,7 +208,7 @@ impl Client {
 
     /// Checks the key before the database: None when it may go to the server,
     /// or the 400 to answer.
-    fn check_key(&self, request: &Request) -> Option<Response> {
+    pub(crate) fn check_key(&self, request: &Request) -> Option<Response> {
         match request.key.as_deref() {
             None => {
                 let method = request.method.to_ascii_uppercase();
@@ -246,7 +246,7 @@ impl Client {
     }
 
     /// begin's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
-    fn wait_millis(&self, request: &Request) -> Option<i64> {
+    pub(crate) fn wait_millis(&self, request: &Request) -> Option<i64> {
         match request.duplicates.unwrap_or(self.options.duplicates) {
             DuplicateMode::Reject => Some(0),
             DuplicateMode::Wait => millis(self.options.wait),

@@ -44,7 +44,7 @@ async fn the_calls_run_over_tls() {
     assert_eq!(first, Done::Fresh(1));
     let again = calls.once(&key, None, || async { Ok::<_, String>(2) }).await.unwrap();
     assert_eq!(again, Done::Duplicate);
-    let client = calls.pool().get().await.unwrap();
+    let client = calls.pool().expect("a tokio-postgres pool").get().await.unwrap();
     let row = client
         .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
         .await
@@ -84,6 +84,41 @@ async fn a_server_certificate_of_another_ca_is_refused() {
     let key = Key::new(common::unique("tls-refused"), "k");
     let result = calls.once(&key, None, || async { Ok::<_, String>(()) }).await;
     assert!(result.is_err(), "no call without a verified server");
+}
+
+#[cfg(feature = "sqlx")]
+#[tokio::test]
+async fn sqlx_runs_over_tls_and_refuses_another_ca() {
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
+    let options = |ca: &str| {
+        PgConnectOptions::new()
+            .host("127.0.0.1")
+            .port(env("IDEM_RUST_TLS_PORT").parse().unwrap())
+            .username("postgres")
+            .database("postgres")
+            .ssl_mode(PgSslMode::VerifyFull)
+            .ssl_root_cert(env(ca))
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options("IDEM_RUST_TLS_CA"))
+        .await
+        .unwrap();
+    let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(ssl, "TLS");
+    let calls = Idempotency::from_sqlx(pool, Idempotency::default_options()).unwrap();
+    let key = Key::new(common::unique("sqlx-tls"), "k");
+    let first = calls.once(&key, None, || async { Ok::<_, String>(1) }).await.unwrap();
+    assert_eq!(first, Done::Fresh(1));
+    let refused = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options("IDEM_RUST_TLS_OTHER_CA"))
+        .await;
+    assert!(refused.is_err(), "a server certificate of another CA is refused");
 }
 
 #[test]

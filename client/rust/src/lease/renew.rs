@@ -9,17 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::{Held, LeaseOptions};
+use super::{Held, LeaseOptions, Store};
 use crate::common::millis;
-use crate::connect::pooled;
 use crate::error::Error;
-
-const RENEW_SQL: &str = "SELECT idempotency.renew($1, $2, $3, $4::int8 * interval '1 millisecond')";
 
 /// The renewal runtime, started once; an error when its thread could not start.
 pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
@@ -59,14 +55,17 @@ pub(crate) struct Renewer {
 
 impl Renewer {
     /// Starts renewing `held` on the renewal runtime.
-    pub(crate) fn start(pool: &Pool, held: &Held, options: &LeaseOptions) -> Renewer {
+    pub(crate) fn start(store: &Store, held: &Held, options: &LeaseOptions) -> Renewer {
         let state = Arc::new(RenewState::default());
         let (stop, stopped) = oneshot::channel();
         let job = RenewJob {
-            pool: pool.clone(),
-            principal: held.principal.clone(),
-            key: held.key.clone(),
-            fence: held.fence,
+            store: store.clone(),
+            held: Held {
+                principal: held.principal.clone(),
+                key: held.key.clone(),
+                digest: held.digest.clone(),
+                fence: held.fence,
+            },
             lease_ms: millis(Some(options.lease)).unwrap_or(0),
             period: period(options.lease),
             max_failures: options.max_renew_failures.max(1),
@@ -97,10 +96,8 @@ impl Drop for Renewer {
 }
 
 struct RenewJob {
-    pool: Pool,
-    principal: String,
-    key: String,
-    fence: i64,
+    store: Store,
+    held: Held,
     lease_ms: i64,
     period: Duration,
     max_failures: u32,
@@ -120,7 +117,8 @@ impl RenewJob {
                 _ = &mut stopped => return,
                 _ = tokio::time::sleep(self.period) => {}
             }
-            match self.renew_once().await {
+            let renewed = self.store.renew(&self.held, self.lease_ms, self.period * 2).await;
+            match renewed {
                 Some(true) => {
                     failures = 0;
                     self.state.renewals.fetch_add(1, Ordering::SeqCst);
@@ -133,7 +131,8 @@ impl RenewJob {
                     failures += 1;
                     if failures >= self.max_failures {
                         tracing::warn!(
-                            fence = self.fence,
+                            key_sha256 = %self.held.digest,
+                            fence = self.held.fence,
                             failures,
                             "pg_idempotency: lease renewal gave up; the run ends unfenced"
                         );
@@ -141,24 +140,6 @@ impl RenewJob {
                         return;
                     }
                 }
-            }
-        }
-    }
-
-    /// One renewal within two periods: Some(fence held), None after an error or timeout
-    /// (the connection is then dropped, not given back).
-    async fn renew_once(&self) -> Option<bool> {
-        let limit = self.period * 2;
-        let client = tokio::time::timeout(limit, pooled(&self.pool)).await.ok()?.ok()?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&self.principal, &self.key, &self.fence, &self.lease_ms];
-        let renewed: Result<Result<tokio_postgres::Row, _>, _> =
-            tokio::time::timeout(limit, client.query_one(RENEW_SQL, &params)).await;
-        match renewed {
-            Ok(Ok(row)) => Some(row.get(0)),
-            _ => {
-                drop(Object::take(client));
-                None
             }
         }
     }

@@ -2,20 +2,8 @@
 //! logged with the key's SHA-256 (never the key) and never returned: the caller gets
 //! the body's own result, and the key stays held until its lease runs out (fail closed).
 
-use deadpool_postgres::Object;
-use tokio_postgres::types::ToSql;
-
-use super::{connection_error, give_back, Held, LeaseRunner, Policy};
-use crate::connect::pooled;
-use crate::error::Error;
-use crate::http::{kept_headers_json, Response};
-
-const MARK_DONE_SQL: &str =
-    "SELECT idempotency.complete($1, $2, fence => $3::int8, status => $4::int4)";
-const REMEMBER_SQL: &str = "SELECT idempotency.complete($1, $2, fence => $3::int8, \
-     status => $4::int4, body => $5::bytea, headers => $6::text::jsonb, resource_id => $7::text, \
-     one_time_secret => $8::boolean)";
-const RELEASE_SQL: &str = "SELECT idempotency.release($1, $2, $3::int8)";
+use super::{Held, LeaseRunner, Policy};
+use crate::http::Response;
 
 /// What settling does to a held key.
 pub(crate) enum Settle<'r> {
@@ -37,7 +25,7 @@ impl Settle<'_> {
         }
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Settle::MarkDone(_) => "mark done",
             Settle::Store(_) => "store",
@@ -48,66 +36,23 @@ impl Settle<'_> {
 
 impl LeaseRunner {
     /// Settles the key: Some(true) when its fence still held it, Some(false) when the
-    /// fence was lost, None when the statement failed (logged). A lost connection is
-    /// retried once on a fresh one.
+    /// fence was lost, None when the statement failed (logged; a lost connection was
+    /// retried once on a fresh one).
     pub(crate) async fn settle(&self, held: &Held, settle: &Settle<'_>) -> Option<bool> {
-        let mut attempt = 0;
-        loop {
-            let settled = match pooled(self.pool()).await {
-                Ok(client) => {
-                    let settled = self.settle_once(&client, held, settle).await;
-                    give_back(client, matches!(&settled, Err(e) if connection_error(e)));
-                    settled
-                }
-                Err(error) => Err(error),
-            };
-            match settled {
-                Err(error) if connection_error(&error) && attempt == 0 => attempt += 1,
-                Err(error) => {
-                    tracing::warn!(
-                        key_sha256 = %held.digest,
-                        fence = held.fence,
-                        action = settle.name(),
-                        error = %error,
-                        "pg_idempotency: settling the key failed; it stays held until its \
-                         lease runs out"
-                    );
-                    return None;
-                }
-                Ok(fenced) => return Some(fenced),
+        let settled = self.store.settle(held, settle, &self.options().kept_headers).await;
+        match settled {
+            Ok(fenced) => Some(fenced),
+            Err(error) => {
+                tracing::warn!(
+                    key_sha256 = %held.digest,
+                    fence = held.fence,
+                    action = settle.name(),
+                    error = %error,
+                    "pg_idempotency: settling the key failed; it stays held until its \
+                     lease runs out"
+                );
+                None
             }
         }
-    }
-
-    async fn settle_once(
-        &self,
-        client: &Object,
-        held: &Held,
-        settle: &Settle<'_>,
-    ) -> Result<bool, Error> {
-        let (principal, key, fence) = (&held.principal, &held.key, &held.fence);
-        let row = match settle {
-            Settle::Release => client.query_one(RELEASE_SQL, &[principal, key, fence]).await?,
-            Settle::MarkDone(status) => {
-                let status = i32::from(*status);
-                client.query_one(MARK_DONE_SQL, &[principal, key, fence, &status]).await?
-            }
-            Settle::Store(response) => {
-                let headers = kept_headers_json(response, &self.options().kept_headers);
-                let status = i32::from(response.status);
-                let params: [&(dyn ToSql + Sync); 8] = [
-                    principal,
-                    key,
-                    fence,
-                    &status,
-                    &response.body,
-                    &headers,
-                    &response.resource_id,
-                    &response.one_time_secret,
-                ];
-                client.query_one(REMEMBER_SQL, &params).await?
-            }
-        };
-        Ok(row.get(0))
     }
 }
