@@ -20,7 +20,7 @@
 //!   one answer to them, 503 database-unavailable.
 //! - [`http`]: responses and problem bodies; the answers of the outcomes come whole from
 //!   the server (`idempotency.http_answer`), the names from [`generated`] (made from
-//!   `client/protocol.json`); the optional hyper 0.14 glue (feature `hyper`).
+//!   `client/protocol.json`); the optional axum 0.8 glue and tower layer (feature `axum`).
 //! - sqlx (feature `sqlx`): [`Client::begin_sqlx`] / [`Client::complete_sqlx`] on a
 //!   `sqlx::Transaction<'_, Postgres>`, and [`Idempotency::from_sqlx`] /
 //!   [`LeaseRunner::from_sqlx`] over a `PgPool`.
@@ -30,6 +30,8 @@
 //! inside the statement that claims the key: no extra round trip, and no second
 //! implementation of RFC 8785 to drift from the server's.
 
+#[cfg(feature = "axum")]
+pub mod axum_glue;
 mod calls;
 mod common;
 pub mod connect;
@@ -38,8 +40,6 @@ pub mod fault;
 #[rustfmt::skip]
 pub mod generated;
 pub mod http;
-#[cfg(feature = "hyper")]
-pub mod hyper_glue;
 mod lease;
 mod queue;
 mod router;

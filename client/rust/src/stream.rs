@@ -2,7 +2,7 @@
 //!
 //! `Client::handle_stream` gives the handler a [`StreamWriter`]: `start` sends the status
 //! and headers, each `write` sends one chunk, as it is produced, to the transport (a
-//! channel of [`StreamEvent`]s; `hyper_glue::stream_response` turns it into a hyper
+//! channel of [`StreamEvent`]s; `axum_glue::stream_response` turns it into an axum
 //! response with a chunked body), and keeps a copy while the total stays within
 //! `Options::max_stream_bytes`. When the handler returns, the key is completed with the
 //! concatenation as body and the chunks' lengths in the reserved `:chunks` entry of the
