@@ -33,6 +33,34 @@ no_hand_table() {
     $(find client/rust/src -name '*.rs' ! -name generated.rs)
 }
 check "client/rust: no problem type or protocol header written by hand" no_hand_table
+# Layers point down: no circle among the crate's top-level modules (a module's
+# `crate::NAME` paths are its arrows; a submodule belongs to its parent).
+no_module_circle() {
+  /usr/bin/python3 - client/rust/src <<'PY'
+import glob, re, sys
+root = sys.argv[1]
+arrows = {}
+for path in glob.glob(root + "/**/*.rs", recursive=True):
+    name = path[len(root) + 1:-3].split("/")[0]
+    if name == "lib":
+        continue
+    text = open(path, encoding="utf-8").read()
+    arrows.setdefault(name, set()).update(set(re.findall(r"crate::(\w+)", text)) - {name})
+state = {}
+def visit(node, path):
+    state[node] = "open"
+    for target in sorted(arrows.get(node, ())):
+        if state.get(target) == "open":
+            sys.exit("a circle: " + " -> ".join(path + [target]))
+        if target not in state:
+            visit(target, path + [target])
+    state[node] = "done"
+for module in sorted(arrows):
+    if module not in state:
+        visit(module, [module])
+PY
+}
+check "client/rust: no circle among the modules" no_module_circle
 check "client/rust: no Debian source replacement, no shared target-dir" \
   bash -c '! ls client/rust/.cargo examples/rust-orders/.cargo 2>/dev/null | grep -q .'
 check "cargo fmt --check: client/rust and examples/rust-orders" \

@@ -55,7 +55,7 @@ impl Error {
             Error::Pool(_) => true,
             Error::Protocol(_) => false,
             #[cfg(feature = "sqlx")]
-            Error::Sqlx(error) => crate::sqlx_glue::is_fault(error),
+            Error::Sqlx(error) => crate::fault::is_sqlx_fault(error),
         }
     }
 

@@ -40,3 +40,21 @@ pub(crate) fn is_fault(error: &tokio_postgres::Error) -> bool {
         .iter()
         .any(|lost| text.starts_with(lost))
 }
+
+#[cfg(feature = "sqlx")]
+/// True when a sqlx error says the database failed or could not be reached: a fault
+/// SQLSTATE, an I/O or TLS error, a closed or exhausted pool.
+pub(crate) fn is_sqlx_fault(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            FAULT_SQLSTATE_CLASSES.iter().any(|class| code.starts_with(class))
+                || FAULT_SQLSTATES.contains(&code.as_ref())
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}

@@ -26,6 +26,8 @@ use crate::http::{
 pub(crate) mod renew;
 mod settle;
 pub(crate) mod store;
+#[cfg(feature = "sqlx")]
+mod store_sqlx;
 
 use renew::Renewer;
 pub(crate) use settle::Settle;

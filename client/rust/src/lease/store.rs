@@ -138,7 +138,7 @@ impl Store {
         let pool = match self {
             Store::Pg { pool, .. } => pool,
             #[cfg(feature = "sqlx")]
-            Store::Sqlx { pool, .. } => return crate::sqlx_glue::acquire(pool, a).await,
+            Store::Sqlx { pool, .. } => return super::store_sqlx::acquire(pool, a).await,
         };
         let c = a.call;
         let wait = c.wait;
@@ -171,7 +171,7 @@ impl Store {
             Store::Pg { renew, .. } => renew,
             #[cfg(feature = "sqlx")]
             Store::Sqlx { renew, .. } => {
-                return crate::sqlx_glue::renew(renew, held, lease_ms, limit).await
+                return super::store_sqlx::renew(renew, held, lease_ms, limit).await
             }
         };
         let client = tokio::time::timeout(limit, pooled(renew)).await.ok()?.ok()?;
@@ -197,7 +197,7 @@ impl Store {
             Store::Pg { pool, .. } => pool,
             #[cfg(feature = "sqlx")]
             Store::Sqlx { pool, .. } => {
-                return crate::sqlx_glue::settle(pool, held, settle, kept).await
+                return super::store_sqlx::settle(pool, held, settle, kept).await
             }
         };
         let (principal, key, fence) = (&held.principal, &held.key, &held.fence);
