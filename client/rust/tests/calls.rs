@@ -272,3 +272,33 @@ async fn the_calls_share_one_bounded_pool() {
         assert_eq!(task.await.unwrap(), Done::Fresh(()));
     }
 }
+
+#[tokio::test]
+async fn renewing_gives_up_after_max_renew_failures_and_the_run_is_unfenced() {
+    // A database of its own: the test locks the key table for longer than the lease.
+    let admin = common::connect().await;
+    let (db, config) = common::own_database(&admin, "give-up").await;
+    let mut locker = common::connect_to(&config).await;
+    let options = LeaseOptions {
+        lease: Duration::from_millis(300),
+        max_renew_failures: 2,
+        ..Idempotency::default_options()
+    };
+    let calls = Idempotency::new(config, options).unwrap();
+    let key = Key::new("p", "k");
+    let done = calls
+        .once(&key, None, || async {
+            // Every renewal blocks on the table and times out (two periods, 200 ms):
+            // two failures in a row, then renewing gives up.
+            let tx = locker.transaction().await.unwrap();
+            tx.batch_execute("LOCK TABLE idempotency.keys IN ACCESS EXCLUSIVE MODE").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            tx.rollback().await.unwrap();
+            Ok::<_, String>(1)
+        })
+        .await
+        .unwrap();
+    assert_eq!(done, Done::FreshUnfenced(1), "the lease may have run out: not fenced");
+    drop(calls);
+    common::drop_database(&admin, &db).await;
+}
