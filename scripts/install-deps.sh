@@ -41,7 +41,7 @@ if [[ $scope == full ]]; then
   # Debian's golang-go only where no go is on PATH (bookworm's 1.19 is too old for them).
   command -v go >/dev/null || packages+=(golang-go)
   # Rust for client/rust and examples/rust-orders: the machine's rustup toolchain (cargo,
-  # rustc 1.85 or later, rustfmt, clippy), the crates from the crate registry pinned by
+  # rustc 1.88 or later, rustfmt, clippy), the crates from the crate registry pinned by
   # each Cargo.lock; openssl makes the TLS test cluster's certificates
   # (tests/integration/rust_client.sh).
   packages+=(openssl)

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v cargo >/dev/null; then
-  echo "not ok - cargo (rustup's toolchain, Rust 1.85 or later) is not on PATH"
+  echo "not ok - cargo (rustup's toolchain, Rust 1.88 or later) is not on PATH"
   echo "0 passed, 1 failed"
   exit 1
 fi

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=lib/service.bash
 source tests/integration/lib/service.bash
 if ! command -v cargo >/dev/null || ! command -v openssl >/dev/null; then
-  echo "not ok - cargo (rustup's toolchain, Rust 1.85 or later) and openssl are on PATH"
+  echo "not ok - cargo (rustup's toolchain, Rust 1.88 or later) and openssl are on PATH"
   echo "0 passed, 1 failed"
   exit 1
 fi
