@@ -40,13 +40,11 @@ if [[ $scope == full ]]; then
   # examples/go-orders go 1.26 (River 0.51's own minimum).
   # Debian's golang-go only where no go is on PATH (bookworm's 1.19 is too old for them).
   command -v go >/dev/null || packages+=(golang-go)
-  # Rust for client/rust and examples/rust-orders: Debian's cargo and rustc 1.63 on
-  # purpose, beside the machine's rustup toolchain (which stays first on PATH): the
-  # crates build offline from Debian's packaged sources in /usr/share/cargo/registry,
-  # which that cargo and rustc match. rustfmt: the doc blocks of docs/rust.md are
-  # syntax-checked with it (tests/docs).
-  packages+=(cargo rustc rustfmt librust-tokio-postgres-dev librust-tokio-dev librust-hyper-dev
-    librust-serde-json-dev)
+  # Rust for client/rust and examples/rust-orders: the machine's rustup toolchain (cargo,
+  # rustc 1.88 or later, rustfmt, clippy), the crates from the crate registry pinned by
+  # each Cargo.lock; openssl makes the TLS test cluster's certificates
+  # (tests/integration/rust_client.sh).
+  packages+=(openssl)
   command -v javac >/dev/null || packages+=(default-jdk-headless)
 else
   # procps: ps and kill for the tests' helpers in a minimal chroot.

@@ -13,11 +13,13 @@ fault), the database fault's detail and SQLSTATEs, the routing defaults.
     /usr/bin/python3 tools/protocol_gen.py cpp > client/cpp/include/idem/protocol_gen.hpp
     /usr/bin/python3 tools/protocol_gen.py node > client/node/src/protocol_gen.ts
     /usr/bin/python3 tools/protocol_gen.py python > client/python/src/pg_idempotency/_protocol.py
+    /usr/bin/python3 tools/protocol_gen.py rust > client/rust/src/generated.rs
 
 One function per language (GENERATORS); each takes the parsed protocol.json and
 returns the file's text. A test diffs the committed file with a fresh run
 (tests/integration/go_client.sh, client/node/test/generated.test.js,
-client/python/tests/test_generated.py, ctest protocol_gen_fresh), so a stale
+client/python/tests/test_generated.py, ctest protocol_gen_fresh,
+tests/integration/rust_client.sh), so a stale
 file fails. Python 3 stdlib only.
 """
 
@@ -549,7 +551,124 @@ def python(protocol):
     return "\n".join(lines)
 
 
-GENERATORS = {"go": go, "cpp": cpp, "node": node, "python": python}
+def rust_string(text, first):
+    """A Rust string literal, split at spaces with a `\` line continuation (which skips
+    the newline and the next line's indent): the first piece fits after `first` columns,
+    the others on lines of their own (indent 4), each line at most 100."""
+    pieces, current, room = [], "", 97 - first
+    for word in text.split(" "):
+        candidate = word if not current else current + " " + word
+        if current and len(json.dumps(candidate, ensure_ascii=False)) > room:
+            pieces.append(current + " ")
+            current, room = word, 93
+        else:
+            current = candidate
+    pieces.append(current)
+    body = "\\\n    ".join(json.dumps(piece, ensure_ascii=False)[1:-1] for piece in pieces)
+    return '"' + body + '"'
+
+
+def rust(protocol):
+    """client/rust/src/generated.rs: the crate's module `generated`."""
+    routing = protocol["routing"]
+    fault = protocol["database_fault"]
+    lines = [
+        "// " + HEADER,
+        "",
+        "//! The names and defaults of client/protocol.json, and the problems the client",
+        "//! answers itself; the answers of the outcomes come whole from",
+        "//! `idempotency.http_answer`.",
+        "",
+        "/// One RFC 9457 problem type the client answers with itself.",
+        "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]",
+        "pub struct Problem {",
+        "    /// The name in client/protocol.json (`key_missing`).",
+        "    pub name: &'static str,",
+        "    /// Appended to the type base (\"/problems/\" + \"idempotency-key-missing\").",
+        "    pub slug: &'static str,",
+        "    /// The HTTP status of responses of this type.",
+        "    pub status: u16,",
+        "    /// The fixed, human-readable title.",
+        "    pub title: &'static str,",
+        "}",
+        "",
+        "impl Problem {",
+    ]
+    for name in CLIENT_PROBLEMS:
+        problem = protocol["problems"][name]
+        const = name.upper()
+        lines.append("    /// %s (%d)." % (name, problem["status"]))
+        lines.append("    pub const %s: Problem = Problem {" % const)
+        lines.append("        name: %s," % json.dumps(name))
+        lines.append("        slug: %s," % json.dumps(problem["type"]))
+        lines.append("        status: %d," % problem["status"])
+        lines.append("        title: %s," % rust_string(problem["title"], 15))
+        lines.append("    };")
+    lines += ["}", ""]
+    strings = [
+        ("PROBLEM_CONTENT_TYPE", "The Content-Type of every problem response.",
+         protocol["problem_content_type"]),
+        ("PROBLEM_TYPE_BASE", "The default prefix of a problem's type URI.",
+         protocol["problem_type_base"]),
+        ("KEY_HEADER", "The request header that carries the key.", protocol["key_header"]),
+        ("REPLAY_HEADER", "The marker of a response played back from the key store.",
+         protocol["replay_header"]),
+        ("EXPIRES_HEADER", "The response header that says until when the key counts.",
+         protocol["expires_header"]),
+        ("EXPIRES_FORMAT", "The format of `EXPIRES_HEADER`'s value (RFC 9110).",
+         protocol["expires_format"]),
+        ("STREAM_CHUNKS_ENTRY", "The stored entry of a stream's chunk lengths (never sent).",
+         protocol["stream_chunks_entry"]),
+        ("NOT_KEPT_ENTRY", "The stored entry of a stream too large to keep (never sent).",
+         protocol["not_kept_entry"]),
+        ("NOT_KEPT_DETAIL", "The detail of the 409 response-not-kept (the server's answer).",
+         protocol["not_kept_detail"]),
+        ("PLACEMENT_SQL", "The Citus query of the node that holds principal $1's shard.",
+         routing["placement_sql"]),
+        ("STALE_PLACEMENT_SQLSTATE", "The SQLSTATE of a call on a node without the shard.",
+         routing["stale_placement"]["sqlstate"]),
+        ("STALE_PLACEMENT_MESSAGE", "That refusal's primary message.",
+         routing["stale_placement"]["message"]),
+        ("DATABASE_FAULT_DETAIL", "The detail of the 503 database-unavailable answer.",
+         fault["detail"]),
+    ]
+    numbers = [
+        ("DEFAULT_RETRY_AFTER_SECONDS", "u32",
+         "The Retry-After of a 409 for a key held by a transaction.",
+         protocol["default_retry_after_seconds"]),
+        ("DEFAULT_MAX_STREAM_BYTES", "usize", "The longest streamed body kept by default.",
+         protocol["default_max_stream_bytes"]),
+        ("DEFAULT_REFRESH_SECONDS", "u64", "How long a principal's placement is cached.",
+         routing["default_refresh_seconds"]),
+        ("DEFAULT_NODE_DOWN_SECONDS", "u64",
+         "How long a node that could not be connected to is skipped.",
+         routing["default_node_down_seconds"]),
+        ("DEFAULT_MAX_PRINCIPALS", "usize", "How many principals' placements are cached at most.",
+         routing["default_max_principals"]),
+    ]
+    for name, comment, value in strings:
+        lines.append("/// %s" % comment)
+        lines.append("pub const %s: &str = %s;" % (name, rust_string(value, 15 + len(name))))
+    for name, kind, comment, value in numbers:
+        lines.append("/// %s" % comment)
+        lines.append("pub const %s: %s = %d;" % (name, kind, value))
+    lists = [
+        ("DEFAULT_KEPT_HEADERS", "The response headers stored with a key and replayed.",
+         protocol["kept_headers"]),
+        ("FAULT_SQLSTATE_CLASSES", "The SQLSTATE classes of a database fault.",
+         fault["sqlstate_classes"]),
+        ("FAULT_SQLSTATES", "The other SQLSTATEs of a database fault.", fault["sqlstates"]),
+    ]
+    for name, comment, values in lists:
+        lines.append("/// %s" % comment)
+        lines.append("pub const %s: [&str; %d] = [" % (name, len(values)))
+        lines += ["    %s," % json.dumps(value) for value in values]
+        lines.append("];")
+    lines.append("")
+    return "\n".join(lines)
+
+
+GENERATORS = {"go": go, "cpp": cpp, "node": node, "python": python, "rust": rust}
 
 
 def main(argv):

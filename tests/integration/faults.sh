@@ -70,8 +70,9 @@ binary_of() {
     echo "$work/go-orders"
     ;;
   rust-orders)
-    (cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc \
-      RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet) || return 1
+    # The machine's cargo, the crates pinned by the example's Cargo.lock (issue 37).
+    (cd examples/rust-orders && CARGO_TARGET_DIR="$PWD/../../build/rust" \
+      cargo build --release --locked --quiet) || return 1
     echo "build/rust/release/rust-orders"
     ;;
   *) return 1 ;;

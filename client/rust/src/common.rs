@@ -1,16 +1,13 @@
-//! What the transactional and the lease protocol share: requests, errors, the
-//! final-status table and small SQL helpers.
+//! What the transactional and the lease protocol share: requests, the final-status
+//! table and small SQL helpers.
 
-use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 use tokio_postgres::error::SqlState;
 
+use crate::error::Error;
 use crate::http::DuplicateMode;
-
-/// Any error a body or handler may return.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// One HTTP request as the protocol sees it.
 #[derive(Clone, Debug, Default)]
@@ -73,98 +70,6 @@ impl Request {
     }
 }
 
-/// What went wrong in a call of this crate.
-#[derive(Debug)]
-pub enum Error {
-    /// The database said no, or the connection failed.
-    Db(tokio_postgres::Error),
-    /// The body or handler failed; the key was settled by its policy before this returned.
-    Body(BoxError),
-    /// The server answered something this client does not understand, or a misuse.
-    Protocol(String),
-}
-
-impl Error {
-    /// The SQLSTATE of a database error, if any.
-    pub fn sqlstate(&self) -> Option<&SqlState> {
-        match self {
-            Error::Db(error) => error.code(),
-            _ => None,
-        }
-    }
-
-    /// True for a serialization failure (40001) or a deadlock (40P01): rerun the attempt.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self.sqlstate(), Some(s) if *s == SqlState::T_R_SERIALIZATION_FAILURE
-            || *s == SqlState::T_R_DEADLOCK_DETECTED)
-    }
-
-    /// True when the database failed under the call (see `fault`): a connection lost or
-    /// refused, a server shut down or restarting, a cancelled statement, a commit whose
-    /// outcome is unknown. Also for a handler's error (`Body`) that is one. Answer it with
-    /// `fault::database_fault_response`: a retry with the same key is safe.
-    pub fn is_database_fault(&self) -> bool {
-        match self {
-            Error::Db(error) => crate::fault::is_fault(error),
-            Error::Body(error) => {
-                error.downcast_ref::<tokio_postgres::Error>().map_or(false, crate::fault::is_fault)
-                    || error.downcast_ref::<Error>().map_or(false, Error::is_database_fault)
-            }
-            Error::Protocol(_) => false,
-        }
-    }
-
-    /// True when the server refused a call because the principal's shard is not on the node
-    /// it ran on (under Citus, after a shard move): SQLSTATE `STALE_PLACEMENT_SQLSTATE` and
-    /// the primary message `STALE_PLACEMENT_MESSAGE` (another 0A000 is not). Also for a
-    /// handler's error (`Body`) that is such a database error. The principal's placement is
-    /// stale: report it with `Router::report_stale_placement`.
-    pub fn is_stale_placement(&self) -> bool {
-        match self {
-            Error::Db(error) => stale_placement(error),
-            Error::Body(error) => {
-                error.downcast_ref::<tokio_postgres::Error>().map_or(false, stale_placement)
-                    || error.downcast_ref::<Error>().map_or(false, Error::is_stale_placement)
-            }
-            Error::Protocol(_) => false,
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Db(error) => write!(f, "database error: {}", error),
-            Error::Body(error) => write!(f, "body failed: {}", error),
-            Error::Protocol(message) => write!(f, "protocol error: {}", message),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Db(error) => Some(error),
-            Error::Body(error) => Some(error.as_ref()),
-            Error::Protocol(_) => None,
-        }
-    }
-}
-
-impl From<tokio_postgres::Error> for Error {
-    fn from(error: tokio_postgres::Error) -> Self {
-        Error::Db(error)
-    }
-}
-
-/// The server's refusal of a call whose principal's shard is not on its node.
-fn stale_placement(error: &tokio_postgres::Error) -> bool {
-    use crate::router::{STALE_PLACEMENT_MESSAGE, STALE_PLACEMENT_SQLSTATE};
-    error.as_db_error().map_or(false, |db| {
-        db.code().code() == STALE_PLACEMENT_SQLSTATE && db.message() == STALE_PLACEMENT_MESSAGE
-    })
-}
-
 /// The key was refused by the server (empty, too long, bad characters, key_format): 400.
 pub(crate) fn key_refused(error: &Error) -> bool {
     matches!(error.sqlstate(), Some(s) if *s == SqlState::INVALID_TEXT_REPRESENTATION)
@@ -181,7 +86,7 @@ pub(crate) fn millis(value: Option<Duration>) -> Option<i64> {
     value.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-const FINAL_STATUSES_SQL: &str =
+pub(crate) const FINAL_STATUSES_SQL: &str =
     "SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)";
 
 /// Which statuses are stored: the server's idempotency.is_final, read once, or a fixed list.
@@ -209,13 +114,27 @@ impl FinalStatuses {
         &self,
         client: &C,
     ) -> Result<(), Error> {
+        self.load_with(|| async {
+            let rows = client.query(FINAL_STATUSES_SQL, &[]).await?;
+            Ok(rows.iter().map(|row| row.get(0)).collect())
+        })
+        .await
+    }
+
+    /// Loads the table once from the final statuses that `fetch` reads with
+    /// `FINAL_STATUSES_SQL`.
+    pub(crate) async fn load_with<F, Fut>(&self, fetch: F) -> Result<(), Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<i32>, Error>>,
+    {
         self.table
             .get_or_try_init(|| async {
-                let rows = client.query(FINAL_STATUSES_SQL, &[]).await?;
                 let mut flags = vec![false; 500];
-                for row in rows {
-                    let status: i32 = row.get(0);
-                    flags[(status - 100) as usize] = true;
+                for status in fetch().await? {
+                    if (100..=599).contains(&status) {
+                        flags[(status - 100) as usize] = true;
+                    }
                 }
                 Ok::<_, Error>(flags)
             })

@@ -4,23 +4,14 @@
 //! answer to them (`database_fault` in client/protocol.json): 503 database-unavailable
 //! with Retry-After. A retry with the same key runs the request once or replays it.
 
+pub use crate::generated::{DATABASE_FAULT_DETAIL, FAULT_SQLSTATES, FAULT_SQLSTATE_CLASSES};
 use crate::http::{problem_response, Problem, Response};
-
-/// SQLSTATE classes of a database fault: connection exception, operator intervention
-/// (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57014 cancel).
-pub const FAULT_SQLSTATE_CLASSES: [&str; 2] = ["08", "57"];
-/// SQLSTATEs of a database fault outside those classes: too many connections.
-pub const FAULT_SQLSTATES: [&str; 1] = ["53300"];
-/// The detail of the fault answer, word for word.
-pub const DATABASE_FAULT_DETAIL: &str = "The database failed or could not be reached while \
-     this request was processed. Retry it with the same Idempotency-Key: it runs once, or its \
-     stored response is replayed.";
 
 /// The one answer to a database fault: 503 database-unavailable with Retry-After (at
 /// least 1 second), its type under `type_base`.
 pub fn database_fault_response(retry_after: u32, type_base: &str) -> Response {
     let mut response =
-        problem_response(Problem::DatabaseUnavailable, DATABASE_FAULT_DETAIL, type_base);
+        problem_response(Problem::DATABASE_UNAVAILABLE, DATABASE_FAULT_DETAIL, type_base);
     response.set_header("Retry-After", &retry_after.max(1).to_string());
     response
 }
@@ -48,4 +39,22 @@ pub(crate) fn is_fault(error: &tokio_postgres::Error) -> bool {
     ["error connecting to server", "error communicating with the server", "timeout waiting"]
         .iter()
         .any(|lost| text.starts_with(lost))
+}
+
+#[cfg(feature = "sqlx")]
+/// True when a sqlx error says the database failed or could not be reached: a fault
+/// SQLSTATE, an I/O or TLS error, a closed or exhausted pool.
+pub(crate) fn is_sqlx_fault(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            FAULT_SQLSTATE_CLASSES.iter().any(|class| code.starts_with(class))
+                || FAULT_SQLSTATES.contains(&code.as_ref())
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
 }

@@ -1,47 +1,41 @@
 //! The lease protocol: an effect outside the database (an upstream HTTP call, a
 //! payment provider, a broker) under one of three policies.
 //!
-//! The key is held by a lease that a tokio task renews at a third of its length
-//! (at least every 50 ms) on a connection of its own while the body runs; every
-//! statement that settles the key is fenced. Dropping the future of `run` (a
-//! cancelled body) keeps the key: renewing stops and nothing is released, so
-//! retries get 409 until the lease runs out (fail closed).
+//! The key is held by a lease that a task renews at a third of its length (at least
+//! every 50 ms) while the body runs; every statement that settles the key is fenced.
+//! The renewal tasks run on a runtime of their own (one thread for the process) with a
+//! small pool of their own, so a body that blocks its thread (even on a current-thread
+//! runtime) cannot starve them. Dropping the future of `run` (a cancelled body) keeps
+//! the key: renewing stops and nothing is released, so retries get 409 until the lease
+//! runs out (fail closed). A settling statement that fails is logged (`tracing`, the
+//! key's SHA-256, never the key) and never returned: the caller gets the body's result.
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio_postgres::{Client as PgClient, Config, NoTls, Row};
+use tokio_postgres::Config;
 
-use crate::common::{key_refused, millis, BoxError, Error, FinalStatuses, Request};
+use crate::common::{key_refused, millis, FinalStatuses, Request};
+use crate::connect::Tls;
+use crate::error::{BoxError, Error};
 use crate::http::{
-    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key,
-    DuplicateMode, Outcome, Problem, Response, DEFAULT_DUPLICATE_MODE, DEFAULT_KEPT_HEADERS,
-    PROBLEM_TYPE_BASE,
+    problem_response, valid_key, DuplicateMode, Outcome, Problem, Response, DEFAULT_KEPT_HEADERS,
+    DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
 
-mod renew;
+pub(crate) mod renew;
+mod settle;
+pub(crate) mod store;
+#[cfg(feature = "sqlx")]
+mod store_sqlx;
 
 use renew::Renewer;
+pub(crate) use settle::Settle;
+pub(crate) use store::{AcquireRow, Store};
 
-const ACQUIRE_SQL: &str = "SELECT outcome, fence, response_status, \
-     response_headers::text AS response_headers, response_body, resource_id, \
-     ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer, \
-     floor(extract(epoch FROM expires_at))::int8 \
-     FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
-     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond', \
-     $10::int8 * interval '1 millisecond')";
-const RENEW_SQL: &str = "SELECT idempotency.renew($1, $2, $3, $4::int8 * interval '1 millisecond')";
-const MARK_DONE_SQL: &str =
-    "SELECT idempotency.complete($1, $2, fence => $3::int8, status => $4::int4)";
-const REMEMBER_SQL: &str = "SELECT idempotency.complete($1, $2, fence => $3::int8, \
-     status => $4::int4, body => $5::bytea, headers => $6::text::jsonb, resource_id => $7::text, \
-     one_time_secret => $8::boolean)";
-const RELEASE_SQL: &str = "SELECT idempotency.release($1, $2, $3::int8)";
-// The settled row's expiry, read only when the key was completed after acquire's
-// expires_at had passed (complete then keeps it one more ttl from its own now()).
-const STORED_EXPIRY_SQL: &str =
-    "SELECT floor(extract(epoch FROM expires_at))::int8 FROM idempotency.lookup($1, $2)";
+/// The detail of a duplicate under a policy that keeps no result.
+const ALREADY_PROCESSED_DETAIL: &str =
+    "A request with this Idempotency-Key was already processed; its result is not kept.";
 
 /// The default `application_name` of a runner's connections; its renewal
 /// connections add `-renew`.
@@ -72,7 +66,9 @@ pub enum LeaseOutcome {
     Duplicate,
     /// The key was used for another request: 422.
     Mismatch,
-    /// The body ran, but the lease was lost meanwhile: nothing was stored.
+    /// The body ran, but the key could not be settled with its fence: the lease was lost
+    /// meanwhile, renewing gave up (`max_renew_failures`), or the completion failed
+    /// (logged). Nothing was stored.
     FreshUnfenced,
     /// Missing or malformed key: 400.
     Rejected,
@@ -81,18 +77,21 @@ pub enum LeaseOutcome {
     Expired,
 }
 
-/// Settings of a `LeaseRunner`.
+/// Settings of a `LeaseRunner` (and of an `Idempotency`).
 #[derive(Clone, Debug)]
 pub struct LeaseOptions {
-    /// What happens to the key after the body (default remember).
+    /// What happens to the key after the body (default remember; `LeaseRunner` only).
     pub policy: Policy,
     /// Lease length, 100 ms to 24 h; renewed every third of it, at least every 50 ms.
     pub lease: Duration,
-    /// Renew from a tokio task on its own connection while the body runs.
+    /// Renew while the body runs (on the renewal runtime, see the module).
     pub renew: bool,
-    /// Consecutive renewal errors after which renewing stops (an error is not a lost lease).
+    /// The give-up rule: after this many renewals in a row failed (an error or a
+    /// timeout, not a lost fence) renewing stops and the run ends `FreshUnfenced`: the
+    /// lease may have run out meanwhile. At least 1.
     pub max_renew_failures: u32,
-    /// Key lifetime; None: the server's idempotency.key_ttl.
+    /// Key lifetime; None: the server's idempotency.key_ttl (`LeaseRunner` only; the
+    /// calls of `Idempotency` take it per call).
     pub ttl: Option<Duration>,
     /// How long acquire waits for a transaction that holds the key; None: server default.
     pub wait: Option<Duration>,
@@ -106,11 +105,23 @@ pub struct LeaseOptions {
     pub final_statuses: Option<Vec<u16>>,
     /// Prefix of problem `type` URIs.
     pub problem_type_base: String,
-    /// Longest key accepted before asking the server.
+    /// Longest key accepted before asking the server (not checked with `hash_keys`).
     pub max_key_length: usize,
+    /// Store the SHA-256 of the key (64 hex digits) instead of the key: no raw key
+    /// reaches the database and any non-empty key of any length is taken. The principal
+    /// is stored as given. Off by default here, on for `Idempotency`.
+    pub hash_keys: bool,
     /// `application_name` of the runner's connections (renewal: this + `-renew`), so
     /// that an operator sees them in pg_stat_activity.
     pub application_name: String,
+    /// How connections are secured.
+    pub tls: Tls,
+    /// The most connections of the runner's pool (acquire and settle).
+    pub pool_size: usize,
+    /// The most connections of the pool the renewals share.
+    pub renew_pool_size: usize,
+    /// How long a call waits for a pooled connection when all are busy.
+    pub pool_wait: Option<Duration>,
 }
 
 impl Default for LeaseOptions {
@@ -122,12 +133,17 @@ impl Default for LeaseOptions {
             max_renew_failures: 3,
             ttl: None,
             wait: None,
-            duplicates: DEFAULT_DUPLICATE_MODE,
+            duplicates: DuplicateMode::default(),
             kept_headers: DEFAULT_KEPT_HEADERS.iter().map(|h| h.to_string()).collect(),
             final_statuses: None,
             problem_type_base: PROBLEM_TYPE_BASE.to_string(),
             max_key_length: 255,
+            hash_keys: false,
             application_name: RUNNER_APPLICATION_NAME.to_string(),
+            tls: Tls::Disabled,
+            pool_size: 16,
+            renew_pool_size: 2,
+            pool_wait: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -164,43 +180,69 @@ impl LeaseResult {
 
 /// Runs external effects under leases. `Sync`: share one runner between tasks.
 pub struct LeaseRunner {
-    config: Config,
+    store: Store,
     options: LeaseOptions,
-    idle: Mutex<Vec<PgClient>>,
     final_statuses: FinalStatuses,
 }
 
-pub(crate) async fn connect(config: &Config, application_name: &str) -> Result<PgClient, Error> {
-    let mut config = config.clone();
-    config.application_name(application_name);
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(connection);
-    Ok(client)
+/// The key a run holds: as stored, its SHA-256 for logs, and the fence.
+pub(crate) struct Held {
+    pub(crate) principal: String,
+    pub(crate) key: String,
+    pub(crate) digest: String,
+    pub(crate) fence: i64,
 }
 
-/// The connection was lost before the statement could run: closed, an I/O error, or
-/// the server ended the session (class 57P: terminated, shutting down; class 08).
-fn connection_error(error: &Error) -> bool {
-    match error {
-        Error::Db(e) => {
-            e.is_closed()
-                || e.code().map_or(e.as_db_error().is_none(), |c| {
-                    c.code().starts_with("57P") || c.code().starts_with("08")
-                })
-        }
-        _ => false,
-    }
+/// The SHA-256 of a key as 64 lower-case hex digits: what `hash_keys` stores and what
+/// the logs name.
+pub fn key_digest(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(key.as_bytes()).iter().map(|b| format!("{:02x}", b)).collect()
+}
+
+/// One acquire: who, which key (as the caller gave it), the fingerprint's parts, the
+/// policy and the key's ttl.
+pub(crate) struct Call<'a> {
+    pub(crate) principal: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) action: String,
+    pub(crate) method: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) body: Option<&'a [u8]>,
+    pub(crate) exclude: Option<Vec<String>>,
+    pub(crate) policy: Policy,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) wait: Option<i64>,
+}
+
+/// What acquire found: the key held, or the outcome and row of an answer.
+pub(crate) enum Acquired {
+    Held(Held, Option<i64>),
+    Answer(Outcome, AcquireRow),
 }
 
 impl LeaseRunner {
-    /// A runner that connects with `config` (its own autocommit connections, and one
-    /// per run for renewal). Refuses a lease of zero.
+    /// A runner whose connections (a pool of `pool_size`, and `renew_pool_size` for the
+    /// renewals) connect with `config` and `options.tls`. Refuses a lease of zero.
     pub fn new(config: Config, options: LeaseOptions) -> Result<Self, Error> {
         if options.lease.is_zero() {
             return Err(Error::Protocol("lease must be positive".into()));
         }
+        renew::runtime()?; // refused here, at start, when the renewal thread cannot start
+        let mut main = config.clone();
+        main.application_name(&options.application_name);
+        let pool = options.tls.pool(main, options.pool_size, options.pool_wait)?;
+        let mut renewing = config;
+        renewing.application_name(format!("{}-renew", options.application_name));
+        let period = renew::period(options.lease);
+        let renew = options.tls.pool(renewing, options.renew_pool_size, Some(period))?;
+        Ok(LeaseRunner::with_store(Store::Pg { pool, renew }, options))
+    }
+
+    /// A runner on these pools (the lease was checked, the renewal runtime started).
+    pub(crate) fn with_store(store: Store, options: LeaseOptions) -> Self {
         let final_statuses = FinalStatuses::new(options.final_statuses.as_deref());
-        Ok(LeaseRunner { config, options, idle: Mutex::new(Vec::new()), final_statuses })
+        LeaseRunner { store, options, final_statuses }
     }
 
     /// The runner's options.
@@ -208,44 +250,41 @@ impl LeaseRunner {
         &self.options
     }
 
+    /// The runner's tokio-postgres pool (bounded by `pool_size`), for the application's
+    /// own statements; None for a runner over a sqlx pool.
+    pub fn pool(&self) -> Option<&deadpool_postgres::Pool> {
+        match &self.store {
+            Store::Pg { pool, .. } => Some(pool),
+            #[cfg(feature = "sqlx")]
+            Store::Sqlx { .. } => None,
+        }
+    }
+
     fn problem(&self, problem: Problem, detail: &str) -> Response {
         problem_response(problem, detail, &self.options.problem_type_base)
     }
 
-    async fn take(&self) -> Result<PgClient, Error> {
-        let idle = self.idle.lock().expect("pool lock").pop();
-        match idle {
-            Some(client) if !client.is_closed() => Ok(client),
-            _ => connect(&self.config, &self.options.application_name).await,
-        }
-    }
-
-    /// Returns a connection to the pool unless it is closed or `failed` says the
-    /// session is gone (its connection task may not have noticed yet).
-    fn give_back(&self, client: PgClient, failed: bool) {
-        if !failed && !client.is_closed() {
-            self.idle.lock().expect("pool lock").push(client);
-        }
-    }
-
-    /// Acquires the key, runs `body` while a task renews the lease, and settles the key
-    /// by the policy. The body's error comes back as `Error::Body` after the key was
-    /// settled (once: marked done; the others: released). If this future is dropped
-    /// while the body runs, the key stays held until its lease runs out.
+    /// Acquires the key, runs `body` while the lease is renewed, and settles the key by
+    /// the policy. The body's error comes back as `Error::Body` after the key was
+    /// settled (once: marked done; the others: released); a settling statement that
+    /// fails is logged, not returned. If this future is dropped while the body runs,
+    /// the key stays held until its lease runs out.
     pub async fn run<F, Fut, E>(&self, request: &Request, body: F) -> Result<LeaseResult, Error>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Response, E>>,
         E: Into<BoxError>,
     {
+        let options = &self.options;
         let key = match request.key.as_deref() {
-            Some(k) if valid_key(k, self.options.max_key_length) => k,
+            Some(k) if options.hash_keys && !k.is_empty() => k,
+            Some(k) if valid_key(k, options.max_key_length) => k,
             other => {
                 let problem =
-                    if other.is_some() { Problem::KeyMalformed } else { Problem::KeyMissing };
+                    if other.is_some() { Problem::KEY_MALFORMED } else { Problem::KEY_MISSING };
                 let detail = format!(
                     "An Idempotency-Key of 1 to {} visible ASCII characters is required.",
-                    self.options.max_key_length
+                    options.max_key_length
                 );
                 return Ok(LeaseResult::answer(
                     LeaseOutcome::Rejected,
@@ -253,232 +292,144 @@ impl LeaseRunner {
                 ));
             }
         };
-        let row = self.acquire(request, key).await;
-        let row = match row {
-            Ok(row) => row,
+        let call = Call {
+            principal: &request.principal,
+            key,
+            action: request.action_name(),
+            method: &request.method,
+            path: &request.path,
+            body: request.body.as_deref(),
+            exclude: request.exclude_param(),
+            policy: options.policy,
+            ttl: options.ttl,
+            wait: self.wait_millis(request.duplicates),
+        };
+        let (held, acquired) = match self.acquire(&call).await {
+            Ok(Acquired::Held(held, expires)) => (held, expires),
+            Ok(Acquired::Answer(outcome, row)) => return Ok(self.answer(outcome, &row)),
             Err(error) if key_refused(&error) => {
                 let detail = "The Idempotency-Key was refused by the server.";
-                let response = self.problem(Problem::KeyMalformed, detail);
+                let response = self.problem(Problem::KEY_MALFORMED, detail);
                 return Ok(LeaseResult::answer(LeaseOutcome::Rejected, response));
             }
             Err(error) => return Err(error),
         };
-        let name: String = row.get(0);
-        let outcome = Outcome::parse(&name).ok_or_else(|| {
-            Error::Protocol(format!("acquire returned an unknown outcome: {}", name))
-        })?;
-        let acquired: Option<i64> = row.get(7);
-        if outcome != Outcome::Started {
-            return Ok(self.answer(outcome, &row).expiring(acquired));
-        }
-        let fence: i64 = row.get(1);
-        let held = Held { principal: request.principal.clone(), key: key.to_string(), fence };
+        let (result, lost, renewals) = self.hold(&held, body).await;
+        let result = result.map_err(Into::into);
+        let (settled, release) = {
+            let settle = match &result {
+                Ok(response) => self.settle_for(options.policy, response),
+                Err(_) => Settle::failed(options.policy),
+            };
+            (self.settle(&held, &settle).await, matches!(settle, Settle::Release))
+        };
+        let response = result.map_err(Error::Body)?;
+        // A failed release leaves the key held until its lease runs out: the body's
+        // answer stands. A failed completion leaves it unsettled: not fenced.
+        let fenced = settled.unwrap_or(release);
+        let outcome =
+            if fenced && !lost { LeaseOutcome::Fresh } else { LeaseOutcome::FreshUnfenced };
+        let kept = settled == Some(true) && !release;
+        let expires = if kept { self.settled_expiry(&held, acquired).await } else { None };
+        let fence = held.fence;
+        let result = LeaseResult { outcome, response, fence, renewals, expires_epoch: None };
+        Ok(result.expiring(expires))
+    }
 
-        // Run the body (never cancelled by this crate) while a task renews the lease.
-        let renewer =
-            self.options.renew.then(|| Renewer::start(&self.config, &held, &self.options));
-        let result = body().await.map_err(Into::into);
+    /// What a successful body's response does to the key under `policy`.
+    fn settle_for<'r>(&self, policy: Policy, response: &'r Response) -> Settle<'r> {
+        match policy {
+            Policy::Once => Settle::MarkDone(response.status),
+            Policy::CommitOnSuccess if response.status < 400 => Settle::MarkDone(response.status),
+            Policy::Remember if self.final_statuses.is_final(response.status) => {
+                Settle::Store(response)
+            }
+            _ => Settle::Release,
+        }
+    }
+
+    /// Runs `body` while the lease is renewed: (its result, lease lost, renewals).
+    pub(crate) async fn hold<F, Fut, R>(&self, held: &Held, body: F) -> (R, bool, u32)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = R>,
+    {
+        // The body is never cancelled by this crate.
+        let renewer = self.options.renew.then(|| Renewer::start(&self.store, held, &self.options));
+        let result = body().await;
         let (lost, renewals) = match renewer {
             Some(renewer) => renewer.stop().await,
             None => (false, 0),
         };
-        let settled = self.settle(&held, &result).await?;
-        match result {
-            Err(error) => Err(Error::Body(error)),
-            Ok(response) => {
-                let outcome = if settled && !lost {
-                    LeaseOutcome::Fresh
-                } else {
-                    LeaseOutcome::FreshUnfenced
-                };
-                let kept = settled && self.keeps_row(response.status);
-                let expires = if kept { self.settled_expiry(&held, acquired).await? } else { None };
-                let result =
-                    LeaseResult { outcome, response, fence, renewals, expires_epoch: None };
-                Ok(result.expiring(expires))
-            }
-        }
-    }
-
-    /// True when settling a successful body of this status leaves a key row (marked
-    /// done or stored), false when it releases the key.
-    fn keeps_row(&self, status: u16) -> bool {
-        match self.options.policy {
-            Policy::Once => true,
-            Policy::CommitOnSuccess => status < 400,
-            Policy::Remember => self.final_statuses.is_final(status),
-        }
+        (result, lost, renewals)
     }
 
     /// The settled row's expiry: acquire's while it is still ahead, read again after a
     /// completion past it (complete keeps the key one more ttl from its own now()).
-    async fn settled_expiry(
-        &self,
-        held: &Held,
-        acquired: Option<i64>,
-    ) -> Result<Option<i64>, Error> {
+    async fn settled_expiry(&self, held: &Held, acquired: Option<i64>) -> Option<i64> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         match acquired {
-            Some(epoch) if epoch > now => Ok(Some(epoch)),
-            None => Ok(None),
-            Some(_) => {
-                let client = self.take().await?;
-                let rows = client.query(STORED_EXPIRY_SQL, &[&held.principal, &held.key]).await;
-                self.give_back(client, rows.is_err());
-                Ok(rows?.first().and_then(|row| row.get(0)))
-            }
+            Some(epoch) if epoch > now => Some(epoch),
+            None => None,
+            Some(_) => self.store.stored_expiry(held).await,
         }
     }
 
-    /// Acquires the key on a pooled connection; a connection that turns out to be gone
-    /// before the statement ran is replaced once.
-    async fn acquire(&self, request: &Request, key: &str) -> Result<Row, Error> {
-        let mut attempt = 0;
-        loop {
-            let client = self.take().await?;
-            let row = self.acquire_once(&client, request, key).await;
-            self.give_back(client, matches!(&row, Err(e) if connection_error(e)));
-            match row {
-                Err(error) if connection_error(&error) && attempt == 0 => attempt += 1,
-                other => return other,
-            }
+    /// Acquires the key (a connection found gone before the statement ran is replaced
+    /// once); with policy remember the final statuses are known before anything is held.
+    pub(crate) async fn acquire(&self, call: &Call<'_>) -> Result<Acquired, Error> {
+        if call.policy == Policy::Remember {
+            self.store.load(&self.final_statuses).await?;
         }
-    }
-
-    async fn acquire_once(
-        &self,
-        client: &PgClient,
-        request: &Request,
-        key: &str,
-    ) -> Result<Row, Error> {
-        if self.options.policy == Policy::Remember {
-            self.final_statuses.load(client).await?; // known before holding anything
+        let stored = if self.options.hash_keys { key_digest(call.key) } else { call.key.into() };
+        let acquire = store::Acquire {
+            call,
+            stored: &stored,
+            lease_ms: millis(Some(self.options.lease)),
+            ttl_ms: millis(call.ttl),
+            type_base: &self.options.problem_type_base,
+            retry_after: DEFAULT_RETRY_AFTER_SECONDS as i32,
+        };
+        let row = self.store.acquire(&acquire).await?;
+        let outcome = Outcome::parse(&row.outcome).ok_or_else(|| {
+            Error::Protocol(format!("acquire returned an unknown outcome: {}", row.outcome))
+        })?;
+        if outcome != Outcome::Started {
+            return Ok(Acquired::Answer(outcome, row));
         }
-        let options = &self.options;
-        let row = client
-            .query_one(
-                ACQUIRE_SQL,
-                &[
-                    &request.principal,
-                    &key,
-                    &request.action_name(),
-                    &request.method,
-                    &request.path,
-                    &request.body,
-                    &request.exclude_param(),
-                    &millis(Some(options.lease)),
-                    &millis(options.ttl),
-                    &self.wait_millis(request),
-                ],
-            )
-            .await?;
-        Ok(row)
+        let fence = row.fence.ok_or_else(|| Error::Protocol("started without a fence".into()))?;
+        let digest = if self.options.hash_keys { stored.clone() } else { key_digest(call.key) };
+        let principal = call.principal.to_string();
+        let held = Held { principal, key: stored, digest, fence };
+        Ok(Acquired::Held(held, row.expires))
     }
 
     /// acquire's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
-    pub(crate) fn wait_millis(&self, request: &Request) -> Option<i64> {
-        match request.duplicates.unwrap_or(self.options.duplicates) {
+    pub(crate) fn wait_millis(&self, duplicates: Option<DuplicateMode>) -> Option<i64> {
+        match duplicates.unwrap_or(self.options.duplicates) {
             DuplicateMode::Reject => Some(0),
             DuplicateMode::Wait => millis(self.options.wait),
         }
     }
 
-    /// The answer for an outcome other than started.
-    fn answer(&self, outcome: Outcome, row: &Row) -> LeaseResult {
-        let base = &self.options.problem_type_base;
+    /// The answer for an outcome other than started: the server's, but for a duplicate
+    /// under a policy that keeps no result.
+    fn answer(&self, outcome: Outcome, row: &AcquireRow) -> LeaseResult {
+        let expires = row.expires;
         let done_before = matches!(outcome, Outcome::Replay | Outcome::SecretReplay);
         if done_before && self.options.policy != Policy::Remember {
-            let detail = "A request with this Idempotency-Key was already processed; \
-                          its result is not kept.";
-            let response = self.problem(Problem::AlreadyProcessed, detail);
-            return LeaseResult::answer(LeaseOutcome::Duplicate, response);
+            let response = self.problem(Problem::ALREADY_PROCESSED, ALREADY_PROCESSED_DETAIL);
+            return LeaseResult::answer(LeaseOutcome::Duplicate, response).expiring(expires);
         }
-        if outcome == Outcome::Replay {
-            let status: i32 = row.get(2);
-            let headers: Option<String> = row.get(3);
-            let response =
-                stored_response(status as u16, headers.as_deref(), row.get(4), row.get(5));
-            return LeaseResult::answer(LeaseOutcome::Replayed, response);
-        }
-        let lease_seconds: Option<i32> = row.get(6);
-        let retry_after = lease_seconds.map_or(1, |s| s.max(1) as u32);
-        let response = outcome_problem(outcome, base, retry_after).expect("a problem outcome");
+        let response = row.response();
         let kind = match outcome {
             Outcome::Mismatch => LeaseOutcome::Mismatch,
             Outcome::InProgress => LeaseOutcome::InProgress,
             Outcome::Expired => LeaseOutcome::Expired,
             _ => LeaseOutcome::Replayed,
         };
-        LeaseResult::answer(kind, response)
+        let mut result = LeaseResult::answer(kind, response);
+        result.expires_epoch = expires;
+        result
     }
-
-    /// Settles the key by the policy with its fence: true when the fence still held
-    /// it. A lost connection is retried once on a fresh one; if that fails too, the
-    /// error propagates and the key stays held until its lease runs out.
-    async fn settle(
-        &self,
-        held: &Held,
-        result: &Result<Response, BoxError>,
-    ) -> Result<bool, Error> {
-        let mut attempt = 0;
-        loop {
-            let client = self.take().await?;
-            let settled = self.settle_once(&client, held, result).await;
-            self.give_back(client, matches!(&settled, Err(e) if connection_error(e)));
-            match settled {
-                Err(error) if connection_error(&error) && attempt == 0 => attempt += 1,
-                other => return other,
-            }
-        }
-    }
-
-    async fn settle_once(
-        &self,
-        client: &PgClient,
-        held: &Held,
-        result: &Result<Response, BoxError>,
-    ) -> Result<bool, Error> {
-        let (principal, key, fence) = (&held.principal, &held.key, &held.fence);
-        let release = || async {
-            let row = client.query_one(RELEASE_SQL, &[principal, key, fence]).await?;
-            Ok::<bool, Error>(row.get(0))
-        };
-        let mark_done = |status: i32| async move {
-            let row = client.query_one(MARK_DONE_SQL, &[principal, key, fence, &status]).await?;
-            Ok::<bool, Error>(row.get(0))
-        };
-        let response = match (result, self.options.policy) {
-            (Err(_), Policy::Once) => return mark_done(500).await,
-            (Err(_), _) => return release().await,
-            (Ok(response), _) => response,
-        };
-        let status = i32::from(response.status);
-        match self.options.policy {
-            Policy::Once => mark_done(status).await,
-            Policy::CommitOnSuccess if status < 400 => mark_done(status).await,
-            Policy::CommitOnSuccess => release().await,
-            Policy::Remember if self.final_statuses.is_final(response.status) => {
-                let headers = kept_headers_json(response, &self.options.kept_headers);
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-                    principal,
-                    key,
-                    fence,
-                    &status,
-                    &response.body,
-                    &headers,
-                    &response.resource_id,
-                    &response.one_time_secret,
-                ];
-                Ok(client.query_one(REMEMBER_SQL, &params).await?.get(0))
-            }
-            Policy::Remember => release().await,
-        }
-    }
-}
-
-/// The key a run holds.
-pub(crate) struct Held {
-    pub(crate) principal: String,
-    pub(crate) key: String,
-    pub(crate) fence: i64,
 }

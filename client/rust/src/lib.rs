@@ -1,5 +1,8 @@
-//! Idempotency keys on PostgreSQL (the `idempotency` extension, 0.6.0 or later) for tokio-postgres.
+//! Idempotency keys on PostgreSQL (the `idempotency` extension, 0.9.0 or later) for tokio-postgres.
 //!
+//! - [`Idempotency`]: the framework-shaped calls `once`, `commit_on_success` and
+//!   `remember` on a [`Key`], with typed results ([`Done`], [`Remembered`]), the policy
+//!   and the ttl per call, hashed keys by default.
 //! - [`LeaseRunner`]: an effect outside the database under one of three [`Policy`]s
 //!   (`Once`, `CommitOnSuccess`, `Remember`), over the lease protocol with automatic
 //!   renewal while the body runs and fencing on completion; a dropped (cancelled) run
@@ -15,35 +18,47 @@
 //!   [`Router::report_stale_placement`] for a call that finds the shard moved.
 //! - [`fault`]: which errors are database faults ([`Error::is_database_fault`]) and the
 //!   one answer to them, 503 database-unavailable.
-//! - [`http`]: the problem table and HTTP mapping every client shares
-//!   (`client/protocol.json`), and the optional hyper 0.14 glue (feature `hyper`).
+//! - [`http`]: responses and problem bodies; the answers of the outcomes come whole from
+//!   the server (`idempotency.http_answer`), the names from [`generated`] (made from
+//!   `client/protocol.json`); the optional axum 0.8 glue and tower layer (feature `axum`).
+//! - sqlx (feature `sqlx`): [`Client::begin_sqlx`] / [`Client::complete_sqlx`] on a
+//!   `sqlx::Transaction<'_, Postgres>`, and [`Idempotency::from_sqlx`] /
+//!   [`LeaseRunner::from_sqlx`] over a `PgPool`.
+//! - [`connect`]: TLS (rustls) or none ([`Tls`]), and bounded pools (deadpool-postgres).
 //!
 //! Fingerprints are computed by the server (`idempotency.fingerprint`, RFC 8785 + SHA-256)
 //! inside the statement that claims the key: no extra round trip, and no second
 //! implementation of RFC 8785 to drift from the server's.
 
+#[cfg(feature = "axum")]
+pub mod axum_glue;
+mod calls;
 mod common;
+pub mod connect;
+mod error;
 pub mod fault;
+#[rustfmt::skip]
+pub mod generated;
 pub mod http;
-#[cfg(feature = "hyper")]
-pub mod hyper_glue;
 mod lease;
 mod queue;
 mod router;
+#[cfg(feature = "sqlx")]
+mod sqlx_glue;
 pub mod stream;
 mod transactional;
 
-pub use common::{BoxError, Error, Request};
+pub use calls::{CallError, Done, Idempotency, Key, Remembered};
+pub use common::Request;
+pub use connect::Tls;
+pub use error::{BoxError, Error};
 pub use http::{DuplicateMode, Outcome, Problem, Response};
 pub use lease::{
-    LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy, RUNNER_APPLICATION_NAME,
+    key_digest, LeaseOptions, LeaseOutcome, LeaseResult, LeaseRunner, Policy,
+    RUNNER_APPLICATION_NAME,
 };
 pub use queue::{claim_batch, push_unique, push_unique_in, BatchClaim};
-pub use router::{
-    Route, Routed, Router, RouterCounters, RouterOptions, DEFAULT_LOOKUP_TIMEOUT,
-    DEFAULT_MAX_PRINCIPALS, DEFAULT_NODE_DOWN_SECONDS, DEFAULT_REFRESH_SECONDS, PLACEMENT_SQL,
-    STALE_PLACEMENT_MESSAGE, STALE_PLACEMENT_SQLSTATE,
-};
+pub use router::{Route, Routed, Router, RouterCounters, RouterOptions, DEFAULT_LOOKUP_TIMEOUT};
 pub use stream::{StreamEvent, StreamWriter};
 pub use transactional::{
     fingerprint, BatchCompletion, BatchOutcome, Begun, Client, Connection, HandlerFuture, Options,

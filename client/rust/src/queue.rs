@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client as PgClient, GenericClient, Transaction};
 
-use crate::common::{millis, Error};
+use crate::common::millis;
+use crate::error::Error;
 
 const CLAIM_SQL: &str = "SELECT idempotency.claim($1, $2, $3::int8 * interval '1 millisecond')";
 const CLAIM_BATCH_SQL: &str = "SELECT ord, key, claimed FROM idempotency.claim_batch($1, \

@@ -60,34 +60,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::OnceCell;
-use tokio_postgres::{Client as PgClient, Config, NoTls, Statement};
+use tokio_postgres::{Client as PgClient, Config, Statement};
 
-use crate::common::Error;
+use crate::connect::Tls;
+use crate::error::Error;
+use crate::http::{
+    DEFAULT_MAX_PRINCIPALS, DEFAULT_NODE_DOWN_SECONDS, DEFAULT_REFRESH_SECONDS, PLACEMENT_SQL,
+};
 use crate::transactional::Connection;
 
-/// client/protocol.json's `routing.placement_sql`: the primary node (nodename, nodeport)
-/// that holds the shard of idempotency.keys for the principal `$1` (tests/protocol_table.rs).
-pub const PLACEMENT_SQL: &str = "SELECT n.nodename, n.nodeport FROM \
-     pg_catalog.pg_dist_placement p JOIN pg_catalog.pg_dist_node n ON n.groupid \
-     OPERATOR(pg_catalog.=) p.groupid WHERE p.shardid OPERATOR(pg_catalog.=) \
-     pg_catalog.get_shard_id_for_distribution_column('idempotency.keys'::pg_catalog.regclass, \
-     $1::pg_catalog.text) AND n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary' \
-     ORDER BY n.nodeid LIMIT 1";
-/// `routing.default_refresh_seconds`: how long a principal's placement is cached.
-pub const DEFAULT_REFRESH_SECONDS: u64 = 60;
-/// `routing.default_node_down_seconds`: how long a node that refused a connect is skipped.
-pub const DEFAULT_NODE_DOWN_SECONDS: u64 = 5;
-/// `routing.default_max_principals`: how many principals' placements are cached at most.
-pub const DEFAULT_MAX_PRINCIPALS: usize = 10_000;
 /// How long one lookup may take before it counts as failed (not in protocol.json).
 pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
-/// `routing.stale_placement.sqlstate`: the SQLSTATE of the extension's refusal of a
-/// locking call (begin, acquire, save_final, claim, the batches) whose principal's shard
-/// is not on the node it runs on ([`Error::is_stale_placement`]).
-pub const STALE_PLACEMENT_SQLSTATE: &str = "0A000";
-/// `routing.stale_placement.message`: that refusal's primary message.
-pub const STALE_PLACEMENT_MESSAGE: &str = "the key's shard is not on this node";
-
 /// Settings of a `Router`.
 #[derive(Clone, Debug)]
 pub struct RouterOptions {
@@ -104,6 +87,8 @@ pub struct RouterOptions {
     pub lookup_timeout: Duration,
     /// Idle connections `release` keeps per target for `connect` to reuse.
     pub max_idle_per_target: usize,
+    /// How connections (to the nodes and for lookups) are secured.
+    pub tls: Tls,
 }
 
 impl Default for RouterOptions {
@@ -115,6 +100,7 @@ impl Default for RouterOptions {
             max_principals: DEFAULT_MAX_PRINCIPALS,
             lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
             max_idle_per_target: 8,
+            tls: Tls::Disabled,
         }
     }
 }
@@ -269,7 +255,7 @@ impl Router {
             if let Some(conn) = self.idle(&Some(node.clone())) {
                 return Ok(Routed { conn, node: Some(node) });
             }
-            match open(route.config).await {
+            match open(route.config, &self.options.tls).await {
                 Ok(conn) => return Ok(Routed { conn, node: Some(node) }),
                 Err(_) => {
                     self.report_connect_failure(&node, Some(principal));
@@ -279,7 +265,7 @@ impl Router {
         }
         let conn = match self.idle(&None) {
             Some(conn) => conn,
-            None => open(&self.default).await?,
+            None => open(&self.default, &self.options.tls).await?,
         };
         Ok(Routed { conn, node: None })
     }
@@ -314,7 +300,7 @@ impl Router {
         let mut state = self.lock();
         let now = Instant::now();
         let until = state.down.insert(node.to_string(), now + self.options.node_down);
-        if until.map_or(true, |until| until <= now) {
+        if until.is_none_or(|until| until <= now) {
             state.counters.nodes_marked_down += 1; // the node was not already down
         }
         if let Some(principal) = principal {
@@ -416,8 +402,7 @@ impl Router {
                 return Ok((client, statement));
             }
         }
-        let (client, connection) = self.default.connect(NoTls).await?;
-        tokio::spawn(connection);
+        let client = self.options.tls.connect(&self.default).await?;
         let statement = client.prepare(&self.options.placement_sql).await?;
         let pair = (Arc::new(client), statement);
         *self.lookup_conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(pair.clone());
@@ -442,8 +427,6 @@ fn node_of(row: &tokio_postgres::Row) -> Option<String> {
     Some(format!("{}:{}", name?, port?))
 }
 
-async fn open(config: &Config) -> Result<Connection, Error> {
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(connection);
-    Ok(Connection::new(client))
+async fn open(config: &Config, tls: &Tls) -> Result<Connection, Error> {
+    Ok(Connection::new(tls.connect(config).await?))
 }

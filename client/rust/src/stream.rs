@@ -2,7 +2,7 @@
 //!
 //! `Client::handle_stream` gives the handler a [`StreamWriter`]: `start` sends the status
 //! and headers, each `write` sends one chunk, as it is produced, to the transport (a
-//! channel of [`StreamEvent`]s; `hyper_glue::stream_response` turns it into a hyper
+//! channel of [`StreamEvent`]s; `axum_glue::stream_response` turns it into an axum
 //! response with a chunked body), and keeps a copy while the total stays within
 //! `Options::max_stream_bytes`. When the handler returns, the key is completed with the
 //! concatenation as body and the chunks' lengths in the reserved `:chunks` entry of the
@@ -15,22 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use crate::common::Error;
-use crate::http::{problem_response, Problem, Response, REPLAY_HEADER};
-
-/// The reserved entry of the stored headers that keeps a streamed response's chunk
-/// lengths ("5,5,3"). No header can have this name; it is never sent.
-pub const STREAM_CHUNKS_ENTRY: &str = ":chunks";
-/// The reserved entry of the stored headers of a stream too large to keep.
-pub const NOT_KEPT_ENTRY: &str = ":not_kept";
-/// The value of `NOT_KEPT_ENTRY`.
-pub const NOT_KEPT_VALUE: &str = "stream-too-large";
-/// The longest streamed body kept by default (bytes).
-pub const DEFAULT_MAX_STREAM_BYTES: usize = 1_048_576;
-/// The detail of the 409 response-not-kept.
-pub const NOT_KEPT_DETAIL: &str = "The first response to this request was streamed and was \
-     larger than this service keeps; it was sent once and not stored. Use a new key for a new \
-     request.";
+use crate::error::Error;
+use crate::http::Response;
 
 /// What `Client::handle_stream` sends to the transport, in order.
 #[derive(Debug)]
@@ -164,26 +150,6 @@ impl StreamWriter {
     }
 }
 
-/// Formats chunk lengths as the `:chunks` value ("5,5,3").
-pub fn chunk_lengths(chunks: &[usize]) -> String {
-    chunks.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
-}
-
-/// Reads a `:chunks` value; None unless it is decimal lengths that add up to `body_len`.
-pub fn parse_chunk_lengths(text: &str, body_len: usize) -> Option<Vec<usize>> {
-    let mut lengths = Vec::new();
-    if !text.is_empty() {
-        for part in text.split(',') {
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            lengths.push(part.parse::<usize>().ok()?);
-        }
-    }
-    let total = lengths.iter().try_fold(0usize, |sum, n| sum.checked_add(*n))?;
-    (total == body_len).then(|| lengths)
-}
-
 /// The chunks of a stored stream (one slice per length), or the whole body.
 pub fn pieces(response: &Response) -> Vec<Vec<u8>> {
     match &response.chunks {
@@ -199,70 +165,5 @@ pub fn pieces(response: &Response) -> Vec<Vec<u8>> {
             }
             out
         }
-    }
-}
-
-/// A stored response as replayed: a stored stream gets its chunk lengths back (the
-/// `:chunks` entry is never sent); a stream that was not kept becomes 409
-/// response-not-kept (with `Idempotent-Replay`, as a one-time secret's retry).
-pub fn restore_stream(mut stored: Response, type_base: &str) -> Response {
-    if stored.header(NOT_KEPT_ENTRY).is_some() {
-        let mut answer = problem_response(Problem::ResponseNotKept, NOT_KEPT_DETAIL, type_base);
-        answer.replayed = true;
-        answer.set_header(REPLAY_HEADER, "true");
-        return answer;
-    }
-    let lengths = match stored.header(STREAM_CHUNKS_ENTRY) {
-        Some(lengths) => lengths.to_string(),
-        None => return stored,
-    };
-    stored.headers.retain(|(name, _)| name != STREAM_CHUNKS_ENTRY);
-    // Lengths that do not fit the body: sent as one piece, all that can be done with it.
-    stored.chunks = parse_chunk_lengths(&lengths, stored.body.len());
-    stored
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::{kept_headers_json, stored_response, DEFAULT_KEPT_HEADERS};
-
-    #[test]
-    fn stored_lengths_are_read_back_or_refused() {
-        assert_eq!(parse_chunk_lengths("2,3", 5), Some(vec![2, 3]));
-        assert_eq!(parse_chunk_lengths("", 0), Some(vec![]));
-        assert_eq!(parse_chunk_lengths("2,2", 5), None);
-        assert_eq!(parse_chunk_lengths("2,x", 5), None);
-        assert_eq!(parse_chunk_lengths("+2,3", 5), None);
-        assert_eq!(parse_chunk_lengths(",5", 5), None);
-    }
-
-    #[test]
-    fn reserved_entries_are_stored_last_or_alone() {
-        let mut response = Response::new(200, vec![("Content-Type".into(), "a/b".into())], "");
-        response.chunks = Some(vec![2, 3]);
-        assert_eq!(
-            kept_headers_json(&response, &DEFAULT_KEPT_HEADERS),
-            r#"[["Content-Type","a/b"],[":chunks","2,3"]]"#
-        );
-        response.stream_too_large = true;
-        assert_eq!(
-            kept_headers_json(&response, &DEFAULT_KEPT_HEADERS),
-            r#"[[":not_kept","stream-too-large"]]"#
-        );
-    }
-
-    #[test]
-    fn a_stored_stream_is_replayed_in_its_chunks_and_a_not_kept_one_is_409() {
-        let headers = r#"[["Content-Type","text/plain"],[":chunks","2,3"]]"#;
-        let stored = stored_response(200, Some(headers), Some(b"aabbb".to_vec()), None);
-        let replay = restore_stream(stored, "/p/");
-        assert_eq!(replay.header(STREAM_CHUNKS_ENTRY), None);
-        assert_eq!(pieces(&replay), vec![b"aa".to_vec(), b"bbb".to_vec()]);
-        let headers = r#"[[":not_kept","stream-too-large"]]"#;
-        let gone = restore_stream(stored_response(200, Some(headers), None, None), "/p/");
-        assert_eq!(gone.status, 409);
-        assert_eq!(gone.header(REPLAY_HEADER), Some("true"));
-        assert!(String::from_utf8(gone.body).unwrap().contains("/p/response-not-kept"));
     }
 }

@@ -12,23 +12,25 @@ use std::time::Duration;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client as PgClient, Row, Statement, Transaction};
 
-use crate::common::{body_invalid, key_refused, millis, BoxError, Error, FinalStatuses, Request};
+use crate::common::{body_invalid, key_refused, millis, FinalStatuses, Request};
+use crate::error::{BoxError, Error};
 use crate::http::{
-    kept_headers_json, outcome_problem, problem_response, stored_response, valid_key,
-    DuplicateMode, Outcome, Problem, Response, DEFAULT_DUPLICATE_MODE, DEFAULT_KEPT_HEADERS,
-    DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
+    answer_response, kept_headers_json, problem_response, valid_key, DuplicateMode, Outcome,
+    Problem, Response, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
 
-const BEGIN_SQL: &str = "SELECT outcome, response_status, \
-     response_headers::text AS response_headers, response_body, resource_id, \
-     floor(extract(epoch FROM expires_at))::bigint AS expires_epoch, \
-     ceil(extract(epoch FROM lease_until - pg_catalog.clock_timestamp()))::integer \
+// The answer of an outcome that does not run the handler comes in the same statement
+// (idempotency.http_answer; OFFSET 0 keeps it from being called for started).
+pub(crate) const BEGIN_SQL: &str = "SELECT o.outcome, o.resource_id, \
+     floor(extract(epoch FROM o.expires_at))::bigint, a.status, a.headers::text, a.body \
      FROM idempotency.begin($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
-     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond')";
-const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
+     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond') AS o \
+     LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer) \
+     WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
+pub(crate) const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
      body => $4::bytea, headers => $5::text::jsonb, resource_id => $6::text, \
      one_time_secret => $7::boolean)";
-const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
+pub(crate) const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
      idempotency.fingerprint($4, $5, $6, $7), status => $8::int4, body => $9::bytea, \
      headers => $10::text::jsonb, ttl => $11::int8 * interval '1 millisecond', \
      one_time_secret => $12::boolean)";
@@ -73,14 +75,14 @@ impl Default for Options {
             methods_requiring_key: vec!["POST".into(), "PATCH".into()],
             kept_headers: DEFAULT_KEPT_HEADERS.iter().map(|h| h.to_string()).collect(),
             wait: None,
-            duplicates: DEFAULT_DUPLICATE_MODE,
+            duplicates: DuplicateMode::default(),
             ttl: None,
             max_attempts: 3,
             retry_after: DEFAULT_RETRY_AFTER_SECONDS,
             final_statuses: None,
             problem_type_base: PROBLEM_TYPE_BASE.to_string(),
             max_key_length: 255,
-            max_stream_bytes: crate::stream::DEFAULT_MAX_STREAM_BYTES,
+            max_stream_bytes: crate::http::DEFAULT_MAX_STREAM_BYTES,
         }
     }
 }
@@ -145,23 +147,33 @@ impl Default for Client {
     }
 }
 
+/// The parameters of begin that are not the request's.
+struct BeginParams {
+    key: String,
+    action: String,
+    exclude: Option<Vec<String>>,
+    ttl: Option<i64>,
+    wait: Option<i64>,
+    retry_after: i32,
+}
+
 fn begin_params<'a>(
     request: &'a Request,
-    key: &'a String,
-    action: &'a String,
-    exclude: &'a Option<Vec<String>>,
-    times: &'a [Option<i64>; 2],
-) -> [&'a (dyn ToSql + Sync); 9] {
+    params: &'a BeginParams,
+    type_base: &'a String,
+) -> [&'a (dyn ToSql + Sync); 11] {
     [
         &request.principal,
-        key,
-        action,
+        &params.key,
+        &params.action,
         &request.method,
         &request.path,
         &request.body,
-        exclude,
-        &times[0],
-        &times[1],
+        &params.exclude,
+        &params.ttl,
+        &params.wait,
+        type_base,
+        &params.retry_after,
     ]
 }
 
@@ -184,7 +196,7 @@ impl Client {
         crate::fault::database_fault_response(options.retry_after, &options.problem_type_base)
     }
 
-    fn problem(&self, problem: Problem, detail: &str) -> Response {
+    pub(crate) fn problem(&self, problem: Problem, detail: &str) -> Response {
         problem_response(problem, detail, &self.options.problem_type_base)
     }
 
@@ -196,19 +208,19 @@ impl Client {
 
     /// Checks the key before the database: None when it may go to the server,
     /// or the 400 to answer.
-    fn check_key(&self, request: &Request) -> Option<Response> {
+    pub(crate) fn check_key(&self, request: &Request) -> Option<Response> {
         match request.key.as_deref() {
             None => {
                 let method = request.method.to_ascii_uppercase();
                 let detail = format!("{} requests need an Idempotency-Key header.", method);
-                Some(self.problem(Problem::KeyMissing, &detail))
+                Some(self.problem(Problem::KEY_MISSING, &detail))
             }
             Some(key) if !valid_key(key, self.options.max_key_length) => {
                 let detail = format!(
                     "The Idempotency-Key must be 1 to {} visible ASCII characters.",
                     self.options.max_key_length
                 );
-                Some(self.problem(Problem::KeyMalformed, &detail))
+                Some(self.problem(Problem::KEY_MALFORMED, &detail))
             }
             Some(_) => None,
         }
@@ -234,7 +246,7 @@ impl Client {
     }
 
     /// begin's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
-    fn wait_millis(&self, request: &Request) -> Option<i64> {
+    pub(crate) fn wait_millis(&self, request: &Request) -> Option<i64> {
         match request.duplicates.unwrap_or(self.options.duplicates) {
             DuplicateMode::Reject => Some(0),
             DuplicateMode::Wait => millis(self.options.wait),
@@ -253,16 +265,21 @@ impl Client {
         if let Some(answer) = self.check_key(request) {
             return Ok((Begun::Rejected(answer), None));
         }
-        let key = request.key.clone().unwrap_or_default();
-        let (action, exclude) = (request.action_name(), request.exclude_param());
-        let times = [millis(self.options.ttl), self.wait_millis(request)];
-        let params = begin_params(request, &key, &action, &exclude, &times);
+        let params = BeginParams {
+            key: request.key.clone().unwrap_or_default(),
+            action: request.action_name(),
+            exclude: request.exclude_param(),
+            ttl: millis(self.options.ttl),
+            wait: self.wait_millis(request),
+            retry_after: self.options.retry_after.max(1) as i32,
+        };
+        let params = begin_params(request, &params, &self.options.problem_type_base);
         let row = tx.query_one(sql, &params).await.map_err(Error::from);
         let row = match row {
             Ok(row) => row,
             Err(error) if key_refused(&error) => {
                 let detail = "The Idempotency-Key was refused by the server.";
-                return Ok((Begun::Rejected(self.problem(Problem::KeyMalformed, detail)), None));
+                return Ok((Begun::Rejected(self.problem(Problem::KEY_MALFORMED, detail)), None));
             }
             Err(error) if body_invalid(&error) => {
                 let detail = match &error {
@@ -271,37 +288,25 @@ impl Client {
                     }
                     other => other.to_string(),
                 };
-                return Ok((Begun::Rejected(self.problem(Problem::BodyInvalid, &detail)), None));
+                return Ok((Begun::Rejected(self.problem(Problem::BODY_INVALID, &detail)), None));
             }
             Err(error) => return Err(error),
         };
         self.outcome_of(&row)
     }
 
+    /// The outcome of a row of begin (or begin_batch, same first six columns): Started,
+    /// or the server's answer (replay, 409, 422, 410, with `Idempotency-Expires`).
     fn outcome_of(&self, row: &Row) -> Result<(Begun, Option<i64>), Error> {
         let name: String = row.get(0);
         let outcome = Outcome::parse(&name).ok_or_else(|| {
             Error::Protocol(format!("begin returned an unknown outcome: {}", name))
         })?;
-        let expires: Option<i64> = row.get(5);
-        let mut response = match outcome {
-            Outcome::Started => return Ok((Begun::Started, expires)),
-            Outcome::Replay => {
-                let status: i32 = row.get(1);
-                let headers: Option<String> = row.get(2);
-                let stored =
-                    stored_response(status as u16, headers.as_deref(), row.get(3), row.get(4));
-                crate::stream::restore_stream(stored, &self.options.problem_type_base)
-            }
-            _ => {
-                let lease: Option<i32> = row.get(6);
-                let retry_after = lease.map_or(self.options.retry_after, |s| s.max(1) as u32);
-                let base = &self.options.problem_type_base;
-                outcome_problem(outcome, base, retry_after).expect("a problem outcome")
-            }
-        };
-        // Replay, 422, secret_replay, a lease-held in_progress: the row's expiry.
-        response.set_expires(expires);
+        let expires: Option<i64> = row.get(2);
+        if outcome == Outcome::Started {
+            return Ok((Begun::Started, expires));
+        }
+        let response = answer_response(row.get(3), row.get(4), row.get(5), row.get(1));
         Ok((Begun::Answer(outcome, response), expires))
     }
 

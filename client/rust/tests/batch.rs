@@ -126,7 +126,7 @@ async fn batches_refuse_bad_input() {
     assert_eq!(state.await.as_deref(), Some("22023"));
     let req = request(w, "b", "{}");
     let state = state_of(&mut pg, |tx| async move {
-        c.begin_batch(&tx, &[req.clone()]).await?;
+        c.begin_batch(&tx, std::slice::from_ref(&req)).await?;
         c.complete_batch(&tx, &[(&req, &Response::new(500, vec![], ""))]).await
     });
     assert_eq!(state.await.as_deref(), Some("22023"));

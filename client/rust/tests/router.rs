@@ -10,10 +10,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use pg_idempotency::{
-    Client, Error, Request, Response, Router, RouterCounters, RouterOptions, PLACEMENT_SQL,
-    STALE_PLACEMENT_MESSAGE,
-};
+use pg_idempotency::http::{PLACEMENT_SQL, STALE_PLACEMENT_MESSAGE};
+use pg_idempotency::{Client, Error, Request, Response, Router, RouterCounters, RouterOptions};
 use tokio_postgres::{Client as PgClient, Config, Transaction};
 
 const FAKE: &str = "SELECT node_name, node_port FROM route_fake WHERE principal = $1";

@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use pg_idempotency::stream::NOT_KEPT_DETAIL;
+use pg_idempotency::http::NOT_KEPT_DETAIL;
 use pg_idempotency::{BoxError, Client, Connection, Error, Options, Request, Response};
 use pg_idempotency::{StreamEvent, StreamWriter};
 use tokio::sync::mpsc;

@@ -1,4 +1,4 @@
-//! rust-orders: the orders service of examples/orders-service on hyper 0.14 and
+//! rust-orders: the orders service of examples/orders-service on axum 0.8 and
 //! tokio-postgres, idempotent through the pg_idempotency crate (client/rust).
 //!
 //!     rust-orders --port 8080 --dsn "host=... dbname=..." [--threads 8]
@@ -24,13 +24,12 @@ mod orders;
 mod pool;
 mod stream;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hyper::service::{make_service_fn, service_fn};
-use hyper::{Body, Method, Server};
-use pg_idempotency::hyper_glue::{into_hyper, read_request};
+use axum::extract::Request as HttpRequest;
+use axum::http::Method;
+use pg_idempotency::axum_glue::{into_axum, read_request};
 use pg_idempotency::{Client, Error, Options, Response};
 
 pub use orders::problem;
@@ -43,12 +42,12 @@ pub struct App {
     flaky: orders::FirstRuns,
 }
 
-fn principal_of(request: &hyper::Request<Body>) -> Option<String> {
-    let auth = request.headers().get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
+fn principal_of(request: &HttpRequest) -> Option<String> {
+    let auth = request.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
     auth.strip_prefix("Bearer ").filter(|p| !p.is_empty()).map(str::to_string)
 }
 
-fn delay_ms(request: &hyper::Request<Body>) -> u64 {
+fn delay_ms(request: &HttpRequest) -> u64 {
     let query = request.uri().query().unwrap_or("");
     query
         .split('&')
@@ -58,24 +57,24 @@ fn delay_ms(request: &hyper::Request<Body>) -> u64 {
 }
 
 /// POST /orders/stream is answered as a stream; every other route as one response.
-async fn serve(app: Arc<App>, request: hyper::Request<Body>) -> hyper::Response<Body> {
+async fn serve(app: Arc<App>, request: HttpRequest) -> axum::response::Response {
     if request.method() != Method::POST || request.uri().path() != "/orders/stream" {
-        return into_hyper(route(app, request).await);
+        return into_axum(route(app, request).await);
     }
     let principal = match principal_of(&request) {
         Some(p) => p,
         None => {
             let detail = "Send Authorization: Bearer <token>.";
-            return into_hyper(problem(401, "Unauthorized", detail));
+            return into_axum(problem(401, "Unauthorized", detail));
         }
     };
     match read_request(request, &principal).await {
         Ok(req) => stream::serve(app, req).await,
-        Err(e) => into_hyper(problem(400, "Bad request", &e.to_string())),
+        Err(e) => into_axum(problem(400, "Bad request", &e.to_string())),
     }
 }
 
-async fn route(app: Arc<App>, request: hyper::Request<Body>) -> Response {
+async fn route(app: Arc<App>, request: HttpRequest) -> Response {
     let path = request.uri().path().to_string();
     if request.method() == Method::GET && path == "/health" {
         return Response::new(200, vec![("Content-Type".into(), "text/plain".into())], "ok");
@@ -158,12 +157,20 @@ fn argument(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let threads: usize = argument(&args, "--threads").and_then(|t| t.parse().ok()).unwrap_or(8);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(serve_forever(args, threads));
+}
+
+async fn serve_forever(args: Vec<String>, threads: usize) {
     let port: u16 = argument(&args, "--port").and_then(|p| p.parse().ok()).unwrap_or(8080);
     let dsn = argument(&args, "--dsn").unwrap_or_default();
-    let threads: usize = argument(&args, "--threads").and_then(|t| t.parse().ok()).unwrap_or(8);
     let pool = match Pool::open(&dsn, threads) {
         Ok(pool) => pool,
         Err(e) => {
@@ -177,19 +184,20 @@ async fn main() {
     // POST /orders/stream: a stream longer than 65536 bytes is sent once, not kept.
     let client = Client::new(Options { max_stream_bytes: 65536, ..Options::default() });
     let app = Arc::new(App { pool, client, flaky: orders::FirstRuns::default() });
-    let make = make_service_fn(move |_| {
+    let router = axum::Router::new().fallback(move |request: HttpRequest| {
         let app = app.clone();
-        async move {
-            Ok::<_, Infallible>(service_fn(move |request| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(serve(app, request).await) }
-            }))
-        }
+        async move { serve(app, request).await }
     });
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let server = Server::bind(&addr).serve(make);
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("rust-orders: {}", e);
+            std::process::exit(1);
+        }
+    };
     eprintln!("rust-orders: listening on 127.0.0.1:{}", port);
-    if let Err(e) = server.await {
+    if let Err(e) = axum::serve(listener, router).await {
         eprintln!("rust-orders: {}", e);
         std::process::exit(1);
     }

@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use hyper::Body;
+use pg_idempotency::axum_glue::{into_axum, stream_response};
 use pg_idempotency::http::{problem_response, Problem, PROBLEM_TYPE_BASE};
-use pg_idempotency::hyper_glue::{into_hyper, stream_response};
 use pg_idempotency::{BoxError, Request, Response, StreamWriter};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -20,14 +19,14 @@ fn parse(body: &[u8]) -> Result<(usize, usize), Response> {
     // An integral number (5 or 5.0: the same request to the fingerprint) in 1..=most.
     let count = |name: &str, most: f64| {
         let n = data.get(name).and_then(Value::as_f64)?;
-        (n.fract() == 0.0 && (1.0..=most).contains(&n)).then(|| n as u64)
+        (n.fract() == 0.0 && (1.0..=most).contains(&n)).then_some(n as u64)
     };
     match (count("chunks", 1000.0), count("chunk_bytes", 65536.0)) {
         (Some(n), Some(m)) => Ok((n as usize, m as usize)),
         _ => {
             let detail = "The body must be a JSON object with \"chunks\" (1 to 1000) and \
                           \"chunk_bytes\" (1 to 65536).";
-            Err(problem_response(Problem::BodyInvalid, detail, PROBLEM_TYPE_BASE))
+            Err(problem_response(Problem::BODY_INVALID, detail, PROBLEM_TYPE_BASE))
         }
     }
 }
@@ -55,10 +54,10 @@ async fn create_stream(
 
 /// Runs the request in a task of its own (the connection is held until the stream ends)
 /// and answers with the stream as its events come.
-pub async fn serve(app: Arc<App>, request: Request) -> hyper::Response<Body> {
+pub async fn serve(app: Arc<App>, request: Request) -> axum::response::Response {
     let mut slot = match app.pool.get().await {
         Ok(slot) => slot,
-        Err(e) => return into_hyper(crate::failed(&app, pg_idempotency::Error::Db(e))),
+        Err(e) => return into_axum(crate::failed(&app, pg_idempotency::Error::Db(e))),
     };
     let (events, answers) = mpsc::channel(16);
     tokio::spawn(async move {

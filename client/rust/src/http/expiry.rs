@@ -1,15 +1,5 @@
-//! The key's expiry header (`Idempotency-Expires`, an IMF-fixdate) and what a
-//! duplicate of a running request does (wait or reject): `expires_header`,
-//! `expires_format`, `duplicate_modes` and `default_duplicate_mode` in protocol.json.
-
-use std::fmt;
-
-/// The response header that tells until when the request's key counts: an
-/// IMF-fixdate (RFC 9110), the key row's `expires_at` rounded down to the second.
-/// Never stored as a kept header; every answer backed by a key row gets its value.
-pub const EXPIRES_HEADER: &str = "Idempotency-Expires";
-/// The format of `EXPIRES_HEADER`'s value (RFC 9110 §5.6.7).
-pub const EXPIRES_FORMAT: &str = "IMF-fixdate";
+//! The key's expiry header's value (`Idempotency-Expires`, an IMF-fixdate) and what a
+//! duplicate of a running request does (wait or reject).
 
 /// What a duplicate of a request that is still running does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -20,32 +10,6 @@ pub enum DuplicateMode {
     /// Answers 409 request-in-progress with Retry-After at once (begin with wait 0).
     Reject,
 }
-
-impl DuplicateMode {
-    /// The mode as protocol.json spells it (`wait`, `reject`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DuplicateMode::Wait => "wait",
-            DuplicateMode::Reject => "reject",
-        }
-    }
-
-    /// Parses protocol.json's spelling; None for an unknown mode.
-    pub fn parse(name: &str) -> Option<DuplicateMode> {
-        DUPLICATE_MODES.iter().copied().find(|m| m.name() == name)
-    }
-}
-
-impl fmt::Display for DuplicateMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Every duplicate mode, the default first (protocol.json's order).
-pub const DUPLICATE_MODES: [DuplicateMode; 2] = [DuplicateMode::Wait, DuplicateMode::Reject];
-/// The mode of a client or request that names none.
-pub const DEFAULT_DUPLICATE_MODE: DuplicateMode = DuplicateMode::Wait;
 
 const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 const MONTHS: [&str; 12] =
@@ -95,14 +59,5 @@ mod tests {
         assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
         assert_eq!(http_date(4_133_980_799), "Fri, 31 Dec 2100 23:59:59 GMT");
         assert_eq!(http_date(-1), "Wed, 31 Dec 1969 23:59:59 GMT");
-    }
-
-    #[test]
-    fn modes_parse_their_names() {
-        for mode in DUPLICATE_MODES {
-            assert_eq!(DuplicateMode::parse(mode.name()), Some(mode));
-        }
-        assert_eq!(DuplicateMode::parse("drop"), None);
-        assert_eq!(DuplicateMode::default(), DEFAULT_DUPLICATE_MODE);
     }
 }

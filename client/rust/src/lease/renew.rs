@@ -1,16 +1,42 @@
-//! The renewal task of a lease: renews every third of the lease on a connection of
-//! its own while the body runs.
+//! The renewal of a lease: a task renews every third of the lease while the body runs.
+//!
+//! The tasks run on a runtime of their own (one worker thread for the process, started
+//! on the first `LeaseRunner::new`), on connections of the runner's renewal pool, which
+//! that runtime drives: a body that blocks the caller's thread, even on a
+//! current-thread runtime, cannot starve them.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client as PgClient, Config};
 
-use super::{connect, Held, LeaseOptions, RENEW_SQL, RUNNER_APPLICATION_NAME};
-use crate::common::{millis, Error};
+use super::{Held, LeaseOptions, Store};
+use crate::common::millis;
+use crate::error::Error;
+
+/// The renewal runtime, started once; an error when its thread could not start.
+pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
+    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("pg_idempotency-renew")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    runtime
+        .as_ref()
+        .map_err(|e| Error::Protocol(format!("the lease renewal thread did not start: {}", e)))
+}
+
+/// How often a lease is renewed: a third of it, at least every 50 ms.
+pub(crate) fn period(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(50))
+}
 
 /// What the renewal task reports.
 #[derive(Default)]
@@ -28,23 +54,24 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn start(config: &Config, held: &Held, options: &LeaseOptions) -> Renewer {
+    /// Starts renewing `held` on the renewal runtime.
+    pub(crate) fn start(store: &Store, held: &Held, options: &LeaseOptions) -> Renewer {
         let state = Arc::new(RenewState::default());
         let (stop, stopped) = oneshot::channel();
-        let period = (options.lease / 3).max(Duration::from_millis(50));
-        let mut config = config.clone();
-        config.application_name(&format!("{}-renew", options.application_name));
         let job = RenewJob {
-            config,
-            principal: held.principal.clone(),
-            key: held.key.clone(),
-            fence: held.fence,
+            store: store.clone(),
+            held: Held {
+                principal: held.principal.clone(),
+                key: held.key.clone(),
+                digest: held.digest.clone(),
+                fence: held.fence,
+            },
             lease_ms: millis(Some(options.lease)).unwrap_or(0),
-            period,
+            period: period(options.lease),
             max_failures: options.max_renew_failures.max(1),
             state: state.clone(),
         };
-        let task = tokio::spawn(job.run(stopped));
+        let task = runtime().expect("started by LeaseRunner::new").spawn(job.run(stopped));
         Renewer { state, stop: Some(stop), task: Some(task) }
     }
 
@@ -69,10 +96,8 @@ impl Drop for Renewer {
 }
 
 struct RenewJob {
-    config: Config,
-    principal: String,
-    key: String,
-    fence: i64,
+    store: Store,
+    held: Held,
     lease_ms: i64,
     period: Duration,
     max_failures: u32,
@@ -81,54 +106,41 @@ struct RenewJob {
 
 impl RenewJob {
     /// Renews every period until stopped. renew() returning false means the fence lost
-    /// the key: renewing stops and the lease counts as lost. An error (network,
-    /// restart, a killed backend) is retried at the next tick on a fresh connection;
-    /// after max_failures in a row renewing stops without declaring the lease lost.
+    /// the key: renewing stops and the lease counts as lost. An error or a timeout (a
+    /// renewal may take two periods: the lease is three) is retried at the next tick on
+    /// another connection; after `max_failures` in a row renewing gives up and the lease
+    /// counts as lost too, since it may have run out meanwhile.
     async fn run(self, mut stopped: oneshot::Receiver<()>) {
-        // Connect at once, so the first renewal does not pay for the connection.
-        let limit = self.period * 2;
-        let connected = tokio::time::timeout(limit, connect(&self.config, self.name())).await;
-        let mut client = connected.ok().and_then(Result::ok);
         let mut failures = 0;
         loop {
             tokio::select! {
                 _ = &mut stopped => return,
                 _ = tokio::time::sleep(self.period) => {}
             }
-            // A renewal (with a reconnect) may take up to two periods: the lease is three.
-            let renewed = tokio::time::timeout(limit, self.renew_once(&mut client)).await;
+            let renewed = self.store.renew(&self.held, self.lease_ms, self.period * 2).await;
             match renewed {
-                Ok(Ok(true)) => {
+                Some(true) => {
                     failures = 0;
                     self.state.renewals.fetch_add(1, Ordering::SeqCst);
                 }
-                Ok(Ok(false)) => {
+                Some(false) => {
                     self.state.lost.store(true, Ordering::SeqCst);
                     return;
                 }
-                Ok(Err(_)) | Err(_) => {
-                    client = None;
+                None => {
                     failures += 1;
                     if failures >= self.max_failures {
+                        tracing::warn!(
+                            key_sha256 = %self.held.digest,
+                            fence = self.held.fence,
+                            failures,
+                            "pg_idempotency: lease renewal gave up; the run ends unfenced"
+                        );
+                        self.state.lost.store(true, Ordering::SeqCst);
                         return;
                     }
                 }
             }
         }
-    }
-
-    fn name(&self) -> &str {
-        self.config.get_application_name().unwrap_or(RUNNER_APPLICATION_NAME)
-    }
-
-    async fn renew_once(&self, client: &mut Option<PgClient>) -> Result<bool, Error> {
-        if client.as_ref().map_or(true, PgClient::is_closed) {
-            *client = Some(connect(&self.config, self.name()).await?);
-        }
-        let client = client.as_ref().expect("connected above");
-        let row = client
-            .query_one(RENEW_SQL, &[&self.principal, &self.key, &self.fence, &self.lease_ms])
-            .await?;
-        Ok(row.get(0))
     }
 }

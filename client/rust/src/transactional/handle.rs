@@ -6,7 +6,8 @@ use tokio_postgres::Transaction;
 
 use super::{Begun, Client, Connection, HandlerFuture, Statements};
 use super::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
-use crate::common::{BoxError, Error, Request};
+use crate::common::Request;
+use crate::error::{BoxError, Error};
 use crate::http::Response;
 use crate::stream::{StreamEvent, StreamWriter};
 
@@ -179,8 +180,7 @@ impl Client {
             // A final error has no effect to keep: roll back, then store it alone.
             tx.rollback().await?;
             let (save, expiry) = (&statements.save_final, Some(&statements.stored_expiry));
-            let (_, stored) =
-                self.save_final_with(client, save, expiry, request, &answer).await?;
+            let (_, stored) = self.save_final_with(client, save, expiry, request, &answer).await?;
             answer.set_expires(stored); // the stored row's: save_final's own now() + ttl
             return Ok(answer);
         }

@@ -12,10 +12,10 @@ pub fn config() -> Config {
     let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
     let mut config = Config::new();
     config
-        .host(&var("PGHOST", "127.0.0.1"))
+        .host(var("PGHOST", "127.0.0.1"))
         .port(var("PGPORT", "5432").parse().expect("PGPORT is a port"))
-        .user(&var("PGUSER", "postgres"))
-        .dbname(&var("PGDATABASE", "postgres"));
+        .user(var("PGUSER", "postgres"))
+        .dbname(var("PGDATABASE", "postgres"));
     config
 }
 
