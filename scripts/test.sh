@@ -174,6 +174,10 @@ jobs=$(nproc)
 if [[ ${IDEM_CCACHE:-1} != 0 && -d /usr/lib/ccache ]]; then
   export PATH=/usr/lib/ccache:$PATH CCACHE_NOHASHDIR=true
 fi
+# The Rust crate, its tests and its example build into one target folder outside
+# the tree (cargo reuses what its fingerprints say is current, so a new clone
+# rebuilds our crates only, not their dependencies); CARGO_TARGET_DIR overrides.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idempotency/cargo-target}
 passed=0
 failed=0
 failures=()

@@ -79,9 +79,10 @@ for lang in ${LANGS:-python asgi node go rust}; do
     node) start_service node examples/node-orders/app.js ;;
     fastify) start_service node examples/fastify-orders/app.js ;;
     go) start_service "$work/go-orders" ;;
-    rust)  # Debian's cargo and rustc, offline; the release build (cold: minutes)
-      (cd examples/rust-orders && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo build --release --quiet)
-      start_service build/rust/release/rust-orders ;;
+    rust)  # the machine's cargo, the crates of the example's Cargo.lock; the release build (cold: minutes)
+      target=${CARGO_TARGET_DIR:-$PWD/build/rust}
+      (cd examples/rust-orders && CARGO_TARGET_DIR="$target" cargo build --release --locked --quiet)
+      start_service "$target/release/rust-orders" ;;
   esac
   rps /orders "warm-keyed-$lang" >/dev/null
   rps /plain/orders "warm-plain-$lang" >/dev/null

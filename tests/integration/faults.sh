@@ -70,10 +70,12 @@ binary_of() {
     echo "$work/go-orders"
     ;;
   rust-orders)
-    # The machine's cargo, the crates pinned by the example's Cargo.lock (issue 37).
-    (cd examples/rust-orders && CARGO_TARGET_DIR="$PWD/../../build/rust" \
-      cargo build --release --locked --quiet) || return 1
-    echo "build/rust/release/rust-orders"
+    # The machine's cargo, the crates pinned by the example's Cargo.lock (issue 37),
+    # into the run's CARGO_TARGET_DIR (scripts/test.sh), else build/rust.
+    local target=${CARGO_TARGET_DIR:-$PWD/build/rust}
+    (cd examples/rust-orders && CARGO_TARGET_DIR="$target" cargo build --release --locked --quiet) ||
+      return 1
+    echo "$target/release/rust-orders"
     ;;
   *) return 1 ;;
   esac
