@@ -238,11 +238,13 @@ sanitizer_tests() {
 # Starlette), every version pinned by client/python/constraints.txt
 # (client/python/tools/env.sh); its tests then run against the installed copy and
 # start their own cluster. Once with Debian's interpreter and once with the
-# machine's python3 when that is another one. pytest's exit status 5 (no tests
+# machine's python3 when that is another one (--quick: Debian's only). pytest's exit status 5 (no tests
 # collected) is a failure like any other.
 python_client_tests() {
-  local python env status=0 seen=""
-  for python in /usr/bin/python3 "$(command -v python3)"; do
+  local python env status=0 seen="" pythons=(/usr/bin/python3 "$(command -v python3)")
+  # --quick: Debian's interpreter only (the whole run has both).
+  [[ $tier == q ]] && pythons=(/usr/bin/python3)
+  for python in "${pythons[@]}"; do
     [[ -n $python ]] || continue
     python=$("$python" -c 'import sys; print(sys.executable)') || { status=1; continue; }
     [[ " $seen " == *" $python "* ]] && continue
