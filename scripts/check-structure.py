@@ -30,7 +30,7 @@ REASON = "over 80 lines"
 
 # Bottom to top. A file's room is its name without extension.
 LAYERS = [
-    ("bottom", ["settings", "key_row", "compat", "guard", "arguments", "schema_version",
+    ("bottom", ["settings", "routed", "key_row", "compat", "guard", "arguments", "schema_version",
                 "batch_arguments"]),
     ("store", ["key_lock", "key_table", "key_store", "key_direct", "key_statements",
                "placement"]),

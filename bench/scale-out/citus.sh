@@ -13,13 +13,20 @@
 #   single               the plain node (the fast path)
 #   single+distributed   the plain node, sessions with idempotency.distributed = on
 #   citus                the coordinator (begin and complete delegated to the workers)
-#   routed               the worker that holds the principal's shard (as a router sends it)
+#   routed               the worker that holds the principal's shard, server defaults,
+#                        sessions without idempotency.routed (Citus plans the
+#                        parameterized call of a distributed function again at
+#                        every execution: docs/scale-out.md)
+#   routed-marked        the same, sessions with idempotency.routed = on (what the
+#                        routers set on their connections to the workers: the call
+#                        keeps its generic plan; the application's statements are
+#                        planned as before)
 #   routed-generic       the same, sessions with plan_cache_mode = force_generic_plan
-#                        (Citus keeps planning a parameterized call of a distributed
-#                        function at every execution otherwise: docs/scale-out.md)
+#                        (every statement's plan changes: for comparison only)
 # and, for what Citus itself costs, the same order written without a key
 # (BEGIN; INSERT; COMMIT) on each: plain-single, plain-citus, plain-routed,
-# plain-routed-generic; in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
+# plain-routed-generic (routed-marked's key is measured against plain-routed:
+# the setting changes no plan of the plain transaction); in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
 # of the setup (for citus all three), per request; medians and ratios, and the
 # routed key's cost over the single node's key cost round by round.
 #
@@ -90,14 +97,15 @@ routed_principal=$("$PGBIN/psql" -X -qAt "$citus_dsn" -c "
 routed_dsn="postgresql://postgres@127.0.0.1:$routed_port/shop"
 chmod 644 "$work/write.sql" "$work/plain.sql" "$work/write_routed.sql" "$work/plain_routed.sql"
 ticks_per_second=$(getconf CLK_TCK)
-variants=(single single+distributed citus routed routed-generic plain-single plain-citus plain-routed
-  plain-routed-generic)
+variants=(single single+distributed citus routed routed-marked routed-generic plain-single plain-citus
+  plain-routed plain-routed-generic)
 
 echo "cores: $(nproc); $clients clients, $seconds s per round, $rounds rounds; pgbench -M prepared"
 printf '%-20s %6s %8s %10s %12s\n' variant round tps requests "cpu us/req"
 declare -A per_request round_us
 round_ratios=""
 round_ratios_generic=""
+round_ratios_marked=""
 for ((r = 1; r <= rounds; r++)); do
   for v in "${variants[@]}"; do
     options=""
@@ -107,6 +115,7 @@ for ((r = 1; r <= rounds; r++)); do
     [[ $v == plain-routed* ]] && script=$work/plain_routed.sql
     generic=""
     [[ $v == *-generic ]] && generic="-c plan_cache_mode=force_generic_plan"
+    [[ $v == *-marked ]] && generic="-c idempotency.routed=on"
     case $v in
     single) dsn=$single_dsn; clusters=("$work/single") ;;
     single+distributed) dsn=$single_dsn; clusters=("$work/single"); options="-c idempotency.distributed=on" ;;
@@ -136,6 +145,7 @@ for ((r = 1; r <= rounds; r++)); do
   single_key=$(echo "${round_us[single]} - ${round_us[plain-single]}" | bc)
   round_ratios+="$(ratio "$(echo "${round_us[routed]} - ${round_us[plain-routed]}" | bc)" "$single_key")"$'\n'
   round_ratios_generic+="$(ratio "$(echo "${round_us[routed-generic]} - ${round_us[plain-routed-generic]}" | bc)" "$single_key")"$'\n'
+  round_ratios_marked+="$(ratio "$(echo "${round_us[routed-marked]} - ${round_us[plain-routed]}" | bc)" "$single_key")"$'\n'
 done
 
 echo
@@ -148,9 +158,10 @@ done
 echo "ratio citus/single: $(ratio "${med[citus]}" "${med[single]}")"
 echo "ratio plain-citus/plain-single: $(ratio "${med[plain-citus]}" "${med[plain-single]}") (Citus alone, no key)"
 echo "the key's cost: single $(echo "scale=1; ${med[single]} - ${med[plain-single]}" | bc) us, citus $(echo "scale=1; ${med[citus]} - ${med[plain-citus]}" | bc) us per request"
-echo "routed to the shard's worker ($routed_principal on $routed_port): the key's cost $(echo "scale=1; ${med[routed]} - ${med[plain-routed]}" | bc) us per request, $(ratio "$(echo "${med[routed]} - ${med[plain-routed]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's (goal: at most 2)"
+echo "routed to the shard's worker ($routed_principal on $routed_port), idempotency.routed off: the key's cost $(echo "scale=1; ${med[routed]} - ${med[plain-routed]}" | bc) us per request, $(ratio "$(echo "${med[routed]} - ${med[plain-routed]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's"
+echo "routed with idempotency.routed = on (as the routers connect): the key's cost $(echo "scale=1; ${med[routed-marked]} - ${med[plain-routed]}" | bc) us per request, $(ratio "$(echo "${med[routed-marked]} - ${med[plain-routed]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's (goal: at most 2 in every round)"
 echo "routed with plan_cache_mode = force_generic_plan: the key's cost $(echo "scale=1; ${med[routed-generic]} - ${med[plain-routed-generic]}" | bc) us per request, $(ratio "$(echo "${med[routed-generic]} - ${med[plain-routed-generic]}" | bc)" "$(echo "${med[single]} - ${med[plain-single]}" | bc)") x the single node's"
-echo "round by round, routed key / single key: $(printf '%s' "$round_ratios" | tr '\n' ' ')(median $(printf '%s' "$round_ratios" | median)); with force_generic_plan: $(printf '%s' "$round_ratios_generic" | tr '\n' ' ')(median $(printf '%s' "$round_ratios_generic" | median))"
+echo "round by round, routed key / single key: idempotency.routed on: $(printf '%s' "$round_ratios_marked" | tr '\n' ' ')(median $(printf '%s' "$round_ratios_marked" | median)); off: $(printf '%s' "$round_ratios" | tr '\n' ' ')(median $(printf '%s' "$round_ratios" | median)); with force_generic_plan: $(printf '%s' "$round_ratios_generic" | tr '\n' ' ')(median $(printf '%s' "$round_ratios_generic" | median))"
 echo "ratio single+distributed/single: $(ratio "${med[single+distributed]}" "${med[single]}")"
 echo "orders: single $("$PGBIN/psql" -X -qAt "$single_dsn" -c "SELECT count(*) FROM orders"), citus $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM orders")"
 echo "key rows on the citus shards: $("$PGBIN/psql" -X -qAt "$citus_dsn" -c "SELECT count(*) FROM idempotency.keys")"

@@ -1,4 +1,5 @@
-// Module entry: PG_MODULE_MAGIC, _PG_init (settings, then the cache and
+// Module entry: PG_MODULE_MAGIC, _PG_init (settings and the planner hook of
+// idempotency.routed, then the cache and
 // transaction callbacks - the schema version's among them - and the counters'
 // shared memory when preloaded),
 // and the one function that turns a captured C++ failure into a PostgreSQL
@@ -7,6 +8,7 @@
 #include "guard.hpp"
 #include "key_store.hpp"
 #include "pending.hpp"
+#include "routed.hpp"
 #include "schema_version.hpp"
 #include "settings.hpp"
 
@@ -31,6 +33,8 @@ void raise_sql_error(const SqlError& error) {
 }  // namespace idem::pg
 
 extern "C" void _PG_init(void) {
+    // Before define_settings() reserves the prefix, which drops unknown placeholders.
+    idem::pg::routed_init();
     idem::pg::define_settings();
     idem::pg::key_store_init();
     idem::pg::pending_init();

@@ -18,6 +18,7 @@
 #include "placement.hpp"
 
 #include "key_table.hpp"
+#include "routed.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -347,6 +348,45 @@ bool local_execution_on() {
     return value == nullptr || strcmp(value, "on") == 0;
 }
 
+// Whether this call reached this node because Citus delegated it here (its
+// connections for delegated calls name themselves "citus_internal gpid=...").
+bool delegated_here() {
+    const char* name = GetConfigOption("application_name", true, false);
+    return name != nullptr && strncmp(name, "citus_internal", 14) == 0;
+}
+
+// The refusal of a locking call on a node without the principal's shard:
+// 0A000 and one primary message in every case (the client routers match
+// both), and a detail that tells the two causes apart. A call that Citus
+// delegated here, or that a router sent here (idempotency.routed), came to the
+// node that held the shard when it was sent: the shard moved since (a move or
+// a split, usually while the call waited behind it), and a retry goes to the
+// new owner. Any other call ran where it was sent because Citus did not
+// delegate it: the setup or the form of the call is at fault.
+[[noreturn]] void refuse_stale_placement() {
+    if (routed || delegated_here())
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
+             errdetail("The principal's shard moved to another node (a shard move or split) "
+                       "after this call was %s; nothing was written.",
+                       routed ? "routed here" : "delegated here"),
+             errhint("Retry the request: a retry goes to the node that holds the shard now "
+                     "(a router drops its cached placement; Citus delegates by its current "
+                     "metadata).")));
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
+             errdetail("idempotency.keys is distributed by principal; its key lock is a "
+                       "lock of the node that holds the principal's shard, and Citus did "
+                       "not delegate this call there."),
+             errhint("Delegate the protocol functions to that node: run "
+                     "idempotency.distribute(), or create_distributed_function(..., "
+                     "force_delegation => true) for each, and call them as SELECT f(...) "
+                     "or SELECT ... FROM f(...) with the principal a literal or a "
+                     "parameter (see docs/scale-out.md).")));
+    pg_unreachable();
+}
+
 }  // namespace
 
 Placement citus_placement(Oid table, Oid owner) {
@@ -394,14 +434,7 @@ void require_local_shard(text* principal) {
     if (!held && citus.has_lock) lock_shard_metadata(shard);
     SetUserIdAndSecContext(user, context);
     // Read after the lock: a move that switched the shard away has committed by now.
-    if (!placed_here(shard))
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("the key's shard is not on this node"),
-                        errdetail("idempotency.keys is distributed by principal; its key lock is a "
-                                  "lock of the node that holds the principal's shard."),
-                        errhint("Delegate the protocol functions to that node: run "
-                                "idempotency.distribute(), or create_distributed_function(..., "
-                                "force_delegation => true) for each (see docs/scale-out.md).")));
+    if (!placed_here(shard)) refuse_stale_placement();
     if (!held) remember_checked(principal, shard, citus.has_lock);
 }
 

@@ -8,12 +8,29 @@
 -- distributed by another column is refused outright. Runs before any call of
 -- this session has read the key table's placement. (forget and lookup take no
 -- key lock: under Citus their statements reach the shard wherever it is.)
+-- The refusal's detail tells a call that Citus did not delegate (the setup's
+-- fault) from one delegated or routed here whose shard moved since (a retry
+-- goes to the new owner); idempotency.routed keeps a prepared call's generic
+-- plan, which runs here.
 SET client_min_messages = warning;
 BEGIN;
 \ir ../scale-out/fake_citus.sql
 INSERT INTO pg_catalog.fake_citus_shard VALUES ('citus-away', 2);
 
-SELECT plan(10);
+-- The detail and the hint of the refusal of `call`, and its SQLSTATE.
+CREATE FUNCTION pg_temp.refusal(call text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE state text; detail text; hint text;
+BEGIN
+    EXECUTE call;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL,
+                            hint = PG_EXCEPTION_HINT;
+    RETURN state || ' | ' || detail || ' | ' || hint;
+END
+$f$;
+
+SELECT plan(16);
 SELECT is((SELECT outcome FROM idempotency.begin('citus-here', 'k1', 'act',
                                                  idempotency.fingerprint('POST', '/1'))),
           'started', 'a principal whose shard is on this node begins a key');
@@ -37,6 +54,35 @@ SELECT throws_ok($$SELECT * FROM idempotency.claim('citus-away', 'k5', '1 minute
                  '0A000', 'the key''s shard is not on this node', 'so does claim');
 SELECT is((SELECT count(*) FROM idempotency.keys WHERE principal = 'citus-away'), 0::bigint,
           'nothing was written for the principal whose shard is elsewhere');
+
+SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.begin('citus-away', 'k1', 'act',
+                                                             idempotency.fingerprint('POST', '/1'))$$),
+               '^0A000 \| .*Citus did not delegate this call there\. \| .*idempotency\.distribute\(\)',
+               'a call Citus did not delegate: the detail says so, the hint is the setup');
+SET LOCAL idempotency.routed = on;
+SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.begin('citus-away', 'k1', 'act',
+                                                             idempotency.fingerprint('POST', '/1'))$$),
+               '^0A000 \| The principal''s shard moved to another node .*after this call was routed here.* \| Retry the request: a retry goes to the node that holds the shard now',
+               'a call routed here (idempotency.routed): the shard moved, a retry goes to the new owner');
+PREPARE routed_begin(text, text) AS
+    SELECT outcome FROM idempotency.begin($1, $2, 'act', idempotency.fingerprint('POST', '/p'));
+SELECT is((SELECT count(*) FROM generate_series(1, 8) i,
+                  LATERAL (SELECT pg_temp.refusal(format('EXECUTE routed_begin(%L, %L)',
+                                                         'citus-here', 'p' || i))) r(answer)
+            WHERE answer = 'no error'), 8::bigint,
+          'routed: a prepared begin runs eight times on the shard''s node');
+SELECT cmp_ok((SELECT generic_plans FROM pg_prepared_statements WHERE name = 'routed_begin'),
+              '>', 0::bigint, 'and keeps its generic plan');
+SELECT throws_ok($$EXECUTE routed_begin('citus-away', 'p9')$$,
+                 '0A000', 'the key''s shard is not on this node',
+                 'the generic plan runs the call here: a principal whose shard is elsewhere is refused');
+DEALLOCATE routed_begin;
+SET LOCAL idempotency.routed = off;
+SET LOCAL application_name = 'citus_internal gpid=10000000042';
+SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.claim('citus-away', 'k5', '1 minute')$$),
+               '^0A000 \| The principal''s shard moved to another node .*after this call was delegated here',
+               'a call Citus delegated here: the shard moved since');
+RESET application_name;
 
 -- The shard moves here: served at once (the placement is read at every locking call).
 UPDATE pg_catalog.fake_citus_shard SET shardid = 1 WHERE principal = 'citus-away';
