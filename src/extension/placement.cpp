@@ -355,35 +355,66 @@ bool delegated_here() {
     return name != nullptr && strncmp(name, "citus_internal", 14) == 0;
 }
 
+// Whether idempotency.begin is delegated by its principal (a row of
+// pg_dist_object with a distribution argument: idempotency.distribute() or
+// create_distributed_function ran), read as the key table's owner. Asked only
+// on the way to a refusal.
+const char* const kDelegatedSql =
+    "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_object o"
+    " WHERE o.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
+    "   AND o.distribution_argument_index IS NOT NULL"
+    "   AND o.objid IN (SELECT p.oid FROM pg_catalog.pg_proc p"
+    "                    WHERE p.pronamespace OPERATOR(pg_catalog.=)"
+    "                          'idempotency'::pg_catalog.regnamespace"
+    "                      AND p.proname OPERATOR(pg_catalog.=) 'begin')";
+
+bool functions_delegated(Oid owner) {
+    const Oid catalog = get_relname_relid("pg_dist_object", PG_CATALOG_NAMESPACE);
+    if (!OidIsValid(catalog) ||
+        get_attnum(catalog, "distribution_argument_index") == InvalidAttrNumber)
+        return false;
+    const SavedUser saved = spi_connect_as(owner);
+    const int rc = SPI_execute(kDelegatedSql, true, 1);
+    bool isnull = true;
+    const int64 rows =
+        rc == SPI_OK_SELECT && SPI_processed == 1
+            ? DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))
+            : 0;
+    spi_finish_as(saved);
+    return !isnull && rows > 0;
+}
+
 // The refusal of a locking call on a node without the principal's shard:
 // 0A000 and one primary message in every case (the client routers match
-// both), and a detail that tells the two causes apart. A call that Citus
-// delegated here, or that a router sent here (idempotency.routed), came to the
-// node that held the shard when it was sent: the shard moved since (a move or
-// a split, usually while the call waited behind it), and a retry goes to the
-// new owner. Any other call ran where it was sent because Citus did not
-// delegate it: the setup or the form of the call is at fault.
-[[noreturn]] void refuse_stale_placement() {
-    if (routed || delegated_here())
+// both), and a detail that tells the causes apart. A call that a router sent
+// here (idempotency.routed) or that Citus delegated here, or any call once the
+// functions are delegated, came to the node that held the shard when it was
+// sent: the shard moved since (a move or a split, often while the call waited
+// behind it), and a retry goes to the new owner. Only where the functions were
+// never delegated is the setup at fault.
+[[noreturn]] void refuse_stale_placement(Oid owner) {
+    const char* how = routed                       ? "routed here"
+                      : delegated_here()           ? "delegated here"
+                      : functions_delegated(owner) ? "sent here"
+                                                   : nullptr;
+    if (how != nullptr)
         ereport(
             ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
              errdetail("The principal's shard moved to another node (a shard move or split) "
                        "after this call was %s; nothing was written.",
-                       routed ? "routed here" : "delegated here"),
+                       how),
              errhint("Retry the request: a retry goes to the node that holds the shard now "
                      "(a router drops its cached placement; Citus delegates by its current "
-                     "metadata).")));
+                     "metadata a call of the form SELECT f(...) or SELECT ... FROM f(...)).")));
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
              errdetail("idempotency.keys is distributed by principal; its key lock is a "
-                       "lock of the node that holds the principal's shard, and Citus did "
-                       "not delegate this call there."),
-             errhint("Delegate the protocol functions to that node: run "
-                     "idempotency.distribute(), or create_distributed_function(..., "
-                     "force_delegation => true) for each, and call them as SELECT f(...) "
-                     "or SELECT ... FROM f(...) with the principal a literal or a "
-                     "parameter (see docs/scale-out.md).")));
+                       "lock of the node that holds the principal's shard, and the "
+                       "protocol functions are not delegated to it."),
+             errhint("Delegate them: run idempotency.distribute(), or "
+                     "create_distributed_function(..., force_delegation => true) for each "
+                     "(see docs/scale-out.md).")));
     pg_unreachable();
 }
 
@@ -434,7 +465,7 @@ void require_local_shard(text* principal) {
     if (!held && citus.has_lock) lock_shard_metadata(shard);
     SetUserIdAndSecContext(user, context);
     // Read after the lock: a move that switched the shard away has committed by now.
-    if (!placed_here(shard)) refuse_stale_placement();
+    if (!placed_here(shard)) refuse_stale_placement(table.owner);
     if (!held) remember_checked(principal, shard, citus.has_lock);
 }
 

@@ -30,7 +30,7 @@ EXCEPTION WHEN OTHERS THEN
 END
 $f$;
 
-SELECT plan(16);
+SELECT plan(17);
 SELECT is((SELECT outcome FROM idempotency.begin('citus-here', 'k1', 'act',
                                                  idempotency.fingerprint('POST', '/1'))),
           'started', 'a principal whose shard is on this node begins a key');
@@ -57,8 +57,17 @@ SELECT is((SELECT count(*) FROM idempotency.keys WHERE principal = 'citus-away')
 
 SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.begin('citus-away', 'k1', 'act',
                                                              idempotency.fingerprint('POST', '/1'))$$),
-               '^0A000 \| .*Citus did not delegate this call there\. \| .*idempotency\.distribute\(\)',
-               'a call Citus did not delegate: the detail says so, the hint is the setup');
+               '^0A000 \| .*the protocol functions are not delegated to it\. \| Delegate them: run idempotency\.distribute\(\)',
+               'functions never delegated: the detail says so, the hint is the setup');
+INSERT INTO pg_catalog.pg_dist_object
+    SELECT 'pg_catalog.pg_proc'::regclass, p.oid, 0 FROM pg_proc p
+     WHERE p.pronamespace = 'idempotency'::regnamespace AND p.proname = 'begin';
+SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.acquire('citus-away', 'k2', 'act',
+                                                               idempotency.fingerprint('POST', '/2'),
+                                                               '1 minute')$$),
+               '^0A000 \| The principal''s shard moved to another node .*after this call was sent here.* \| Retry the request',
+               'once delegated (distribute() ran): the shard moved since the call was sent; retry');
+DELETE FROM pg_catalog.pg_dist_object;
 SET LOCAL idempotency.routed = on;
 SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.begin('citus-away', 'k1', 'act',
                                                              idempotency.fingerprint('POST', '/1'))$$),

@@ -16,9 +16,18 @@
 #      not on this node" (its placement is read again after the lock), writing
 #      nothing on either worker; the new worker replays the moved key, and a
 #      request sent to the old worker after the move is delegated there;
-#   5. plan_cache_mode = force_generic_plan (the docs' advice for routed
-#      connections to workers): served on the shard's worker, refused (not
-#      delegated) on another worker and on the coordinator.
+#      The refusal's detail says the shard moved after the call was sent
+#      (the functions are delegated: not the setup hint);
+#   5. plan_cache_mode = force_generic_plan: served on the shard's worker,
+#      refused (not delegated) on another worker and on the coordinator;
+#   6. idempotency.routed = on (what the routers set on their connections to
+#      the workers): a prepared begin and complete keep their generic plans on
+#      the shard's worker (without it Citus re-plans them at every execution:
+#      no generic plan is used, the check can fail); on another worker a call
+#      is delegated while its plan is custom, and refused with the detail
+#      "routed here" once the plan is generic; on the coordinator the calls
+#      are delegated while their plans are custom, and a generic plan (if
+#      PostgreSQL picks one) is refused.
 #
 # Citus is not a Debian package, so this is not part of CI: run it with a
 # PostgreSQL that has Citus and the extension installed (PGBIN); without citus
@@ -112,6 +121,8 @@ check "the held key's row moved with the shard" equals \
   "$(on_port "$to" -c "SELECT state FROM idempotency.keys_$shard WHERE principal = '$p' AND key = 'held'")" completed
 check "the begin that queued behind the move was refused: the key's shard is not on this node" \
   grep -q "the key's shard is not on this node" <<<"$late"
+check "its detail says the shard moved after the call was sent (not the setup hint)" \
+  grep -q "DETAIL:  The principal's shard moved to another node (a shard move or split) after this call was sent here" <<<"$late"
 check "after waiting: it ended after the holding transaction" \
   awk -v a="$(cat "$work/holder.done")" -v b="$(cat "$work/late.done")" 'BEGIN { exit !(b >= a) }'
 check "and nothing of it was written on the new worker" equals \
@@ -163,4 +174,41 @@ check "force_generic_plan on a worker without the shard: refused as a stale plac
 out=$(generic "$base" g9)
 check "force_generic_plan on the coordinator: refused too (not delegated)" \
   grep -q "the key's shard is not on this node" <<<"$out"
+
+# 6. idempotency.routed = on: the generic plans of the calls, and nothing else.
+routed_session() {  # PORT ROUTED KEY...: prepared keyed requests, then the plans used
+  local port=$1 routed=$2
+  shift 2
+  {
+    echo "SET idempotency.routed = $routed;"
+    echo "PREPARE b(text, text) AS SELECT outcome FROM idempotency.begin(\$1, \$2, 'create_order', $sha);"
+    echo "PREPARE c(text, text) AS SELECT idempotency.complete(\$1, \$2, 201, '\\x7b7d'::bytea, '{}'::jsonb, 'ord');"
+    for key in "$@"; do
+      echo "BEGIN; EXECUTE b('$p', '$key'); EXECUTE c('$p', '$key'); COMMIT;"
+    done
+    echo "SELECT 'plans ' || name || ' ' || generic_plans || ' ' || custom_plans FROM pg_prepared_statements ORDER BY name;"
+  } | "$PGBIN/psql" -X -q -At -h 127.0.0.1 -p "$port" -U postgres -d shop 2>&1
+}
+out=$(routed_session "$to" on r1 r2 r3 r4 r5 r6 r7 r8)
+echo "$out" | grep '^plans' | sed 's/^/   routed on: /' >&2
+check "idempotency.routed on the shard's worker: eight prepared keyed requests served" \
+  equals "$(grep -c '^started$' <<<"$out")" 8
+check "begin kept its generic plan (used at least twice)" \
+  awk '$1 == "plans" && $2 == "b" { exit !($3 >= 2) } END { }' <<<"$out"
+check "so did complete" awk '$1 == "plans" && $2 == "c" { exit !($3 >= 2) }' <<<"$out"
+out=$(routed_session "$to" off r9 r10 r11 r12 r13 r14 r15 r16)
+echo "$out" | grep '^plans' | sed 's/^/   routed off: /' >&2
+check "without it Citus plans begin again at every execution (no generic plan used)" \
+  awk '$1 == "plans" && $2 == "b" { exit !($3 == 0 && $4 == 8) }' <<<"$out"
+out=$(routed_session "$from" on r17 r17a r17b r17c r17d r17e r17f r17g)
+check "idempotency.routed on a worker without the shard: once the plan is generic, refused as a stale placement" \
+  grep -q "the key's shard is not on this node" <<<"$out"
+check "with the detail that the shard moved after the call was routed here" \
+  grep -q "after this call was routed here" <<<"$out"
+out=$(routed_session "$base" on r18 r19 r20 r21 r22 r23 r24)
+served=$(grep -c '^started$' <<<"$out" || true)
+check "idempotency.routed on the coordinator: delegated while its plans are custom ($served of 7 served)" \
+  test "$served" -ge 5
+check "a generic plan there is refused, not run on the coordinator (fails closed)" \
+  bash -c '[[ $1 == 7 ]] || grep -q "the key'"'"'s shard is not on this node" <<<"$2"' _ "$served" "$out"
 report

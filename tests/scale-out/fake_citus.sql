@@ -13,6 +13,9 @@
 --
 --     INSERT INTO pg_catalog.fake_citus_shard VALUES ('alice', 2);
 --
+-- pg_dist_object is empty (no function delegated) until a test adds the row
+-- of idempotency.begin, as idempotency.distribute() would.
+--
 -- Citus's shard metadata lock (lock_shard_metadata) is a shared advisory lock
 -- on the shard id here. A test that creates idempotency.keys_1 (the relation of
 -- shard 1 as Citus names it) has the extension read and write that relation
@@ -29,6 +32,9 @@ CREATE TABLE pg_catalog.pg_dist_partition (
 CREATE TABLE pg_catalog.pg_dist_local_group (groupid integer NOT NULL);
 CREATE TABLE pg_catalog.pg_dist_placement (shardid bigint NOT NULL, groupid integer NOT NULL);
 CREATE TABLE pg_catalog.fake_citus_shard (principal text PRIMARY KEY, shardid bigint NOT NULL);
+-- Empty: no function delegated (a test inserts idempotency.begin's row for a distribute()).
+CREATE TABLE pg_catalog.pg_dist_object (classid oid NOT NULL, objid oid NOT NULL,
+                                        distribution_argument_index integer);
 RESET allow_system_table_mods;
 
 -- Citus's partkey is a node tree; here it is the column's name itself.
