@@ -13,12 +13,13 @@ const (
 	// The answer of an outcome that does not run the effect in the same statement,
 	// as beginSQL's (transactional.go).
 	acquireSQL = "SELECT o.outcome, o.fence, o.resource_id," +
-		" floor(extract(epoch FROM o.expires_at))::bigint, a.status, a.headers::text, a.body" +
+		" floor(extract(epoch FROM o.expires_at))::bigint," +
+		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).status END," +
+		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).headers::text END," +
+		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).body END" +
 		" FROM idempotency.acquire($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval," +
-		" $10::interval) AS o" +
-		" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer)" +
-		" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
+		" $10::interval) AS o"
 	renewSQL    = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
 	markDoneSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer)"
 	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint," +

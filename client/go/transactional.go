@@ -14,15 +14,15 @@ import (
 // fingerprint is computed by the server in the same statement, so the client needs
 // no RFC 8785 code.
 const (
-	// http_answer answers in the same statement every outcome but "started": OFFSET 0
-	// keeps the subquery from being pulled up, so the qual on the outer row is a
-	// one-time filter over the function scan (no call for started), not a join filter.
+	// http_answer answers in the same statement every outcome but "started" (CASE: no
+	// call for started), in the one form Citus delegates: SELECT ... FROM f(...) with
+	// nothing else in FROM or WHERE, so a coordinator runs it on the shard's node.
 	beginSQL = "SELECT o.outcome, o.resource_id, floor(extract(epoch FROM o.expires_at))::bigint," +
-		" a.status, a.headers::text, a.body" +
+		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END," +
+		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).headers::text END," +
+		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).body END" +
 		" FROM idempotency.begin($1, $2, $3," +
-		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o" +
-		" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)" +
-		" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
+		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o"
 )
 
 // Handle runs handler through the protocol on conn, which must be idle (not in

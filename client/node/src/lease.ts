@@ -46,11 +46,11 @@ const PREFIX = "pg_idempotency_lease_" + randomBytes(4).toString("hex");
 const ACQUIRE_SQL =
   "SELECT o.outcome, o.fence::text AS fence, o.resource_id, to_json(o.lease_until) #>> '{}' AS lease_until," +
   " floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch," +
-  " a.status, a.headers::text AS headers, a.body" +
+  " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).status END AS status," +
+  " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).headers::text END AS headers," +
+  " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).body END AS body" +
   " FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6::bytea, $7::text[])," +
-  " $8::interval, $9::interval, $10::interval) AS o" +
-  " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer)" +
-  " WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
+  " $8::interval, $9::interval, $10::interval) AS o";
 const RENEW_SQL = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval) AS ok";
 const MARK_DONE_SQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer) AS ok";
 const REMEMBER_SQL =

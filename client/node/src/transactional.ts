@@ -104,19 +104,19 @@ const PREFIX = "pg_idempotency_" + randomBytes(4).toString("hex");
 
 // Every column as text: node-pg leaves text as it is, so the query needs no RAW_TYPES (a
 // query config object, which node-pg copies through property descriptors on every call).
-// http_answer answers every outcome but "started" in the same statement: OFFSET 0 keeps
-// the subquery whole, so the test of the outcome is a one-time filter (no call for started).
+// http_answer answers every outcome but "started" in the same statement (CASE: no call for
+// started), in the one form Citus delegates: SELECT ... FROM f(...), nothing else in FROM.
 const BEGIN_T: Template = {
   name: PREFIX + "_begin",
   types: "text, text, text, text, text, bytea, text[], interval, interval, text, integer",
   sql:
     "SELECT o.outcome::text AS outcome, o.resource_id::text AS resource_id," +
     " floor(extract(epoch FROM o.expires_at))::bigint::text AS expires_epoch," +
-    " a.status::text AS status, a.headers::text AS headers, a.body::text AS body" +
+    " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END::text AS status," +
+    " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).headers::text END AS headers," +
+    " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).body END::text AS body" +
     " FROM idempotency.begin($1::text, $2::text, $3::text," +
-    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o" +
-    " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)" +
-    " WHERE o.outcome <> 'started' OFFSET 0) AS a ON true",
+    " idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]), $8::interval, $9::interval) AS o",
 };
 // Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
 const COMPLETE_T: Template = {

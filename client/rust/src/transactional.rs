@@ -20,13 +20,15 @@ use crate::http::{
 };
 
 // The answer of an outcome that does not run the handler comes in the same statement
-// (idempotency.http_answer; OFFSET 0 keeps it from being called for started).
+// (idempotency.http_answer; CASE: no call for started), in the one form Citus
+// delegates: SELECT ... FROM f(...) with nothing else in FROM or WHERE.
 pub(crate) const BEGIN_SQL: &str = "SELECT o.outcome, o.resource_id, \
-     floor(extract(epoch FROM o.expires_at))::bigint, a.status, a.headers::text, a.body \
+     floor(extract(epoch FROM o.expires_at))::bigint, \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END, \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).headers::text END, \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).body END \
      FROM idempotency.begin($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
-     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond') AS o \
-     LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer) \
-     WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
+     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond') AS o";
 pub(crate) const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
      body => $4::bytea, headers => $5::text::jsonb, resource_id => $6::text, \
      one_time_secret => $7::boolean)";

@@ -25,15 +25,17 @@ from .http import Response
 
 __all__ = ["BatchFlag", "BatchOutcome"]
 
-# Each row's answer from idempotency.http_answer in the same statement (see
-# _transactional_core.BEGIN_SQL for OFFSET 0).
+# Each row's answer from idempotency.http_answer in the same statement, in the form
+# Citus delegates (see _transactional_core.BEGIN_SQL); type base and Retry-After are
+# the first six parameters.
 BEGIN_BATCH = (
     "SELECT b.ord, b.key, b.outcome, b.response_status, b.response_headers, b.response_body,"
     " b.resource_id, b.created_at, b.expires_at, b.fence, b.lease_until,"
-    " a.status, a.headers::text, a.body"
+    " CASE WHEN b.outcome <> 'started' THEN (idempotency.http_answer(b, %s::text, %s::integer)).status END,"
+    " CASE WHEN b.outcome <> 'started' THEN (idempotency.http_answer(b, %s::text, %s::integer)).headers::text END,"
+    " CASE WHEN b.outcome <> 'started' THEN (idempotency.http_answer(b, %s::text, %s::integer)).body END"
     " FROM idempotency.begin_batch(%s, %s::text[], %s, %s::bytea[], %s::interval, %s::interval) AS b"
-    " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(b, %s::text, %s::integer)"
-    " WHERE b.outcome <> 'started' OFFSET 0) AS a ON true ORDER BY b.ord"
+    " ORDER BY b.ord"
 )
 COMPLETE_BATCH = (
     "SELECT ord, key, completed FROM idempotency.complete_batch("
@@ -93,8 +95,8 @@ def begin_params(
     """The parameters of BEGIN_BATCH."""
     if len(fingerprints) != len(keys):
         raise ValueError("begin_batch: one fingerprint per key")
-    return (principal, list(keys), action, [bytes(f) for f in fingerprints], ttl, wait, type_base,
-            retry_after)
+    return (type_base, retry_after) * 3 + (principal, list(keys), action,
+                                           [bytes(f) for f in fingerprints], ttl, wait)
 
 
 def complete_params(

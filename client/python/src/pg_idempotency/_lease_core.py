@@ -37,16 +37,17 @@ from .http import (
 )
 
 # The answer of an acquire that did not start comes from idempotency.http_answer in
-# the same statement (see _transactional_core.BEGIN_SQL for OFFSET 0). Retry-After of
+# the same statement, in the form Citus delegates (see _transactional_core.BEGIN_SQL);
+# its type base is the first three parameters. Retry-After of
 # a key held by a transaction, not a lease: 1 second.
 ACQUIRE_SQL = (
     "SELECT o.outcome, o.fence, o.resource_id,"
     " floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch,"
-    " a.status, a.headers::text AS headers, a.body"
+    " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, %s::text, 1)).status END AS status,"
+    " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, %s::text, 1)).headers::text END AS headers,"
+    " CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, %s::text, 1)).body END AS body"
     " FROM idempotency.acquire(%s, %s, %s, idempotency.fingerprint(%s, %s, %s::bytea, %s::text[]),"
     " %s::interval, %s::interval, %s::interval) AS o"
-    " LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, %s::text, 1)"
-    " WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
 )
 RENEW_SQL = "SELECT idempotency.renew(%s, %s, %s::bigint, %s::interval)"
 MARK_DONE_SQL = "SELECT idempotency.complete(%s, %s, fence => %s::bigint, status => %s::integer)"
@@ -179,7 +180,7 @@ class LeaseRunnerBase:
 
     def _acquire_params(self, request: Request) -> tuple:
         options = self.options
-        return (
+        return (options.problem_type_base,) * 3 + (
             request.principal,
             request.key,
             request.action_name(),
@@ -190,7 +191,6 @@ class LeaseRunnerBase:
             interval(options.lease),
             interval(options.ttl),
             interval(duplicate_wait(request, options.duplicates, options.wait)),
-            options.problem_type_base,
         )
 
     def _answer(self, row: Any) -> Optional[LeaseResult]:

@@ -47,17 +47,19 @@ from .http import (
     http_date,
 )
 
-# idempotency.http_answer answers in the same statement every outcome but "started":
-# OFFSET 0 keeps the subquery from being pulled up, so the qual on the outer row is a
-# one-time filter over the function scan (no call for started), not a join filter.
+# idempotency.http_answer answers in the same statement every outcome but "started"
+# (CASE: no call for started; one call per column otherwise). The statement is the
+# one form Citus delegates, SELECT ... FROM f(...) and nothing else in FROM or WHERE:
+# through a Citus coordinator the call runs on the node of the principal's shard.
 BEGIN_SQL = (
     b"SELECT o.outcome, o.resource_id,"
-    b" floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch, a.status, a.headers::text AS headers, a.body"
+    b" floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch,"
+    b" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END AS status,"
+    b" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).headers::text END AS headers,"
+    b" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).body END AS body"
     b" FROM idempotency.begin($1::text, $2::text, $3::text,"
     b" idempotency.fingerprint($4::text, $5::text, $6::bytea, $7::text[]),"
     b" $8::interval, $9::interval) AS o"
-    b" LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $10::text, $11::integer)"
-    b" WHERE o.outcome <> 'started' OFFSET 0) AS a ON true"
 )
 # Named arguments, as the extension's reference documents them.
 COMPLETE_SQL = (

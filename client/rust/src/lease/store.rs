@@ -15,15 +15,16 @@ use crate::error::Error;
 use crate::http::{kept_headers_json, Response};
 
 // The answer of an outcome that does not run the body comes in the same statement
-// (idempotency.http_answer; OFFSET 0 keeps it from being called for started).
+// (idempotency.http_answer; CASE: no call for started), in the form Citus delegates.
 pub(crate) const ACQUIRE_SQL: &str = "SELECT o.outcome, o.fence, \
-     floor(extract(epoch FROM o.expires_at))::int8, a.status, a.headers::text, a.body, \
+     floor(extract(epoch FROM o.expires_at))::int8, \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).status END, \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).headers::text END, \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).body END, \
      o.resource_id \
      FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
      $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond', \
-     $10::int8 * interval '1 millisecond') AS o \
-     LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(o, $11::text, $12::integer) \
-     WHERE o.outcome <> 'started' OFFSET 0) AS a ON true";
+     $10::int8 * interval '1 millisecond') AS o";
 pub(crate) const RENEW_SQL: &str =
     "SELECT idempotency.renew($1, $2, $3, $4::int8 * interval '1 millisecond')";
 pub(crate) const MARK_DONE_SQL: &str =
