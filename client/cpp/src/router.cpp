@@ -3,6 +3,7 @@
 // every client package, is in docs/scale-out.md ("Routing by principal").
 #include "idem/router.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 #include <utility>
 
@@ -23,6 +24,27 @@ std::string_view primary_message(std::string_view text, std::string_view sqlstat
         text.substr(0, sqlstate.size()) == sqlstate && text.substr(sqlstate.size(), 2) == ": ")
         text.remove_prefix(sqlstate.size() + 2);
     return text;
+}
+
+// A node's connection string with `-c idempotency.routed=on` first in its options (its own
+// options, else PGOPTIONS, after it: a later -c wins); as it is if libpq cannot parse it.
+std::string routed_conninfo(const std::string& conninfo) {
+    PQconninfoOption* parsed = PQconninfoParse(conninfo.c_str(), nullptr);
+    if (parsed == nullptr) return conninfo;
+    std::string out;
+    for (const PQconninfoOption* option = parsed; option->keyword != nullptr; ++option) {
+        const std::string keyword = option->keyword;
+        const bool options = keyword == "options";
+        const char* own = options && !option->val ? std::getenv("PGOPTIONS") : option->val;
+        if (own == nullptr && !options) continue;
+        const std::string value =
+            (options ? "-c idempotency.routed=on " : "") + std::string(own ? own : "");
+        out += keyword + "='";
+        for (const char c : value) out += (c == '\'' || c == '\\' ? "\\" : "") + std::string(1, c);
+        out += "' ";
+    }
+    PQconninfoFree(parsed);
+    return out;
 }
 
 }  // namespace
@@ -160,7 +182,7 @@ std::unique_ptr<Connection> Router::connect(const std::string& principal) {
     Route chosen = route(principal);
     if (!chosen.node.empty()) {
         try {
-            return std::make_unique<Connection>(chosen.target);
+            return std::make_unique<Connection>(routed_conninfo(chosen.target));
         } catch (const pqxx::broken_connection&) {
             report_connect_failure(principal, chosen.node);
             std::lock_guard<std::mutex> guard(mutex_);

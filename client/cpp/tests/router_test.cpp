@@ -462,4 +462,58 @@ TEST_F(RouterTest, ReportStalePlacementDropsThePlacementAndMarksNoNodeDown) {
     EXPECT_EQ(counters.routed, 3u);
 }
 
+// After one request on router.connect(principal) (the extension's library is loaded by
+// then): the session's database, idempotency.routed, statement_timeout, application_name.
+std::array<std::string, 4> session_of(idem::Router& router, const std::string& principal) {
+    std::unique_ptr<idem::Connection> connection = router.connect(principal);
+    idem::Client client(*connection);
+    idem::Request request;
+    request.principal = principal;
+    request.key = unique_principal("key");
+    request.method = "POST";
+    request.path = "/orders";
+    const idem::Response response = client.handle(request, [](pqxx::transaction_base&) {
+        idem::Response created;
+        created.status = 201;
+        return created;
+    });
+    EXPECT_EQ(response.status, 201);
+    pqxx::nontransaction tx(connection->connection());
+    const pqxx::row row = idem::pq::exec1(
+        tx,
+        "SELECT current_database(), current_setting('idempotency.routed'), "
+        "current_setting('statement_timeout'), current_setting('application_name')");
+    return {row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>(),
+            row[3].as<std::string>()};
+}
+
+// A connection the router opens to a node from its connection string (key=value or URI)
+// has idempotency.routed on, before the string's own options (a later -c wins); the
+// default target's has not.
+TEST_F(RouterTest, ANodesConnectionIsRoutedAndKeepsItsOwnOptions) {
+    const char* port = std::getenv("PGPORT");
+    const std::string a_uri =
+        "postgresql://127.0.0.1:" + std::string(port != nullptr ? port : "5432") + "/" +
+        databases[1] +
+        "?connect_timeout=5&application_name=it%27s%20a&options="
+        "-c%20statement_timeout%3D4321";
+    const std::string b_string = dsn(databases[2]) + " options='-c statement_timeout=1234'";
+    const std::string fallback = dsn(databases[0]) + " options='-c statement_timeout=777'";
+    idem::Router router(fallback, {{"a.test:5432", a_uri}, {"b.test:5432", b_string}}, options());
+    const std::string pa = unique_principal("opt-a"), pb = unique_principal("opt-b"),
+                      pd = unique_principal("opt-d");
+    place(pa, "a.test");
+    place(pb, "b.test");
+    using Session = std::array<std::string, 4>;
+    EXPECT_EQ(session_of(router, pa), (Session{databases[1], "on", "4321ms", "it's a"}));
+    const Session b = session_of(router, pb), d = session_of(router, pd);
+    EXPECT_EQ((Session{b[0], b[1], b[2]}), (Session{databases[2], "on", "1234ms"}));
+    EXPECT_EQ((Session{d[0], d[1], d[2]}), (Session{databases[0], "off", "777ms"}));
+    EXPECT_EQ(router.route(pb).target, b_string);  // the route is the string given
+    EXPECT_EQ(router.counters().routed, 3u);
+    const std::string b_off = dsn(databases[2]) + " options='-c idempotency.routed=off'";
+    idem::Router off(fallback, {{"b.test:5432", b_off}}, options());
+    EXPECT_EQ(session_of(off, pb)[1], "off");  // the string's own setting comes after: wins
+}
+
 }  // namespace

@@ -223,3 +223,50 @@ def test_the_asgi_middleware_runs_a_refused_request_once_more_on_the_new_node(db
         await router.close()
 
     asyncio.run(scenario())
+
+
+SESSION = ("SELECT current_database(), current_setting('idempotency.routed'),"
+           " current_setting('statement_timeout'), current_setting('application_name')")
+
+
+def test_a_nodes_connection_is_routed_and_keeps_its_own_options(dbs, cluster):
+    """A connection the router opens from a node's string (key=value or URI) has
+    idempotency.routed on, before the string's own options; the default target's has not;
+    a node's factory is used as it is."""
+    db = {role: dsn.split("dbname=")[1] for role, dsn in dbs.items()}
+    a_uri = (f"postgresql://127.0.0.1:{cluster['port']}/{db['a']}?user={cluster['user']}"
+             "&application_name=it%27s%20a&options=-c%20statement_timeout%3D4321")
+    b_string = dbs["b"] + " options='-c statement_timeout=1234'"
+    default = dbs["default"] + " options='-c statement_timeout=777'"
+    router = Router(default, {"a.test:5432": a_uri, "b.test:5432": b_string},
+                    placement_sql=FAKE_PLACEMENT)
+    pa, pb, pd = new_principal(), new_principal(), new_principal()
+    place(dbs, pa, "a.test")
+    place(dbs, pb, "b.test")
+    with router.connection(pa) as conn:
+        assert conn.execute(SESSION).fetchone() == (db["a"], "on", "4321ms", "it's a")
+    with router.connection(pb) as conn:
+        assert conn.execute(SESSION).fetchone()[:3] == (db["b"], "on", "1234ms")
+    with router.connection(pd) as conn:
+        assert conn.execute(SESSION).fetchone()[:3] == (db["default"], "off", "777ms")
+    assert router.route(pb).target == b_string  # the route is the string given
+    router.close()
+    # The string's own -c idempotency.routed comes after the router's and wins; a factory
+    # (a pool's connection method) is used as it is.
+    b_off = dbs["b"] + " options='-c idempotency.routed=off'"
+    for b in (b_off, lambda: psycopg.connect(dbs["b"])):
+        other = Router(default, {"b.test:5432": b}, placement_sql=FAKE_PLACEMENT)
+        with other.connection(pb) as conn:
+            assert conn.execute(SESSION).fetchone()[:2] == (db["b"], "off")
+        other.close()
+
+    async def on_a_loop():
+        twin = AsyncRouter(default, {"a.test:5432": a_uri}, placement_sql=FAKE_PLACEMENT)
+        async with twin.connection(pa) as conn:
+            row = await (await conn.execute(SESSION)).fetchone()
+            assert row == (db["a"], "on", "4321ms", "it's a")
+        async with twin.connection(pd) as conn:
+            assert (await (await conn.execute(SESSION)).fetchone())[1] == "off"
+        await twin.close()
+
+    asyncio.run(on_a_loop())

@@ -5,13 +5,8 @@
 //   idem::Response response = idem::handle_routed(router, request,
 //       [&](pqxx::transaction_base& tx) { ...; return created; });
 //
-// When the request's key call (idempotency.begin(), the first call on the routed
-// connection) answers that the principal's shard is not on that node (is_stale_placement:
-// the shard moved and Citus did not delegate the call), the handler has not run and nothing
-// was written: the placement is reported (Router::report_stale_placement), the connection
-// rolled back and closed, and the request runs once more on a new route, looked up again.
-// A stale placement anywhere else (a second time, the handler's statements, the completion)
-// is reported too, then propagates as any database error does.
+// A stale placement refused at the key call (before the handler ran, nothing written)
+// runs the request once more on a new route; anywhere else it is reported and propagates.
 #pragma once
 
 #include <functional>

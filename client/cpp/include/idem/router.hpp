@@ -10,13 +10,9 @@
 //   client.handle(request, [&](pqxx::transaction_base& tx) { ... });
 //
 // Correctness never depends on the router: under Citus any node runs any principal's
-// calls (it delegates them to the shard's node). Routing only saves that hop. A stale
-// placement (after a shard move, until `refresh` passes) sends requests to the old node,
-// which answers correctly, only slower; or, when Citus did not delegate the call, refuses
-// it with 0A000 "the key's shard is not on this node" (is_stale_placement). Then
-// report_stale_placement() drops the placement so the next request looks it up again;
-// idem::handle_routed (idem/routed.hpp) does that and runs the request once more on the
-// new route. docs/scale-out.md has the design.
+// calls (it delegates them to the shard's node); routing only saves that hop. A stale
+// placement (report_stale_placement, idem::handle_routed) costs the hop or one more try.
+// docs/scale-out.md has the design.
 //
 // Thread-safe: one Router for the whole process.
 #pragma once
@@ -34,22 +30,16 @@
 #include <unordered_map>
 
 #include "idem/connection.hpp"
-#include "idem/protocol_gen.hpp"
+#include "idem/protocol_gen.hpp"  // idem::routing: placement query, defaults, stale placement
 
 namespace idem {
 
-// idem::routing (the placement query, the defaults, the stale placement refusal) is
-// generated from client/protocol.json `routing` into idem/protocol_gen.hpp.
-
-/// True when `sqlstate` and `primary_message` (the error's message without severity,
-/// detail or hint: libpq's PG_DIAG_MESSAGE_PRIMARY) are the extension's "the key's shard
-/// is not on this node": routing::stale_placement_sqlstate and stale_placement_message.
+/// True when `sqlstate` and `primary_message` (libpq's PG_DIAG_MESSAGE_PRIMARY) are the
+/// routing::stale_placement_sqlstate and message: "the key's shard is not on this node".
 bool is_stale_placement(std::string_view sqlstate, std::string_view primary_message) noexcept;
 
-/// True when `error` is a pqxx::sql_error (or one of its subclasses, such as
-/// pqxx::feature_not_supported) that is a stale placement: SQLSTATE 0A000 and, as the
-/// first line of its text after the severity ("ERROR:  "), exactly the protocol's message.
-/// Any other 0A000 (another feature not supported) and any other error are not.
+/// True when `error` is a pqxx::sql_error (or a subclass) with SQLSTATE 0A000 and exactly
+/// the protocol's message as the first line of its text after the severity ("ERROR:  ").
 bool is_stale_placement(const std::exception& error) noexcept;
 
 /// How a Router looks placements up and how long it keeps what it learnt.
@@ -74,14 +64,13 @@ struct RouterCounters {
     unsigned long long routed = 0, defaulted = 0;
     /// Connect failures reported while the node was not already marked down.
     unsigned long long nodes_marked_down = 0;
-    /// Calls that answered the principal's shard is not on their node; its placement was
-    /// dropped (report_stale_placement).
+    /// Calls that answered the principal's shard is not on their node (placement dropped).
     unsigned long long stale_placements = 0;
 };
 
 /// Where one principal's request goes.
 struct Route {
-    /// The libpq connection string to connect with.
+    /// The connection string given for it (connect() adds idempotency.routed to a node's).
     std::string target;
     /// The Citus node name ("host:port") it stands for; empty for the default target.
     std::string node;
@@ -90,9 +79,8 @@ struct Route {
 /// Routes requests by principal to the node that holds the principal's shard.
 class Router {
 public:
-    /// `default_target`: connection string of the coordinator (or any node), where
-    /// placements are looked up and where a principal without a known node goes.
-    /// `nodes`: Citus node name "nodename:nodeport" -> connection string of that node.
+    /// `default_target`: the coordinator's (or any node's) connection string, for lookups and
+    /// principals without a usable node; `nodes`: "nodename:nodeport" -> the node's string.
     /// Throws std::invalid_argument for an empty placement_sql, a negative refresh or
     /// node_down, or max_principals 0.
     Router(std::string default_target, std::map<std::string, std::string> nodes,
@@ -102,30 +90,25 @@ public:
     Router(const Router&) = delete;
     Router& operator=(const Router&) = delete;
 
-    /// The route of `principal`: the cached placement, else one looked up now (on the
-    /// default target); the default target when it has none, when its node is unknown
-    /// or marked down, or when the lookup fails.
+    /// The route of `principal`: the cached placement, else one looked up now; the default
+    /// target when it has none, its node is unknown or marked down, or the lookup fails.
     Route route(const std::string& principal);
 
     /// The connection string of route(principal).
     std::string target(const std::string& principal) { return route(principal).target; }
 
-    /// Tells the router that connecting to `node` for `principal` failed (refused, name
-    /// not resolved, timed out): the node gets nothing for RouterOptions::node_down and
-    /// the principal's placement is looked up again. An empty node is ignored.
+    /// Connecting to `node` for `principal` failed (refused, not resolved, timed out): the
+    /// node gets nothing for node_down, the placement is looked up again; "" is ignored.
     void report_connect_failure(const std::string& principal, const std::string& node);
 
-    /// Tells the router that a call for `principal` answered that the principal's shard is
-    /// not on the node it ran on (is_stale_placement: the shard moved): drops the
-    /// principal's cached placement, so its next route() looks it up again, and counts it
-    /// in RouterCounters::stale_placements. Marks no node down (the node is up, it only
-    /// no longer holds this shard). idem::handle_routed calls it; with connections of your
-    /// own, call it when is_stale_placement(error) holds, roll back, and take a new route.
+    /// Tells the router that a call for `principal` was refused by is_stale_placement: drops
+    /// its cached placement (looked up again next) and counts it; marks no node down.
+    /// idem::handle_routed calls it; with your own connections, call it, roll back, reroute.
     void report_stale_placement(const std::string& principal);
 
-    /// A new connection on route(principal); when that node cannot be connected to,
-    /// reports it and connects to the default target instead. Throws
-    /// pqxx::broken_connection when the default target cannot be connected to either.
+    /// A new connection on route(principal), a node's with `-c idempotency.routed=on` in its
+    /// options (not the default's); when the node cannot be connected to, reports it and
+    /// connects to the default target, else throws pqxx::broken_connection.
     std::unique_ptr<Connection> connect(const std::string& principal);
 
     /// Counts so far (a copy, taken under the router's lock).

@@ -1,42 +1,36 @@
 """Routing by principal under Citus, without its I/O: the placements cache, the nodes
 marked down, the counters and the options that ``Router`` and ``AsyncRouter``
-(``async_router``, and ``router`` generated from it) share.
+(``async_router``, and ``router`` generated from it, which show their use) share.
 
-    router = Router("host=coordinator dbname=shop",
-                    {"worker-1:5432": "host=worker-1 dbname=shop",
-                     "worker-2:5432": worker_2_pool.connection})
-    with router.connection(principal) as conn:
-        client.handle(conn, request, handler)
+A router sends a principal's whole request transaction (the application's writes and the
+key's begin/complete) to the Citus node that holds the principal's shard, found with
+``placement_sql`` on the default target and kept for ``refresh`` seconds. Correctness
+never depends on it: under Citus any node runs any principal's calls (Citus delegates them
+to the shard's node), so a stale placement after a shard move, a node marked down or a
+failed lookup only costs the hop that routing saves. docs/scale-out.md ("Routing by
+principal") has the design; the WSGI and ASGI middlewares take a router as their
+``router`` option.
 
-A router sends a principal's whole request transaction (the application's writes
-and the key's begin/complete) to the Citus node that holds the principal's shard,
-found with ``placement_sql`` on the default target and kept for ``refresh``
-seconds. Correctness never depends on it: under Citus any node runs any
-principal's calls (Citus delegates them to the shard's node), so a stale
-placement after a shard move, a node marked down or a failed lookup only costs
-the hop that routing saves. docs/scale-out.md ("Routing by principal") has the
-design; the WSGI and ASGI middlewares take a router as their ``router`` option.
+A call that Citus did not delegate to a moved shard's node is refused by the extension
+(``is_stale_placement``: SQLSTATE 0A000 "the key's shard is not on this node").
+``report_stale_placement`` drops the principal's placement so that its next request looks
+it up again; ``connection`` reports such an error escaping its block, and the middlewares
+run a request refused so at its ``begin`` once more on the new route.
 
-A call that Citus did not delegate to a moved shard's node is refused by the
-extension (``is_stale_placement``: SQLSTATE 0A000 "the key's shard is not on this
-node"). ``report_stale_placement`` drops the principal's placement so that its next
-request looks it up again; ``connection`` reports such an error escaping its block,
-and the middlewares run a request refused so at its ``begin`` once more on the new
-route.
-
-A target is a libpq connection string (a connection is opened per request) or a
-function returning a context manager that yields a connection (a pool's
-``connection`` method; for AsyncRouter an async context manager).
+A target is a libpq connection string or a connection factory (``async_router``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 # The routing defaults of client/protocol.json (``routing``), generated.
 from ._protocol import (  # noqa: F401
@@ -165,6 +159,15 @@ class _Placements:
         self.counters.defaulted += 1
 
 
+def _routed(route: Route) -> Target:
+    """A node's connection string with ``-c idempotency.routed=on`` first in its options (its
+    own, else PGOPTIONS, after: a later -c wins); the default or a factory as it is."""
+    if route.node is None or not isinstance(route.target, str):
+        return route.target
+    own = conninfo_to_dict(route.target).get("options", os.environ.get("PGOPTIONS", ""))
+    return make_conninfo(route.target, options=f"-c idempotency.routed=on {own}".rstrip())
+
+
 def _node_of(row: Optional[Tuple[Any, ...]]) -> Optional[str]:
     if row is None or len(row) < 2 or row[0] is None or row[1] is None:
         return None
@@ -217,14 +220,7 @@ class _RouterBase:
 
 
 __all__ = [
-    "DEFAULT_MAX_PRINCIPALS",
-    "DEFAULT_NODE_DOWN_SECONDS",
-    "DEFAULT_REFRESH_SECONDS",
-    "PLACEMENT_SQL",
-    "Route",
-    "RouterCounters",
-    "STALE_PLACEMENT_MESSAGE",
-    "STALE_PLACEMENT_SQLSTATE",
-    "Target",
-    "is_stale_placement",
+    "DEFAULT_MAX_PRINCIPALS", "DEFAULT_NODE_DOWN_SECONDS", "DEFAULT_REFRESH_SECONDS",
+    "PLACEMENT_SQL", "Route", "RouterCounters", "STALE_PLACEMENT_MESSAGE",
+    "STALE_PLACEMENT_SQLSTATE", "Target", "is_stale_placement",
 ]

@@ -12,7 +12,9 @@ or sync).
 placements); docs/scale-out.md ("Routing by principal") the why. A target is a libpq
 connection string (a connection is opened per request) or a function returning a
 context manager that yields a connection (a pool's ``connection`` method; for the
-async router an async context manager, an ``AsyncConnectionPool``'s).
+async router an async context manager, an ``AsyncConnectionPool``'s). A node's string
+gets ``-c idempotency.routed=on`` in its options; give a node's pool that option itself
+(``kwargs={"options": "-c idempotency.routed=on"}``), never the default target's.
 
 The async and the sync router are one text: the sync module is generated from the
 async one by client/python/tools/async_to_sync.py.
@@ -37,6 +39,7 @@ from ._router_core import (  # noqa: F401 (the routing defaults, public here as 
     RouterCounters,
     Target,
     _node_of,
+    _routed,
     _RouterBase,
     is_stale_placement,
 )
@@ -92,7 +95,7 @@ class AsyncRouter(_RouterBase):
         route = await self.route(principal)
         async with AsyncExitStack() as stack:
             try:
-                conn = await stack.enter_async_context(await _open(route.target))
+                conn = await stack.enter_async_context(await _open(_routed(route)))
             except psycopg.OperationalError:
                 if route.node is None:
                     raise
