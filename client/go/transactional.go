@@ -14,9 +14,8 @@ import (
 // fingerprint is computed by the server in the same statement, so the client needs
 // no RFC 8785 code.
 const (
-	// http_answer answers in the same statement every outcome but "started" (CASE: no
-	// call for started), in the one form Citus delegates: SELECT ... FROM f(...) with
-	// nothing else in FROM or WHERE, so a coordinator runs it on the shard's node.
+	// http_answer answers every outcome but "started" (CASE: no call then), in the one
+	// form Citus delegates: SELECT ... FROM f(...), nothing else in FROM or WHERE.
 	beginSQL = "SELECT o.outcome, o.resource_id, floor(extract(epoch FROM o.expires_at))::bigint," +
 		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END," +
 		" CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).headers::text END," +

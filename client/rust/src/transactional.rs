@@ -19,9 +19,8 @@ use crate::http::{
     Problem, Response, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
 
-// The answer of an outcome that does not run the handler comes in the same statement
-// (idempotency.http_answer; CASE: no call for started), in the one form Citus
-// delegates: SELECT ... FROM f(...) with nothing else in FROM or WHERE.
+// http_answer answers every outcome but "started" (CASE: no call then), in the one
+// form Citus delegates: SELECT ... FROM f(...), nothing else in FROM or WHERE.
 pub(crate) const BEGIN_SQL: &str = "SELECT o.outcome, o.resource_id, \
      floor(extract(epoch FROM o.expires_at))::bigint, \
      CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END, \

@@ -36,9 +36,8 @@ from .http import (
     problem_response,
 )
 
-# The answer of an acquire that did not start comes from idempotency.http_answer in
-# the same statement, in the form Citus delegates (see _transactional_core.BEGIN_SQL);
-# its type base is the first three parameters. Retry-After of
+# An acquire that did not start is answered by idempotency.http_answer in the same
+# statement, in the form Citus delegates (_transactional_core.BEGIN_SQL); type base x3 first. Retry-After of
 # a key held by a transaction, not a lease: 1 second.
 ACQUIRE_SQL = (
     "SELECT o.outcome, o.fence, o.resource_id,"

@@ -17,11 +17,9 @@ use crate::http::{kept_headers_json, Response};
 // The answer of an outcome that does not run the body comes in the same statement
 // (idempotency.http_answer; CASE: no call for started), in the form Citus delegates.
 pub(crate) const ACQUIRE_SQL: &str = "SELECT o.outcome, o.fence, \
-     floor(extract(epoch FROM o.expires_at))::int8, \
-     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).status END, \
+     floor(extract(epoch FROM o.expires_at))::int8, CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).status END, \
      CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).headers::text END, \
-     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).body END, \
-     o.resource_id \
+     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $11::text, $12::integer)).body END, o.resource_id \
      FROM idempotency.acquire($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
      $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond', \
      $10::int8 * interval '1 millisecond') AS o";
