@@ -46,6 +46,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 }
 
@@ -175,9 +176,10 @@ bool first_int4(const char* name, const char* column, int32* value) {
     return found;
 }
 
-// Whether pg_dist_placement, read now, places `shard` on this node's group
-// (pg_dist_local_group), active.
-bool placed_here(int64 shard) {
+// Whether pg_dist_placement places `shard` on this node's group
+// (pg_dist_local_group), active: read now (a new catalog snapshot), or as
+// `snapshot` saw it.
+bool placed_here(int64 shard, Snapshot snapshot = nullptr) {
     int32 local_group;
     if (!first_int4("pg_dist_local_group", "groupid", &local_group)) return false;
     const Oid relid = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
@@ -190,7 +192,7 @@ bool placed_here(int64 shard) {
     Relation rel = table_open(relid, AccessShareLock);
     ScanKeyData key;
     ScanKeyInit(&key, shard_column, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
-    SysScanDesc scan = systable_beginscan(rel, index, OidIsValid(index), nullptr, 1, &key);
+    SysScanDesc scan = systable_beginscan(rel, index, OidIsValid(index), snapshot, 1, &key);
     bool here = false;
     HeapTuple tuple;
     while (!here && HeapTupleIsValid(tuple = systable_getnext(scan))) {
@@ -355,10 +357,8 @@ bool delegated_here() {
     return name != nullptr && strncmp(name, "citus_internal", 14) == 0;
 }
 
-// Whether idempotency.begin is delegated by its principal (a row of
-// pg_dist_object with a distribution argument: idempotency.distribute() or
-// create_distributed_function ran), read as the key table's owner. Asked only
-// on the way to a refusal.
+// Whether idempotency.begin is delegated by its principal (pg_dist_object, read
+// as the key table's owner on the way to a refusal): distribute() ran.
 const char* const kDelegatedSql =
     "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_object o"
     " WHERE o.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
@@ -384,29 +384,40 @@ bool functions_delegated(Oid owner) {
     return !isnull && rows > 0;
 }
 
-// The refusal of a locking call on a node without the principal's shard:
-// 0A000 and one primary message in every case (the client routers match
-// both), and a detail that tells the causes apart. A call that a router sent
-// here (idempotency.routed) or that Citus delegated here, or any call once the
-// functions are delegated, came to the node that held the shard when it was
-// sent: the shard moved since (a move or a split, often while the call waited
-// behind it), and a retry goes to the new owner. Only where the functions were
-// never delegated is the setup at fault.
-[[noreturn]] void refuse_stale_placement(Oid owner) {
-    const char* how = routed                       ? "routed here"
-                      : delegated_here()           ? "delegated here"
-                      : functions_delegated(owner) ? "sent here"
-                                                   : nullptr;
-    if (how != nullptr)
+// The refusal of a locking call on a node without the principal's shard: one
+// SQLSTATE and message (the routers match both), a detail naming the cause:
+// - the shard was here in the statement's snapshot (taken before the wait for
+//   the shard lock): it moved while the call waited;
+// - the call was routed here (idempotency.routed) or delegated here by Citus:
+//   the shard was here when it was sent, and moved since;
+// - the functions are delegated, yet the call ran where it was sent: its form;
+// - the functions were never delegated: the setup.
+[[noreturn]] void refuse_stale_placement(int64 shard, Oid owner) {
+    const bool moved_while_waiting = ActiveSnapshotSet() && placed_here(shard, GetActiveSnapshot());
+    const char* moved_after = moved_while_waiting ? "while this call waited for it"
+                              : routed            ? "after this call was routed here"
+                              : delegated_here()  ? "after this call was delegated here"
+                                                  : nullptr;
+    if (moved_after != nullptr)
         ereport(
             ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
              errdetail("The principal's shard moved to another node (a shard move or split) "
-                       "after this call was %s; nothing was written.",
-                       how),
+                       "%s; nothing was written.",
+                       moved_after),
              errhint("Retry the request: a retry goes to the node that holds the shard now "
                      "(a router drops its cached placement; Citus delegates by its current "
-                     "metadata a call of the form SELECT f(...) or SELECT ... FROM f(...)).")));
+                     "metadata).")));
+    if (functions_delegated(owner))
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
+             errdetail("The protocol functions are delegated, but Citus ran this call on the "
+                       "node it was sent to: Citus delegates a call alone in its statement, "
+                       "SELECT f(...) or SELECT ... FROM f(...), with the principal a literal "
+                       "or a parameter, and not a generic plan."),
+             errhint("Send the call in that form, or send the request to the node of the "
+                     "principal's shard (see docs/scale-out.md).")));
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("the key's shard is not on this node"),
              errdetail("idempotency.keys is distributed by principal; its key lock is a "
@@ -465,7 +476,7 @@ void require_local_shard(text* principal) {
     if (!held && citus.has_lock) lock_shard_metadata(shard);
     SetUserIdAndSecContext(user, context);
     // Read after the lock: a move that switched the shard away has committed by now.
-    if (!placed_here(shard)) refuse_stale_placement(table.owner);
+    if (!placed_here(shard)) refuse_stale_placement(shard, table.owner);
     if (!held) remember_checked(principal, shard, citus.has_lock);
 }
 

@@ -8,10 +8,11 @@
 -- distributed by another column is refused outright. Runs before any call of
 -- this session has read the key table's placement. (forget and lookup take no
 -- key lock: under Citus their statements reach the shard wherever it is.)
--- The refusal's detail tells a call that Citus did not delegate (the setup's
--- fault) from one delegated or routed here whose shard moved since (a retry
--- goes to the new owner); idempotency.routed keeps a prepared call's generic
--- plan, which runs here.
+-- The refusal's detail tells a call routed or delegated here whose shard moved
+-- since (a retry goes to the new owner) from one whose form kept Citus from
+-- delegating it and from a setup without delegation; idempotency.routed keeps
+-- a prepared call's generic plan, which runs here. (A shard that moved while
+-- the call waited for its lock needs Citus: tests/scale-out/citus_direct.sh.)
 SET client_min_messages = warning;
 BEGIN;
 \ir ../scale-out/fake_citus.sql
@@ -65,8 +66,8 @@ INSERT INTO pg_catalog.pg_dist_object
 SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.acquire('citus-away', 'k2', 'act',
                                                                idempotency.fingerprint('POST', '/2'),
                                                                '1 minute')$$),
-               '^0A000 \| The principal''s shard moved to another node .*after this call was sent here.* \| Retry the request',
-               'once delegated (distribute() ran): the shard moved since the call was sent; retry');
+               '^0A000 \| The protocol functions are delegated, but Citus ran this call on the node it was sent to: .* \| Send the call in that form',
+               'delegated (distribute() ran) yet run where it was sent: the detail names the call''s form');
 DELETE FROM pg_catalog.pg_dist_object;
 SET LOCAL idempotency.routed = on;
 SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.begin('citus-away', 'k1', 'act',

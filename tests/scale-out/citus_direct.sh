@@ -16,8 +16,8 @@
 #      not on this node" (its placement is read again after the lock), writing
 #      nothing on either worker; the new worker replays the moved key, and a
 #      request sent to the old worker after the move is delegated there;
-#      The refusal's detail says the shard moved after the call was sent
-#      (the functions are delegated: not the setup hint);
+#      The refusal's detail says the shard moved while the call waited for
+#      it (not the setup hint);
 #   5. plan_cache_mode = force_generic_plan: served on the shard's worker,
 #      refused (not delegated) on another worker and on the coordinator;
 #   6. idempotency.routed = on (what the routers set on their connections to
@@ -121,8 +121,8 @@ check "the held key's row moved with the shard" equals \
   "$(on_port "$to" -c "SELECT state FROM idempotency.keys_$shard WHERE principal = '$p' AND key = 'held'")" completed
 check "the begin that queued behind the move was refused: the key's shard is not on this node" \
   grep -q "the key's shard is not on this node" <<<"$late"
-check "its detail says the shard moved after the call was sent (not the setup hint)" \
-  grep -q "DETAIL:  The principal's shard moved to another node (a shard move or split) after this call was sent here" <<<"$late"
+check "its detail says the shard moved while the call waited for it (not the setup hint)" \
+  grep -q "DETAIL:  The principal's shard moved to another node (a shard move or split) while this call waited for it" <<<"$late"
 check "after waiting: it ended after the holding transaction" \
   awk -v a="$(cat "$work/holder.done")" -v b="$(cat "$work/late.done")" 'BEGIN { exit !(b >= a) }'
 check "and nothing of it was written on the new worker" equals \
