@@ -373,12 +373,15 @@ class Suite:
         first = self.post("/orders", ORDER, who, key)
         self.expect("stored header values: the first request is 201", first, 201, replay=False)
         value = "a\tb c \u0080\u00e9\u00ff!"
+        # The new value is computed here and written as a constant: Citus refuses
+        # functions in a CASE or COALESCE of an UPDATE on a distributed table.
         with psycopg.connect(self.key_dsn(who), autocommit=True) as conn:
-            changed = conn.execute(
-                "UPDATE idempotency.keys SET response_headers = CASE jsonb_typeof(response_headers)"
-                "   WHEN 'array' THEN response_headers || jsonb_build_array(jsonb_build_array('X-Kept', %s::text))"
-                "   ELSE coalesce(response_headers, '{}') || jsonb_build_object('X-Kept', %s::text) END"
-                " WHERE principal = %s AND key = %s", (value, value, who, key)).rowcount
+            row = conn.execute("SELECT response_headers::text FROM idempotency.keys WHERE principal = %s AND key = %s",
+                               (who, key)).fetchone()
+            stored = json.loads(row[0]) if row and row[0] else {}
+            kept = stored + [["X-Kept", value]] if isinstance(stored, list) else {**stored, "X-Kept": value}
+            changed = conn.execute("UPDATE idempotency.keys SET response_headers = %s::jsonb"
+                                   " WHERE principal = %s AND key = %s", (json.dumps(kept), who, key)).rowcount
         self.check("stored header values: the row took the value", changed == 1, f"{changed} rows")
         retry = self.post("/orders", ORDER, who, key)
         self.expect("stored header values: the retry replays the stored response", retry, 201, body=first.body,
