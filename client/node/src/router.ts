@@ -40,11 +40,11 @@ export function isStalePlacement(error: unknown): boolean {
 
 /**
  * `config` (a node-pg Pool's, for a node of a Router, not the default target's) with
- * `-c idempotency.routed=on` after its own `options` (keep yours there, not in
+ * `-c idempotency.routed=on` first in its `options` (yours after it, not in
  * connectionString, which would replace them): Citus then plans a protocol call once.
  */
 export function routedPoolConfig<T extends { options?: string }>(config: T): T {
-  return { ...config, options: `${config.options ?? ""} -c idempotency.routed=on`.trim() };
+  return { ...config, options: `-c idempotency.routed=on ${config.options ?? ""}`.trim() };
 }
 
 /** How long a placement lookup may take before it counts as failed (ms), by default. */

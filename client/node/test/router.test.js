@@ -451,4 +451,6 @@ test("router: node pools (routedPoolConfig) run with idempotency.routed on, the 
   assert.deepEqual(await show(pools.b), { r: "on", w: "7MB" });
   assert.equal((await show(pools.default)).r, "off");
   assert.deepEqual(routedPoolConfig({ max: 2 }), { max: 2, options: "-c idempotency.routed=on" });
+  const own = routedPoolConfig({ options: "-c idempotency.routed=off" }).options;
+  assert.equal(own, "-c idempotency.routed=on -c idempotency.routed=off", "a later -c of yours wins");
 });

@@ -174,7 +174,7 @@ impl Router {
     /// A router whose principals without a known placement go to `default` (the
     /// coordinator, or any node), and whose `nodes` map Citus's node name
     /// "nodename:nodeport" (as in pg_dist_node) to the config that connects to it; the
-    /// router adds `-c idempotency.routed=on` to a node's options (not the default's).
+    /// router puts `-c idempotency.routed=on` first in a node's options (not the default's).
     pub fn new(
         default: Config,
         nodes: HashMap<String, Config>,
@@ -421,10 +421,10 @@ fn node_of(row: &tokio_postgres::Row) -> Option<String> {
     Some(format!("{}:{}", name?, port?))
 }
 
-/// `config` with `-c idempotency.routed=on` after its options (sql-reference.md, Settings).
+/// `config` with `-c idempotency.routed=on` before its options (sql-reference.md, Settings).
 fn routed(mut config: Config) -> Config {
-    let options = format!("{} -c idempotency.routed=on", config.get_options().unwrap_or(""));
-    config.options(options.trim_start());
+    let options = format!("-c idempotency.routed=on {}", config.get_options().unwrap_or(""));
+    config.options(options.trim_end());
     config
 }
 
