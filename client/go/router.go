@@ -5,12 +5,10 @@ package idempotency
 // shard, where Citus runs it locally.
 //
 // Correctness never depends on the Router: under Citus a node runs any principal's
-// calls that Citus delegates to the shard's node; routing only saves that hop. A
-// stale cache after a shard move sends requests to the old node until Refresh has
-// passed, or until a call there answers that the shard is not on that node
-// (IsStalePlacement: a call Citus did not delegate): ReportStalePlacement drops the
-// principal's placement, and the Middleware runs the request once more on the
-// principal's new route.
+// calls (Citus delegates them); routing saves that hop. After a shard move a stale
+// cache sends requests to the old node until Refresh, or until a call there answers
+// that the shard is not on that node (IsStalePlacement): ReportStalePlacement drops
+// the placement, and the Middleware reruns the request on the principal's new route.
 
 import (
 	"container/list"
@@ -29,10 +27,17 @@ import (
 // routing defaults are generated from it: protocol_gen.go).
 const DefaultLookupTimeout = time.Second
 
-// RouterPool is a Router's target: a *pgxpool.Pool (or anything with its Acquire and Query).
+// RouterPool is a Router's target: a *pgxpool.Pool (a node's: see RoutedConfig).
 type RouterPool interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// RoutedConfig sets idempotency.routed = on on config's connections, keeping its other
+// runtime parameters: for a node's pool, where Citus then plans a protocol call once.
+func RoutedConfig(config *pgxpool.Config) *pgxpool.Config {
+	config.ConnConfig.RuntimeParams["idempotency.routed"] = "on"
+	return config
 }
 
 // RouterOptions configure a Router; zero values take the defaults.
@@ -58,15 +63,12 @@ type RouterCounters struct {
 	LookupFailures int64
 	// Routed counts requests routed to a named node.
 	Routed int64
-	// Defaulted counts requests sent to the default target: no placement, a node
-	// without a pool, a node down, a failed lookup, or a connect failure on the
-	// routed node (then counted in Routed too).
+	// Defaulted counts requests sent to the default target: no placement, no pool, node
+	// down, failed lookup, or a connect failure on the routed node (in Routed too).
 	Defaulted int64
-	// NodesMarkedDown counts connect failures reported while their node was not already
-	// down: each such failure skips the node for NodeDown.
+	// NodesMarkedDown counts connect failures of a node not down (skipped for NodeDown).
 	NodesMarkedDown int64
-	// StalePlacements counts calls that answered the principal's shard is not on
-	// their node (ReportStalePlacement); its placement was dropped.
+	// StalePlacements counts ReportStalePlacement calls (placements dropped).
 	StalePlacements int64
 }
 
@@ -212,10 +214,9 @@ func (r *Router) ReportConnectFailure(node, principal string) {
 }
 
 // ReportStalePlacement tells the router that a call of principal's request answered
-// that the principal's shard is not on its node (IsStalePlacement): the shard moved.
-// The principal's cached placement is dropped, so its next Route looks it up again;
-// no node is marked down (the node is up, it just no longer holds the shard).
-// Counted in StalePlacements. The Middleware calls it itself.
+// that its shard is not on its node (IsStalePlacement): the shard moved. Its cached
+// placement is dropped (looked up again); no node is marked down. Counted in
+// StalePlacements. The Middleware calls it itself.
 func (r *Router) ReportStalePlacement(principal string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -104,6 +104,25 @@ func TestRouterStalePlacement(t *testing.T) {
 	t.Run("StaleInTheHandlerIsReportedNotRerun", func(t *testing.T) { staleInHandler(t, env) })
 	t.Run("TheServersRefusalIsStale", func(t *testing.T) { staleServerError(t, env) })
 	t.Run("ReportDropsTheEntryOnly", func(t *testing.T) { staleReport(t, env) })
+	t.Run("NodeSessionsAreRouted", func(t *testing.T) { nodeSessionsRouted(t, env) })
+}
+
+// The nodes' pools (RoutedConfig) run with idempotency.routed on and keep the user's
+// options; the default target's does not.
+func nodeSessionsRouted(t *testing.T, env *routeEnv) {
+	for node, want := range map[string]string{"default": "off", "a": "on 7MB", "b": "on 7MB"} {
+		var routed, workMem string
+		err := env.pools[node].QueryRow(context.Background(),
+			"SELECT current_setting('idempotency.routed'), current_setting('work_mem')").Scan(
+			&routed, &workMem)
+		if node != "default" {
+			routed += " " + workMem
+		}
+		if err != nil || routed != want {
+			t.Errorf("%s: SHOW idempotency.routed (work_mem) = %s (%v), want %s", node, routed,
+				err, want)
+		}
+	}
 }
 
 func staleRetried(t *testing.T, env *routeEnv) {

@@ -71,7 +71,17 @@ func newRouteEnvNamed(t *testing.T, prefix string, fakeCitus bool) *routeEnv {
 		}
 	})
 	for _, node := range []string{"default", "a", "b"} {
-		pool, err := pgxpool.New(ctx, env.dsn(env.names[node], base.Port))
+		// The nodes' pools as docs/go.md says: RoutedConfig, the user's options kept.
+		config, err := pgxpool.ParseConfig(env.dsn(env.names[node], base.Port))
+		if err == nil && node != "default" {
+			config, err = pgxpool.ParseConfig(env.dsn(env.names[node], base.Port) +
+				"?options=-c%20work_mem%3D7MB")
+			config = RoutedConfig(config)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, config)
 		if err != nil {
 			t.Fatal(err)
 		}

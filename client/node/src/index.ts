@@ -64,6 +64,7 @@ export {
   DEFAULT_LOOKUP_TIMEOUT_MS,
   Router,
   isStalePlacement,
+  routedPoolConfig,
   type Route,
   type RouterCounters,
   type RouterOptions,

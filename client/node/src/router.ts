@@ -13,14 +13,11 @@
  * down and a lookup that failed all go to the default target (counter `defaulted`).
  *
  * Correctness never depends on the router: under Citus every node runs any principal's
- * calls (Citus delegates them to the shard's node). Routing only saves that hop. A
- * stale cache after a shard move sends requests to the old node, which still answers
- * correctly, until `refreshMs` has passed, or until a call there answers that the
- * principal's shard is not on this node (isStalePlacement: a move Citus did not
- * delegate the call for): reportStalePlacement drops the principal's placement, and
- * the middleware runs the request once more on the node looked up again. A node that
- * cannot be reached is skipped for `nodeDownMs`. Node is single-threaded: the cache
- * needs no lock.
+ * calls (Citus delegates them); routing saves that hop. After a shard move a stale cache
+ * sends requests to the old node until `refreshMs`, or until a call there answers that
+ * the shard is not on this node (isStalePlacement): reportStalePlacement drops the
+ * placement, and the middleware reruns the request on the new route. A node that cannot
+ * be reached is skipped for `nodeDownMs`. Single-threaded: the cache needs no lock.
  */
 
 import type { Pool, PoolClient, QueryArrayConfig } from "pg";
@@ -39,6 +36,15 @@ import { ROUTING } from "./protocol_gen";
 export function isStalePlacement(error: unknown): boolean {
   if (sqlstate(error) !== ROUTING.stalePlacement.sqlstate) return false;
   return (error as { message?: unknown }).message === ROUTING.stalePlacement.message;
+}
+
+/**
+ * `config` (a node-pg Pool's, for a node of a Router, not the default target's) with
+ * `-c idempotency.routed=on` first in its `options` (yours after it, not in
+ * connectionString, which would replace them): Citus then plans a protocol call once.
+ */
+export function routedPoolConfig<T extends { options?: string }>(config: T): T {
+  return { ...config, options: `-c idempotency.routed=on ${config.options ?? ""}`.trim() };
 }
 
 /** How long a placement lookup may take before it counts as failed (ms), by default. */
@@ -74,15 +80,9 @@ export interface RouterCounters {
    * down, a failed lookup, or a connect failure on the routed node (counted in routed too).
    */
   defaulted: number;
-  /**
-   * Connect failures reported while their node was not already down (each marks it down
-   * for nodeDownMs).
-   */
+  /** Connect failures of a node not already down (each marks it down for nodeDownMs). */
   nodesMarkedDown: number;
-  /**
-   * Calls that answered the principal's shard is not on their node; its placement was
-   * dropped (reportStalePlacement).
-   */
+  /** reportStalePlacement calls (the principal's shard moved; its placement dropped). */
   stalePlacements: number;
 }
 

@@ -16,7 +16,7 @@ const Fastify = require("fastify");
 const pg = require("pg");
 const { pkg, database, principal, key, root } = require("./helpers");
 
-const { Client, ROUTING, Router, idempotency, isStalePlacement } = pkg();
+const { Client, ROUTING, Router, idempotency, isStalePlacement, routedPoolConfig } = pkg();
 const { idempotency: fastifyIdempotency } = require("../fastify");
 const db = database();
 const FAKE = "SELECT node_name, node_port FROM route_fake WHERE principal = $1";
@@ -52,7 +52,8 @@ before(async () => {
     if (node === "a") await setup.query(fake);
     await setup.query(ORDERS);
     await setup.end();
-    pools[node] = poolFor(names[node]);
+    // A node's pool as docs/node.md says: routedPoolConfig, the user's options kept.
+    pools[node] = poolFor(names[node], routedPoolConfig({ options: "-c work_mem=7MB" }));
   }
   await pools.default.query(
     "CREATE TABLE route_fake (principal text PRIMARY KEY, node_name text, node_port int)",
@@ -441,4 +442,15 @@ test("router: reportStalePlacement drops the principal's placement, counts, mark
   assert.equal((await router.route(who)).node, "a.test:5432", "looked up again, node a not down");
   assert.equal((await router.route(other)).node, "a.test:5432");
   assert.deepEqual(router.counters, counters(3, 0, 4, 0, 0, 1));
+});
+
+test("router: node pools (routedPoolConfig) run with idempotency.routed on, the default's off", async () => {
+  const show = async (pool) =>
+    (await pool.query("SELECT current_setting('idempotency.routed') AS r, current_setting('work_mem') AS w")).rows[0];
+  assert.deepEqual(await show(pools.a), { r: "on", w: "7MB" }, "routed, the user's option kept");
+  assert.deepEqual(await show(pools.b), { r: "on", w: "7MB" });
+  assert.equal((await show(pools.default)).r, "off");
+  assert.deepEqual(routedPoolConfig({ max: 2 }), { max: 2, options: "-c idempotency.routed=on" });
+  const own = routedPoolConfig({ options: "-c idempotency.routed=off" }).options;
+  assert.equal(own, "-c idempotency.routed=on -c idempotency.routed=off", "a later -c of yours wins");
 });

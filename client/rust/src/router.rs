@@ -19,12 +19,11 @@
 //! ```
 //!
 //! Correctness never depends on the router: under Citus a node runs any principal's calls
-//! that Citus delegates to the shard's node; routing only saves that hop. A stale cache
-//! after a shard move sends requests to the old node until `refresh` has passed, or until
-//! a locking call there answers that the shard is not on that node (a call Citus did not
-//! delegate; [`Error::is_stale_placement`]): then [`Router::report_stale_placement`] drops
-//! the principal's placement, and a request whose `begin` was refused (its handler has
-//! not run) can run once more on a new connection from `connect`:
+//! (Citus delegates them); routing saves that hop. After a shard move a stale cache sends
+//! requests to the old node until `refresh`, or until a locking call there answers that the
+//! shard is not on that node ([`Error::is_stale_placement`]): then
+//! [`Router::report_stale_placement`] drops the placement, and a request whose `begin` was
+//! refused (its handler has not run) can run once more on a new connection from `connect`:
 //!
 //! ```no_run
 //! # async fn doc(router: &pg_idempotency::Router, client: &pg_idempotency::Client,
@@ -117,11 +116,9 @@ pub struct RouterCounters {
     /// Requests sent to the default target: no placement, a node without a target, a node
     /// down, a failed lookup, or a connect failure on the routed node (counted in `routed` too).
     pub defaulted: u64,
-    /// Connect failures reported while their node was not already down (each skips it for
-    /// `node_down`).
+    /// Connect failures of a node not already down (each skips it for `node_down`).
     pub nodes_marked_down: u64,
-    /// Calls that answered the principal's shard is not on their node
-    /// (`report_stale_placement`); its placement was dropped.
+    /// `report_stale_placement` calls (the principal's shard moved; its placement dropped).
     pub stale_placements: u64,
 }
 
@@ -163,9 +160,8 @@ struct State {
     counters: RouterCounters,
 }
 
-/// Sends each principal's transaction to the Citus node that holds its shard. `Sync`: one
-/// per process, shared by every task (the cache is behind a mutex, never held across an
-/// await).
+/// Sends each principal's transaction to the Citus node of its shard. `Sync`: one per
+/// process (the cache is behind a mutex, never held across an await).
 pub struct Router {
     default: Config,
     nodes: HashMap<String, Config>,
@@ -177,7 +173,8 @@ pub struct Router {
 impl Router {
     /// A router whose principals without a known placement go to `default` (the
     /// coordinator, or any node), and whose `nodes` map Citus's node name
-    /// "nodename:nodeport" (as in pg_dist_node) to the config that connects to it.
+    /// "nodename:nodeport" (as in pg_dist_node) to the config that connects to it; the
+    /// router puts `-c idempotency.routed=on` first in a node's options (not the default's).
     pub fn new(
         default: Config,
         nodes: HashMap<String, Config>,
@@ -199,7 +196,7 @@ impl Router {
         }
         Ok(Router {
             default,
-            nodes,
+            nodes: nodes.into_iter().map(|(name, config)| (name, routed(config))).collect(),
             options,
             state: Mutex::new(State::default()),
             lookup_conn: Mutex::new(None),
@@ -225,9 +222,8 @@ impl Router {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Where `principal`'s request goes, counted in `routed` or `defaulted`. Looks the
-    /// placement up when it is not cached (or older than `refresh`); a failed lookup is not
-    /// an error: the default target, counted in `lookup_failures`.
+    /// Where `principal`'s request goes (counted in `routed` or `defaulted`); looked up when
+    /// not cached or older than `refresh` (a failed lookup: the default, `lookup_failures`).
     pub async fn route(&self, principal: &str) -> Route<'_> {
         let node = self.placement(principal).await;
         let mut state = self.lock();
@@ -308,13 +304,11 @@ impl Router {
         }
     }
 
-    /// Tells the router that a call of `principal`'s request answered that the principal's
-    /// shard is not on its node ([`Error::is_stale_placement`]): the shard moved. The
-    /// principal's cached placement is dropped, so its next `route` or `connect` looks it up
-    /// again; no node is marked down (the node is up, it just no longer holds the shard).
-    /// Counted in `stale_placements`. When the refused call was the key's `begin` (the
-    /// handler has not run, nothing was written), the request may run once more on a new
-    /// `connect` (the module's example).
+    /// Tells the router that a call of `principal`'s request answered that its shard is not
+    /// on its node ([`Error::is_stale_placement`]): the shard moved. Its cached placement is
+    /// dropped (looked up again); no node is marked down. Counted in `stale_placements`.
+    /// When the refused call was the key's `begin` (the handler has not run), the request
+    /// may run once more on a new `connect` (the module's example).
     pub fn report_stale_placement(&self, principal: &str) {
         let mut state = self.lock();
         state.counters.stale_placements += 1;
@@ -425,6 +419,13 @@ fn node_of(row: &tokio_postgres::Row) -> Option<String> {
         Err(_) => row.try_get(1).ok()?,
     };
     Some(format!("{}:{}", name?, port?))
+}
+
+/// `config` with `-c idempotency.routed=on` before its options (sql-reference.md, Settings).
+fn routed(mut config: Config) -> Config {
+    let options = format!("-c idempotency.routed=on {}", config.get_options().unwrap_or(""));
+    config.options(options.trim_end());
+    config
 }
 
 async fn open(config: &Config, tls: &Tls) -> Result<Connection, Error> {

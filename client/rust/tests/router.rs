@@ -430,3 +430,27 @@ async fn the_stale_placement_predicate_and_report_on_their_own() {
     assert_eq!(router.counters(), want);
     env.drop().await;
 }
+
+#[tokio::test]
+async fn node_sessions_run_routed_and_keep_their_options_the_default_does_not() {
+    let env = Env::new("routed").await;
+    let mut a = env.configs[1].clone();
+    a.options("-c work_mem=7MB"); // the user's own option, kept
+    let router = env.router(vec![("a.test:5432", a)], RouterOptions::default());
+    let (on_a, on_b, nowhere) = (common::unique("a"), common::unique("b"), common::unique("n"));
+    env.place(&on_a, Some("a.test")).await;
+    env.place(&on_b, Some("b.test")).await;
+    let first = Some("-c idempotency.routed=on -c work_mem=7MB"); // a later -c of yours wins
+    assert_eq!(router.route(&on_a).await.config.get_options(), first);
+    let show = "SELECT current_setting('idempotency.routed'), current_setting('work_mem')";
+    for (who, node, want) in [(&on_a, "a", "on 7MB"), (&on_b, "b", "on"), (&nowhere, "-", "off")] {
+        let mut routed = router.connect(who).await.unwrap();
+        let row = routed.conn.client().query_one(show, &[]).await.unwrap();
+        let (setting, work_mem): (String, String) = (row.get(0), row.get(1));
+        let got = if want.ends_with("MB") { format!("{} {}", setting, work_mem) } else { setting };
+        assert_eq!((node, got.as_str()), (node, want));
+        assert_eq!(routed.node.is_some(), node != "-");
+        router.release(routed);
+    }
+    env.drop().await;
+}
