@@ -113,9 +113,9 @@ for ((r = 1; r <= rounds; r++)); do
     [[ $v == plain-* ]] && script=$work/plain.sql
     [[ $v == routed* ]] && script=$work/write_routed.sql
     [[ $v == plain-routed* ]] && script=$work/plain_routed.sql
-    generic=""
-    [[ $v == *-generic ]] && generic="-c plan_cache_mode=force_generic_plan"
-    [[ $v == *-marked ]] && generic="-c idempotency.routed=on"
+    session=""  # the routed sessions' startup options
+    [[ $v == *-generic ]] && session="-c plan_cache_mode=force_generic_plan"
+    [[ $v == *-marked ]] && session="-c idempotency.routed=on"
     case $v in
     single) dsn=$single_dsn; clusters=("$work/single") ;;
     single+distributed) dsn=$single_dsn; clusters=("$work/single"); options="-c idempotency.distributed=on" ;;
@@ -125,7 +125,7 @@ for ((r = 1; r <= rounds; r++)); do
     esac
     before=$(cpu_ticks "${clusters[@]}")
     if [[ $v == *routed* ]]; then
-      out=$(PGOPTIONS="$generic" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" $options \
+      out=$(PGOPTIONS="$session" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" $options \
         -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     else
       out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \

@@ -113,7 +113,7 @@ func nodeSessionsRouted(t *testing.T, env *routeEnv) {
 	for node, want := range map[string]string{"default": "off", "a": "on 7MB", "b": "on 7MB"} {
 		var routed, workMem string
 		err := env.pools[node].QueryRow(context.Background(),
-			"SELECT current_setting('idempotency.routed'), current_setting('work_mem')").Scan(
+			"SELECT coalesce(current_setting('idempotency.routed', true), 'off'), current_setting('work_mem')").Scan(
 			&routed, &workMem)
 		if node != "default" {
 			routed += " " + workMem

@@ -481,7 +481,7 @@ std::array<std::string, 4> session_of(idem::Router& router, const std::string& p
     pqxx::nontransaction tx(connection->connection());
     const pqxx::row row = idem::pq::exec1(
         tx,
-        "SELECT current_database(), current_setting('idempotency.routed'), "
+        "SELECT current_database(), coalesce(current_setting('idempotency.routed', true), 'off'), "
         "current_setting('statement_timeout'), current_setting('application_name')");
     return {row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>(),
             row[3].as<std::string>()};

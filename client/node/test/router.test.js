@@ -446,7 +446,7 @@ test("router: reportStalePlacement drops the principal's placement, counts, mark
 
 test("router: node pools (routedPoolConfig) run with idempotency.routed on, the default's off", async () => {
   const show = async (pool) =>
-    (await pool.query("SELECT current_setting('idempotency.routed') AS r, current_setting('work_mem') AS w")).rows[0];
+    (await pool.query("SELECT coalesce(current_setting('idempotency.routed', true), 'off') AS r, current_setting('work_mem') AS w")).rows[0];
   assert.deepEqual(await show(pools.a), { r: "on", w: "7MB" }, "routed, the user's option kept");
   assert.deepEqual(await show(pools.b), { r: "on", w: "7MB" });
   assert.equal((await show(pools.default)).r, "off");

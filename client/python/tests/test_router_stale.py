@@ -225,7 +225,7 @@ def test_the_asgi_middleware_runs_a_refused_request_once_more_on_the_new_node(db
     asyncio.run(scenario())
 
 
-SESSION = ("SELECT current_database(), current_setting('idempotency.routed'),"
+SESSION = ("SELECT current_database(), coalesce(current_setting('idempotency.routed', true), 'off'),"
            " current_setting('statement_timeout'), current_setting('application_name')")
 
 

@@ -442,7 +442,7 @@ async fn node_sessions_run_routed_and_keep_their_options_the_default_does_not() 
     env.place(&on_b, Some("b.test")).await;
     let first = Some("-c idempotency.routed=on -c work_mem=7MB"); // a later -c of yours wins
     assert_eq!(router.route(&on_a).await.config.get_options(), first);
-    let show = "SELECT current_setting('idempotency.routed'), current_setting('work_mem')";
+    let show = "SELECT coalesce(current_setting('idempotency.routed', true), 'off'), current_setting('work_mem')";
     for (who, node, want) in [(&on_a, "a", "on 7MB"), (&on_b, "b", "on"), (&nowhere, "-", "off")] {
         let mut routed = router.connect(who).await.unwrap();
         let row = routed.conn.client().query_one(show, &[]).await.unwrap();

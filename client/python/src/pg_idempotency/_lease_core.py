@@ -36,9 +36,8 @@ from .http import (
     problem_response,
 )
 
-# An acquire that did not start is answered by idempotency.http_answer in the same
-# statement, in the form Citus delegates (_transactional_core.BEGIN_SQL); type base x3 first. Retry-After of
-# a key held by a transaction, not a lease: 1 second.
+# An acquire that did not start is answered by http_answer in the same statement, as
+# _transactional_core.BEGIN_SQL is (the type base thrice first); Retry-After 1 second.
 ACQUIRE_SQL = (
     "SELECT o.outcome, o.fence, o.resource_id,"
     " floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch,"
