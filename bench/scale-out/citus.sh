@@ -26,7 +26,10 @@
 # and, for what Citus itself costs, the same order written without a key
 # (BEGIN; INSERT; COMMIT) on each: plain-single, plain-citus, plain-routed,
 # plain-routed-generic (routed-marked's key is measured against plain-routed:
-# the setting changes no plan of the plain transaction); in interleaved rounds. Server CPU: bench/lib.sh cpu_ticks over every cluster
+# the setting changes no plan of the plain transaction). Each round runs every
+# variant twice, half the seconds each, in mirrored order (forward, then back),
+# so that a load rising or falling through the round weighs on all alike.
+# Server CPU: bench/lib.sh cpu_ticks over every cluster
 # of the setup (for citus all three), per request; medians and ratios, and the
 # routed key's cost over the single node's key cost round by round.
 #
@@ -106,8 +109,16 @@ declare -A per_request round_us
 round_ratios=""
 round_ratios_generic=""
 round_ratios_marked=""
+# A round runs every variant twice, for half the seconds each: forward, then in
+# the reverse order, and sums the two halves. A load that rises or falls through
+# the round (another process on the machine) so weighs on every variant and on
+# its plain baseline alike: the ratios are of the same moments.
+half=$(((seconds + 1) / 2))
+mirrored=("${variants[@]}")
+for ((i = ${#variants[@]} - 1; i >= 0; i--)); do mirrored+=("${variants[i]}"); done
 for ((r = 1; r <= rounds; r++)); do
-  for v in "${variants[@]}"; do
+  declare -A round_ticks=() round_n=() round_seconds=()
+  for v in "${mirrored[@]}"; do
     options=""
     script=$work/write.sql
     [[ $v == plain-* ]] && script=$work/plain.sql
@@ -125,17 +136,22 @@ for ((r = 1; r <= rounds; r++)); do
     esac
     before=$(cpu_ticks "${clusters[@]}")
     if [[ $v == *routed* ]]; then
-      out=$(PGOPTIONS="$session" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" $options \
+      out=$(PGOPTIONS="$session" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$half" $options \
         -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     else
-      out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$seconds" \
+      out=$(PGOPTIONS="$options" "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$half" \
         -f "$script" "$dsn" 2>&1) || { echo "$out"; exit 1; }
     fi
     sleep 1  # the backends exit and are reaped: their CPU moves into the postmaster's cutime
     after=$(cpu_ticks "${clusters[@]}")
-    n=$(pgbench_value "$out" transactions)
-    tps=$(pgbench_value "$out" tps)
-    us=$(echo "scale=1; ($after - $before) * 1000000 / $ticks_per_second / $n" | bc)
+    round_ticks[$v]=$((${round_ticks[$v]:-0} + after - before))
+    round_n[$v]=$((${round_n[$v]:-0} + $(pgbench_value "$out" transactions)))
+    round_seconds[$v]=$((${round_seconds[$v]:-0} + half))
+  done
+  for v in "${variants[@]}"; do
+    n=${round_n[$v]}
+    tps=$(echo "scale=1; $n / ${round_seconds[$v]}" | bc)
+    us=$(echo "scale=1; ${round_ticks[$v]} * 1000000 / $ticks_per_second / $n" | bc)
     per_request[$v]+="$us"$'\n'
     round_us[$v]=$us
     printf '%-20s %6s %8.0f %10s %12s\n' "$v" "$r" "$tps" "$n" "$us"
