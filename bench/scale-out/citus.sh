@@ -109,10 +109,7 @@ declare -A per_request round_us
 round_ratios=""
 round_ratios_generic=""
 round_ratios_marked=""
-# A round runs every variant twice, for half the seconds each: forward, then in
-# the reverse order, and sums the two halves. A load that rises or falls through
-# the round (another process on the machine) so weighs on every variant and on
-# its plain baseline alike: the ratios are of the same moments.
+# Mirrored rounds (see the top): a variant's figure is the sum of its two halves.
 half=$(((seconds + 1) / 2))
 mirrored=("${variants[@]}")
 for ((i = ${#variants[@]} - 1; i >= 0; i--)); do mirrored+=("${variants[i]}"); done

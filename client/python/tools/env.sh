@@ -56,9 +56,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # A pip from outside Debian (pyenv's, python.org's) trusts only the CA list it ships,
 # not the system's store, where a machine behind a TLS-inspecting proxy keeps the
 # proxy's CA (Debian's pip reads the store). Unless the machine says otherwise
-# (PIP_CERT, or a cert in a pip.conf), point every pip here at the system's store.
+# (PIP_CERT, or a cert in a pip configuration file, PIP_CONFIG_FILE's included),
+# point every pip here at the system's store.
 if [[ -z ${PIP_CERT:-} && -r /etc/ssl/certs/ca-certificates.crt ]] &&
-  ! grep -qs '^[[:space:]]*cert[[:space:]]*=' /etc/pip.conf /etc/xdg/pip/pip.conf "$HOME/.config/pip/pip.conf" "$HOME/.pip/pip.conf"; then
+  ! grep -qs '^[[:space:]]*cert[[:space:]]*=' ${PIP_CONFIG_FILE:+"$PIP_CONFIG_FILE"} /etc/pip.conf \
+    /etc/xdg/pip/pip.conf "$HOME/.config/pip/pip.conf" "$HOME/.pip/pip.conf"; then
   export PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 fi
 # Each step in the log; the first that fails ends it (errexit does not reach into an
