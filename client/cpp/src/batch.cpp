@@ -61,12 +61,6 @@ std::optional<BatchOutcome::Time> time_of(const Field& field) {
     return BatchOutcome::Time(std::chrono::microseconds(field.template as<long long>()));
 }
 
-template <class Field>
-std::optional<std::string> text_of(const Field& field) {
-    if (field.is_null()) return std::nullopt;
-    return field.template as<std::string>();
-}
-
 // An interval parameter: "N milliseconds", or NULL (the server's default).
 std::optional<std::string> interval_of(std::optional<std::chrono::milliseconds> value) {
     if (!value) return std::nullopt;
@@ -126,19 +120,20 @@ std::vector<BatchOutcome> begin_batch(
     std::vector<BatchOutcome> outcomes;
     outcomes.reserve(static_cast<std::size_t>(rows.size()));
     for (const auto& row : rows) {
+        const detail::ColumnReader column = detail::columns_of(row);
         BatchOutcome outcome;
         outcome.ord = row[0].as<int>();
         outcome.key = row[1].as<std::string>();
         outcome.outcome = row[2].as<std::string>();
         if (!row[3].is_null()) outcome.response_status = row[3].as<int>();
-        outcome.response_headers = text_of(row[4]);
+        outcome.response_headers = column("response_headers");
         if (!row[5].is_null()) outcome.response_body = pq::bytes_of(row[5]);
-        outcome.resource_id = text_of(row[6]);
+        outcome.resource_id = column("resource_id");
         outcome.created_at = time_of(row[7]);
         outcome.expires_at = time_of(row[8]);
         if (!row[9].is_null()) outcome.fence = row[9].as<std::int64_t>();
         outcome.lease_until = time_of(row[10]);
-        outcome.answer = detail::answer_of(detail::columns_of(row));
+        outcome.answer = detail::answer_of(column);
         outcomes.push_back(std::move(outcome));
     }
     return outcomes;

@@ -63,11 +63,13 @@ void roll_back(std::unique_ptr<pqxx::transaction_base>& tx) noexcept {
     tx.reset();
 }
 
+}  // namespace
+
 /// A started streamed response between handle() and the end of its stream: the open
 /// transaction that holds the key, and what completing the key needs.
-struct StreamState {
-    Client::Attempt attempt;  // its tx holds the key until the stream ends
-    Response head;  // status, headers, resource id, secret flag; its stream is the handler's
+struct Client::StreamState {
+    Attempt attempt;  // its tx holds the key until the stream ends
+    Response head;    // status, headers, resource id, secret flag; its stream is the handler's
 
     StreamState() = default;
     StreamState(const StreamState&) = delete;
@@ -77,8 +79,6 @@ struct StreamState {
         if (attempt.tx) roll_back(attempt.tx);
     }
 };
-
-}  // namespace
 
 Response Client::stream_response(const Call& call, Attempt attempt, Response response,
                                  Disposition disposition) {

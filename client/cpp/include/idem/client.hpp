@@ -185,6 +185,7 @@ public:
 private:
     struct Call;
     struct Attempt;
+    struct StreamState;
     enum class Disposition { discard, store_error, keep };
 
     Response handle_request(const Request& request, const Handler* handler,
