@@ -181,9 +181,10 @@ def cpp_comment(text):
 
 def cpp(protocol):
     """client/cpp/include/idem/protocol_gen.hpp: namespace idem (and idem::routing).
-    The C++ client still answers the outcomes itself (it is the reference the
-    extension's http_answer is compared with, client/cpp/tests/http_answer_test.cpp),
-    so it gets every problem and every outcome's detail."""
+    The C++ client takes its answers to the outcomes from idempotency.http_answer,
+    as the others do, but its header keeps every problem and every outcome's
+    detail: idem::Problem, problem_response() and the *_detail constants are its
+    public API (an application may answer any problem of the table itself)."""
     routing = protocol["routing"]
     fault = protocol["database_fault"]
     names = list(protocol["problems"])
@@ -197,8 +198,10 @@ def cpp(protocol):
         "",
         "namespace idem {",
         "",
-        "/// The problem types of RFC 9457 bodies that the client library produces",
-        "/// (client/protocol.json \"problems\"; their slug, status and title: problem_texts).",
+        "/// The problem types of RFC 9457 bodies (client/protocol.json \"problems\"; their slug,",
+        "/// status and title: problem_texts). The client library answers a missing or malformed",
+        "/// key, a body it cannot fingerprint, a duplicate under a lease policy that keeps nothing",
+        "/// and a database fault itself; the others are idempotency.http_answer's.",
         "enum class Problem {",
     ]
     for name in names:

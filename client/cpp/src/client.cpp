@@ -1,21 +1,19 @@
 #include "idem/client.hpp"
 
 #include <algorithm>
-#include <cstring>
+#include <climits>
 
 #include "detail.hpp"
 #include "pipeline.hpp"
 #include "pqxx_compat.hpp"
 #include "stream.hpp"
 #include "fingerprint.hpp"
-#include "statuses.hpp"
 #include "jcs.hpp"
 
 namespace idem {
 
 namespace {
 
-using detail::interval_ms;
 using detail::upper;
 
 }  // namespace
@@ -39,17 +37,21 @@ Digest fingerprint(const Request& request, std::size_t max_json_depth) {
 namespace {
 
 using detail::complete_sql;
-// The stored row's expiry, read after save_final in its transaction (save_final
-// starts the key's ttl at its own now(), not at begin's).
-using detail::stored_expiry_sql;
 
+// begin() and, for an outcome that does not run the handler, the extension's whole HTTP
+// answer in the same statement (idempotency.http_answer, not called for "started"; $7 the
+// problem type base, $8 Retry-After), in the one form Citus delegates: SELECT ... FROM
+// f(...) with nothing else in FROM.
 constexpr const char* begin_sql =
-    "SELECT outcome, response_status, response_headers::text AS response_headers, response_body,"
-    "       resource_id, expires_at, floor(extract(epoch FROM expires_at))::bigint AS "
-    "expires_epoch,"
-    "       ceil(extract(epoch FROM"
-    "       lease_until - pg_catalog.clock_timestamp()))::integer AS lease_seconds"
-    "  FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval)";
+    "SELECT o.outcome, o.resource_id,"
+    " floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch,"
+    " CASE WHEN o.outcome <> 'started' THEN"
+    " (idempotency.http_answer(o, $7::text, $8::integer)).status END AS status,"
+    " CASE WHEN o.outcome <> 'started' THEN"
+    " (idempotency.http_answer(o, $7::text, $8::integer)).headers::text END AS headers,"
+    " CASE WHEN o.outcome <> 'started' THEN"
+    " (idempotency.http_answer(o, $7::text, $8::integer)).body END AS body"
+    " FROM idempotency.begin($1, $2, $3, $4, $5::interval, $6::interval) AS o";
 // Names of the prepared forms (Options::prepare_statements): *_1 through
 // libpqxx, *_p1 on the raw connection when pipelining (libpqxx does not know
 // those, so the names must differ).
@@ -82,16 +84,8 @@ bool Client::is_final(int status) { return detail::is_final(final_, connection_,
 
 namespace {
 
-const char* c_str_or_null(const std::optional<std::string>& value) {
-    return value ? value->c_str() : nullptr;
-}
-
-detail::Param text_or_null(const std::optional<std::string>& value) {
-    return value ? detail::Param::text(*value) : detail::Param::null();
-}
-
 // A column of a one-row libpq result in text format; empty when NULL.
-std::optional<std::string> column(const PGresult* result, const char* name) {
+std::optional<std::string> result_column(const PGresult* result, const char* name) {
     const int index = PQfnumber(result, name);
     if (index < 0 || PQntuples(result) != 1)
         throw std::runtime_error(std::string("idempotency.begin returned no column ") + name);
@@ -100,41 +94,18 @@ std::optional<std::string> column(const PGresult* result, const char* name) {
                        static_cast<std::size_t>(PQgetlength(result, 0, index)));
 }
 
-// Decodes a bytea column sent as text (hex format).
-std::optional<std::string> bytea_column(const PGresult* result, const char* name) {
-    std::optional<std::string> text = column(result, name);
-    if (!text) return std::nullopt;
-    std::size_t length = 0;
-    unsigned char* bytes =
-        PQunescapeBytea(reinterpret_cast<const unsigned char*>(text->c_str()), &length);
-    if (bytes == nullptr) throw std::bad_alloc();
-    std::string decoded(reinterpret_cast<const char*>(bytes), length);
-    PQfreemem(bytes);
-    return decoded;
-}
-
-std::optional<int> int_column(const PGresult* result, const char* name) {
-    std::optional<std::string> text = column(result, name);
-    if (!text) return std::nullopt;
-    return std::stoi(*text);
-}
-
-std::optional<long long> expiry_column(const PGresult* result) {
-    std::optional<std::string> text = column(result, "expires_epoch");
-    if (!text) return std::nullopt;
-    return std::stoll(*text);
-}
-
-std::optional<long long> expiry_column(const pqxx::row& row) {
-    if (row["expires_epoch"].is_null()) return std::nullopt;
-    return row["expires_epoch"].as<long long>();
-}
-
-// Adds the key's expiry header (when known) to an answer; it replaces any
-// value the handler set, so the header appears once.
-Response stamped(Response response, std::optional<long long> expires_epoch) {
-    if (expires_epoch) response.set_header(expires_header, http_date(*expires_epoch));
-    return response;
+// Counts an outcome that does not run the handler.
+void count_answer(Counters& counters, const std::string& outcome) {
+    if (outcome == "replay")
+        ++counters.replayed;
+    else if (outcome == "mismatch")
+        ++counters.mismatched;
+    else if (outcome == "secret_replay")
+        ++counters.secret_replayed;
+    else if (outcome == "in_progress")
+        ++counters.in_progress;
+    else if (outcome == "expired")
+        ++counters.expired;
 }
 
 }  // namespace
@@ -188,26 +159,10 @@ Response Client::handle_request(const Request& request, const Handler* handler,
     }
     is_final(200);  // the table is known before any transaction starts
 
-    Call call{request.principal,
-              key,
-              request.action.empty() ? method + " " + request.path : request.action,
-              std::string(reinterpret_cast<const char*>(digest.data()), digest.size()),
-              std::nullopt,
-              std::nullopt};
-    if (options_.ttl) call.ttl = std::to_string(options_.ttl->count()) + " seconds";
-    if (options_.wait) call.wait = interval_ms(*options_.wait);
-    if (request.duplicates.value_or(options_.duplicates) == Duplicates::reject)
-        call.wait = interval_ms(std::chrono::milliseconds(0));  // 409 at once, no waiting
-
+    const Call call{detail::key_call(request, key, digest, options_)};
     for (int attempt = 1;; ++attempt) {
         try {
-            // Pipelining needs the raw connection open; otherwise libpqxx's own
-            // path reconnects if it can.
-            PGconn* raw = pipelined_ != nullptr ? pipelined_->raw_connection() : nullptr;
-            if (any != nullptr && raw != nullptr && PQstatus(raw) == CONNECTION_OK)
-                return run_pipelined_attempt(call, *any);
-            if (handler != nullptr) return run_attempt(call, *handler);
-            return run_attempt(call, [any](pqxx::work& tx) { return (*any)(tx); });
+            return run_attempt(call, handler, any);
         } catch (const pqxx::serialization_failure&) {  // 40001
             if (attempt >= options_.max_attempts) throw;
         } catch (const pqxx::deadlock_detected&) {  // 40P01
@@ -220,35 +175,84 @@ Response Client::handle_request(const Request& request, const Handler* handler,
     }
 }
 
-Response Client::refuse_key_on_server() {
-    ++counters_.rejected_keys;
-    return problem_response(Problem::key_malformed,
-                            "The Idempotency-Key was refused by the server.",
-                            options_.problem_type_base);
+Client::Attempt Client::begin(const Call& call, bool pipelined) {
+    using detail::Param;
+    const bool prepared = options_.prepare_statements;
+    const std::string retry_after =
+        std::to_string(std::clamp<long long>(options_.retry_after.count(), 1, INT_MAX));
+    Attempt attempt;
+    auto read = [&](const detail::ColumnReader& column) {
+        attempt.outcome = column("outcome").value_or("");
+        attempt.expires = detail::expiry_of(column);
+        attempt.answer = detail::answer_of(column);
+    };
+    if (pipelined) {
+        PGconn* raw = pipelined_->raw_connection();
+        if (prepared) prepare_raw(raw);
+        const detail::Statement statement{
+            begin_sql,
+            {Param::text(call.principal), Param::text(call.key), Param::text(call.action),
+             Param::bytes(call.digest), Param::text(call.ttl), Param::text(call.wait),
+             Param::text(options_.problem_type_base), Param::text(retry_after)},
+            prepared ? begin_raw_name : nullptr};
+        auto tx = std::make_unique<detail::PipelinedTransaction>(connection_, raw, statement);
+        const PGresult* row = tx->first_result();  // lives as long as tx
+        read([row](const char* name) { return result_column(row, name); });
+        attempt.pipelined = tx.get();
+        attempt.tx = std::move(tx);
+        return attempt;
+    }
+    auto tx = std::make_unique<pqxx::work>(connection_);  // a stream keeps it open
+    const pqxx::result rows =
+        pq::exec_as(*tx, prepared ? begin_name : nullptr, begin_sql, call.principal, call.key,
+                    call.action, pq::bytes(call.digest), pq::c_str_or_null(call.ttl),
+                    pq::c_str_or_null(call.wait), options_.problem_type_base, retry_after);
+    read(detail::columns_of(rows[0]));  // one row, always
+    attempt.work = tx.get();
+    attempt.tx = std::move(tx);
+    return attempt;
 }
 
-std::optional<Response> Client::answer(const std::string& outcome, std::optional<int> lease_seconds,
-                                       const std::function<Response()>& stored) {
-    if (outcome == "started") {
-        ++counters_.started;
-        return std::nullopt;
+Response Client::run_attempt(const Call& call, const Handler* handler,
+                             const TransactionHandler* any) {
+    // Pipelining needs the raw connection open; otherwise libpqxx's own
+    // path reconnects if it can.
+    PGconn* raw = pipelined_ != nullptr ? pipelined_->raw_connection() : nullptr;
+    Attempt attempt;
+    try {
+        attempt = begin(call, any != nullptr && raw != nullptr && PQstatus(raw) == CONNECTION_OK);
+    } catch (const pqxx::sql_error& e) {
+        if (e.sqlstate() != "22P02") throw;
+        ++counters_.rejected_keys;  // the server's key checks (length, format)
+        return problem_response(Problem::key_malformed,
+                                "The Idempotency-Key was refused by the server.",
+                                options_.problem_type_base);
     }
-    if (outcome == "replay") {
-        ++counters_.replayed;
-        return detail::restore_stream(stored(), options_.problem_type_base);
+    if (attempt.answer) {
+        count_answer(counters_, attempt.outcome);
+        attempt.tx->commit();
+        return std::move(*attempt.answer);
     }
-    if (outcome == "mismatch")
-        ++counters_.mismatched;
-    else if (outcome == "secret_replay")
-        ++counters_.secret_replayed;
-    else if (outcome == "in_progress")
-        ++counters_.in_progress;
-    else if (outcome == "expired")
-        ++counters_.expired;
-    if (std::optional<Response> problem = detail::problem_for_outcome(
-            outcome, lease_seconds, options_.retry_after, options_.problem_type_base))
-        return problem;
-    throw std::runtime_error("idempotency.begin returned an unknown outcome: " + outcome);
+    ++counters_.started;
+
+    // Throws: the transaction rolls back, nothing is stored.
+    Response response = handler != nullptr ? (*handler)(*attempt.work) : (*any)(*attempt.tx);
+    const Disposition disposition = dispose(response);
+    if (response.stream)
+        return stream_response(call, std::move(attempt), std::move(response), disposition);
+    if (disposition == Disposition::discard) {
+        attempt.tx->abort();
+        return response;
+    }
+    const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
+    if (disposition == Disposition::store_error) {
+        attempt.tx->abort();
+        attempt.tx.reset();
+        const std::optional<long long> stored = store_final_error(call, response, headers);
+        return detail::stamped(std::move(response), stored);
+    }
+    complete(attempt, call, response, headers);
+    return detail::stamped(std::move(response), attempt.expires);
 }
 
 Client::Disposition Client::dispose(const Response& response) {
@@ -274,67 +278,34 @@ std::optional<long long> Client::store_final_error(const Call& call, const Respo
     pq::exec(store, save_final_sql, call.principal, call.key, call.action, pq::bytes(call.digest),
              response.status,
              pq::bytes(secret ? std::string_view() : std::string_view(response.body)),
-             secret ? nullptr : headers.c_str(), c_str_or_null(call.ttl), secret);
-    std::optional<long long> expires;
-    const pqxx::result rows = pq::exec(store, stored_expiry_sql, call.principal, call.key);
-    if (rows.size() == 1 && !rows[0][0].is_null()) expires = rows[0][0].as<long long>();
+             secret ? nullptr : headers.c_str(), pq::c_str_or_null(call.ttl), secret);
+    // The stored row's expiry, read in its transaction (save_final starts the key's ttl at
+    // its own now(), not at begin's).
+    const std::optional<long long> expires = detail::stored_expiry(store, call.principal, call.key);
     store.commit();
     ++counters_.stored_errors;
     return expires;
 }
 
-Response Client::run_attempt(const Call& call, const Handler& handler) {
-    const auto digest_param = pq::bytes(call.digest);
-    auto owned = std::make_unique<pqxx::work>(connection_);  // a stream keeps it open
-    pqxx::work& tx = *owned;
-    std::optional<pqxx::row> begin_row;
-    try {
-        if (options_.prepare_statements)
-            begin_row =
-                pq::exec_prepared1(tx, begin_name, call.principal, call.key, call.action,
-                                   digest_param, c_str_or_null(call.ttl), c_str_or_null(call.wait));
-        else
-            begin_row = pq::exec1(tx, begin_sql, call.principal, call.key, call.action,
-                                  digest_param, c_str_or_null(call.ttl), c_str_or_null(call.wait));
-    } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() == "22P02")
-            return refuse_key_on_server();  // the server's key checks (length, format)
-        throw;
+void Client::complete(Attempt& attempt, const Call& call, const Response& response,
+                      const std::string& headers) {
+    using detail::Param;
+    const bool prepared = options_.prepare_statements;
+    const std::string status = std::to_string(response.status);
+    const std::string secret = response.one_time_secret ? "true" : "false";
+    if (attempt.pipelined != nullptr) {
+        attempt.pipelined->commit_with(detail::Statement{
+            complete_sql,
+            {Param::text(call.principal), Param::text(call.key), Param::text(status),
+             Param::bytes(response.body), Param::text(headers), Param::text(response.resource_id),
+             Param::text(secret)},
+            prepared ? complete_raw_name : nullptr});
+        return;
     }
-    const pqxx::row& row = *begin_row;
-    std::optional<int> lease_seconds;
-    if (!row["lease_seconds"].is_null()) lease_seconds = row["lease_seconds"].as<int>();
-    if (std::optional<Response> early = answer(row["outcome"].as<std::string>(), lease_seconds,
-                                               [&] { return detail::stored_response(row); })) {
-        tx.commit();
-        return stamped(std::move(*early), expiry_column(row));
-    }
-
-    Response response = handler(tx);  // throws: tx rolls back, nothing stored
-    const Disposition disposition = dispose(response);
-    if (response.stream)
-        return stream_response(call, std::move(owned), std::move(response), disposition,
-                               expiry_column(row));
-    if (disposition == Disposition::discard) {
-        tx.abort();
-        return response;
-    }
-    const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
-    if (disposition == Disposition::store_error) {
-        tx.abort();
-        const std::optional<long long> stored = store_final_error(call, response, headers);
-        return stamped(std::move(response), stored);
-    }
-    const auto body = pq::bytes(response.body);
-    const char* resource_id = response.resource_id ? response.resource_id->c_str() : nullptr;
-    if (options_.prepare_statements)
-        pq::exec_prepared(tx, complete_name, call.principal, call.key, response.status, body,
-                          headers, resource_id, response.one_time_secret);
-    else
-        pq::exec(tx, complete_sql, call.principal, call.key, response.status, body, headers,
-                 resource_id, response.one_time_secret);
-    tx.commit();
-    return stamped(std::move(response), expiry_column(row));
+    pq::exec_as(*attempt.tx, prepared ? complete_name : nullptr, complete_sql, call.principal,
+                call.key, status, pq::bytes(response.body), headers,
+                pq::c_str_or_null(response.resource_id), secret);
+    attempt.tx->commit();
 }
 
 void Client::prepare_raw(PGconn* raw) {
@@ -345,7 +316,8 @@ void Client::prepare_raw(PGconn* raw) {
     const std::string none;
     detail::prepare(raw, detail::Statement{begin_sql,
                                            {Param::text(none), Param::text(none), Param::text(none),
-                                            Param::bytes(none), Param::null(), Param::null()},
+                                            Param::bytes(none), Param::null(), Param::null(),
+                                            Param::text(none), Param::text(none)},
                                            begin_raw_name});
     detail::prepare(raw, detail::Statement{complete_sql,
                                            {Param::text(none), Param::text(none), Param::text(none),
@@ -354,62 +326,6 @@ void Client::prepare_raw(PGconn* raw) {
                                            complete_raw_name});
     prepared_on_ = raw;
     prepared_pid_ = pid;
-}
-
-Response Client::run_pipelined_attempt(const Call& call, const TransactionHandler& handler) {
-    using detail::Param;
-    PGconn* raw = pipelined_->raw_connection();
-    const bool prepared = options_.prepare_statements;
-    const detail::Statement begin{
-        begin_sql,
-        {Param::text(call.principal), Param::text(call.key), Param::text(call.action),
-         Param::bytes(call.digest), text_or_null(call.ttl), text_or_null(call.wait)},
-        prepared ? begin_raw_name : nullptr};
-    std::unique_ptr<detail::PipelinedTransaction> tx;
-    try {
-        if (prepared) prepare_raw(raw);
-        tx = std::make_unique<detail::PipelinedTransaction>(connection_, raw, begin);
-    } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() == "22P02") return refuse_key_on_server();
-        throw;
-    }
-    const PGresult* row = tx->first_result();
-    const std::optional<long long> expires = expiry_column(row);  // row ends with tx
-    if (std::optional<Response> early =
-            answer(*column(row, "outcome"), int_column(row, "lease_seconds"), [&] {
-                return detail::stored_response(
-                    *int_column(row, "response_status"), column(row, "response_headers"),
-                    bytea_column(row, "response_body"), column(row, "resource_id"));
-            })) {
-        tx->commit();
-        return stamped(std::move(*early), expires);
-    }
-
-    Response response = handler(*tx);  // throws: tx rolls back, nothing stored
-    const Disposition disposition = dispose(response);
-    if (response.stream)
-        return stream_response(call, std::move(tx), std::move(response), disposition, expires);
-    if (disposition == Disposition::discard) {
-        tx->abort();
-        return response;
-    }
-    const std::string headers = detail::kept_headers_json(response, options_.kept_headers);
-    if (disposition == Disposition::store_error) {
-        tx->abort();
-        tx.reset();
-        const std::optional<long long> stored = store_final_error(call, response, headers);
-        return stamped(std::move(response), stored);
-    }
-    const std::string status = std::to_string(response.status);
-    const std::string secret = response.one_time_secret ? "true" : "false";
-    const detail::Statement complete{
-        complete_sql,
-        {Param::text(call.principal), Param::text(call.key), Param::text(status),
-         Param::bytes(response.body), Param::text(headers), text_or_null(response.resource_id),
-         Param::text(secret)},
-        prepared ? complete_raw_name : nullptr};
-    tx->commit_with(complete);
-    return stamped(std::move(response), expires);
 }
 
 }  // namespace idem

@@ -1,8 +1,10 @@
 // Pieces shared by Client (transactional protocol) and LeaseRunner (leases).
 #include "detail.hpp"
 
-#include <algorithm>
+#include <memory>
+#include <new>
 
+#include <libpq-fe.h>
 #include <nlohmann/json.hpp>
 
 #include "pqxx_compat.hpp"
@@ -62,71 +64,93 @@ std::string kept_headers_json(const Response& response, const std::vector<std::s
     return pairs.dump();
 }
 
-Response stored_response(int status, const std::optional<std::string>& headers_json,
-                         std::optional<std::string> body, std::optional<std::string> resource_id) {
+namespace {
+
+// The bytes of a bytea column sent as text (hex format).
+std::string unescape_bytea(const std::string& text) {
+    std::size_t length = 0;
+    unsigned char* bytes =
+        PQunescapeBytea(reinterpret_cast<const unsigned char*>(text.c_str()), &length);
+    if (bytes == nullptr) throw std::bad_alloc();
+    std::string decoded(reinterpret_cast<const char*>(bytes), length);
+    PQfreemem(bytes);
+    return decoded;
+}
+
+// A stored stream replayed: its chunks, cut from the body at the stored lengths.
+BodyStream replayed_stream(const std::string& body, const std::string& lengths) {
+    auto chunks = std::make_shared<std::vector<std::string>>(split_chunks(body, lengths));
+    return [chunks](ChunkSink& sink) {
+        for (const std::string& chunk : *chunks)
+            if (!chunk.empty() && !sink.write(chunk)) return;  // an empty one would end it
+    };
+}
+
+}  // namespace
+
+std::optional<Response> answer_of(const ColumnReader& column) {
+    const std::optional<std::string> status = column("status");
+    if (!status) return std::nullopt;
     Response response;
-    response.status = status;
-    if (headers_json) {
-        // An array of [name, value] pairs, or the object form of name -> value.
-        nlohmann::json headers = nlohmann::json::parse(*headers_json);
-        if (headers.is_array()) {
-            for (const auto& pair : headers)
-                if (pair.is_array() && pair.size() == 2 && pair[0].is_string() &&
-                    pair[1].is_string())
-                    response.headers.emplace_back(pair[0].get<std::string>(),
-                                                  pair[1].get<std::string>());
-        } else {
-            for (auto it = headers.begin(); it != headers.end(); ++it)
-                if (it.value().is_string())
-                    response.headers.emplace_back(it.key(), it.value().get<std::string>());
-        }
+    response.status = std::stoi(*status);
+    response.body = unescape_bytea(column("body").value_or(""));
+    response.resource_id = column("resource_id");
+    std::optional<std::string> chunks;
+    for (const auto& pair : nlohmann::json::parse(column("headers").value_or("[]"))) {
+        const std::string name = pair.at(0).get<std::string>();
+        std::string value = pair.at(1).get<std::string>();
+        if (header_name_equal(name, stream_chunks_entry))
+            chunks = std::move(value);
+        else if (name.empty() || name[0] != ':')
+            response.headers.emplace_back(name, std::move(value));
     }
-    if (body) response.body = std::move(*body);
-    response.resource_id = std::move(resource_id);
-    response.replayed = true;
-    response.set_header(replay_header, "true");
+    response.replayed = response.header(replay_header) != nullptr;
+    if (chunks) {
+        response.stream = replayed_stream(response.body, *chunks);
+        response.body.clear();
+    }
     return response;
 }
 
-Response stored_response(const pqxx::row& row) {
-    std::optional<std::string> headers, body, resource_id;
-    if (!row["response_headers"].is_null()) headers = row["response_headers"].as<std::string>();
-    if (!row["response_body"].is_null()) body = pq::bytes_of(row["response_body"]);
-    if (!row["resource_id"].is_null()) resource_id = row["resource_id"].as<std::string>();
-    return stored_response(row["response_status"].as<int>(), headers, std::move(body),
-                           std::move(resource_id));
+std::optional<long long> expiry_of(const ColumnReader& column) {
+    const std::optional<std::string> epoch = column("expires_epoch");
+    if (!epoch) return std::nullopt;
+    return std::stoll(*epoch);
+}
+
+std::optional<long long> stored_expiry(pqxx::transaction_base& tx, const std::string& principal,
+                                       const std::string& key) {
+    const pqxx::result rows = pq::exec(tx,
+                                       "SELECT floor(extract(epoch FROM expires_at))::bigint"
+                                       " AS expires_epoch FROM idempotency.lookup($1, $2)",
+                                       principal, key);
+    if (rows.empty()) return std::nullopt;
+    return expiry_of(columns_of(rows[0]));
+}
+
+Response stamped(Response response, std::optional<long long> expires_epoch) {
+    if (expires_epoch) response.set_header(expires_header, http_date(*expires_epoch));
+    return response;
+}
+
+KeyCall key_call(const Request& request, const std::string& key, const Digest& digest,
+                 const KeyOptions& options) {
+    KeyCall call{
+        request.principal,
+        key,
+        request.action.empty() ? upper(request.method) + " " + request.path : request.action,
+        std::string(reinterpret_cast<const char*>(digest.data()), digest.size()),
+        std::nullopt,
+        std::nullopt};
+    if (options.ttl) call.ttl = std::to_string(options.ttl->count()) + " seconds";
+    if (options.wait) call.wait = interval_ms(*options.wait);
+    if (request.duplicates.value_or(options.duplicates) == Duplicates::reject)
+        call.wait = interval_ms(std::chrono::milliseconds(0));  // 409 at once, no waiting
+    return call;
 }
 
 std::string interval_ms(std::chrono::milliseconds value) {
     return std::to_string(value.count()) + " milliseconds";
-}
-
-std::optional<Response> problem_for_outcome(const std::string& outcome,
-                                            std::optional<int> lease_seconds,
-                                            std::chrono::seconds retry_after,
-                                            const std::string& problem_type_base) {
-    if (outcome == "mismatch")
-        return problem_response(Problem::key_reuse, mismatch_detail, problem_type_base);
-    if (outcome == "secret_replay") {
-        Response response =
-            problem_response(Problem::one_time_secret, secret_replay_detail, problem_type_base);
-        response.replayed = true;
-        response.set_header(replay_header, "true");
-        return response;
-    }
-    if (outcome == "in_progress") {
-        long retry = retry_after.count();
-        if (lease_seconds) retry = std::max(1, *lease_seconds);
-        Response response =
-            problem_response(Problem::request_in_progress, in_progress_detail, problem_type_base);
-        response.set_header("Retry-After", std::to_string(std::max(1L, retry)));
-        return response;
-    }
-    // A tombstone of a key that expired under on_expiry 'refuse': the caller adds
-    // Idempotency-Expires (the past expiry begin/acquire returned).
-    if (outcome == "expired")
-        return problem_response(Problem::key_expired, expired_detail, problem_type_base);
-    return std::nullopt;
 }
 
 }  // namespace detail

@@ -123,81 +123,58 @@ bool LeaseRunner::is_final(int status) { return detail::is_final(final_, connect
 
 namespace {
 
+// acquire() and, for an outcome that does not run the body, the extension's whole HTTP
+// answer in the same statement (idempotency.http_answer, as begin's in client.cpp).
+constexpr const char* acquire_sql =
+    "SELECT o.outcome, o.fence, o.resource_id,"
+    " floor(extract(epoch FROM o.expires_at))::bigint AS expires_epoch,"
+    " CASE WHEN o.outcome <> 'started' THEN"
+    " (idempotency.http_answer(o, $8::text, $9::integer)).status END AS status,"
+    " CASE WHEN o.outcome <> 'started' THEN"
+    " (idempotency.http_answer(o, $8::text, $9::integer)).headers::text END AS headers,"
+    " CASE WHEN o.outcome <> 'started' THEN"
+    " (idempotency.http_answer(o, $8::text, $9::integer)).body END AS body"
+    " FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval) AS o";
+
 // Calls idempotency.acquire for the request (autocommit: the lease row is
-// visible at once) and returns its row, with the lease's remaining seconds.
-pqxx::row acquire(pqxx::connection& connection, const Request& request, const std::string& key,
-                  const Digest& digest, const LeaseOptions& options) {
-    const std::string action = request.action.empty()
-                                   ? detail::upper(request.method) + " " + request.path
-                                   : request.action;
-    const std::string ttl =
-        options.ttl ? std::to_string(options.ttl->count()) + " seconds" : std::string();
-    const bool reject = request.duplicates.value_or(options.duplicates) == Duplicates::reject;
-    const std::string wait = reject         ? interval_ms(std::chrono::milliseconds(0))
-                             : options.wait ? interval_ms(*options.wait)
-                                            : std::string();
+// visible at once) and returns its row.
+pqxx::result acquire(pqxx::connection& connection, const detail::KeyCall& call,
+                     const LeaseOptions& options) {
     pqxx::nontransaction tx(connection);
-    return pq::exec1(
-        tx,
-        "SELECT outcome, fence, response_status, response_headers::text AS response_headers, "
-        "response_body,"
-        "       resource_id, ceil(extract(epoch FROM lease_until - "
-        "pg_catalog.clock_timestamp()))::integer"
-        "       AS lease_seconds, floor(extract(epoch FROM expires_at))::bigint AS expires_epoch"
-        "  FROM idempotency.acquire($1, $2, $3, $4, $5::interval, $6::interval, $7::interval)",
-        request.principal, key, action,
-        pq::bytes(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())),
-        interval_ms(options.lease), options.ttl ? ttl.c_str() : nullptr,
-        wait.empty() ? nullptr : wait.c_str());
+    return pq::exec(tx, acquire_sql, call.principal, call.key, call.action, pq::bytes(call.digest),
+                    interval_ms(options.lease), pq::c_str_or_null(call.ttl),
+                    pq::c_str_or_null(call.wait), options.problem_type_base,
+                    default_retry_after_seconds);
 }
 
-// acquire()'s answer when it is not "started": the result to return without
-// running the body (a replay, a problem response), or nothing for "started".
-// Throws on an outcome this client does not know.
-std::optional<LeaseResult> answer_without_running(const std::string& outcome,
-                                                  std::optional<int> lease_seconds,
-                                                  const pqxx::row& row,
+// acquire()'s answer when it is not "started": the result to return without running
+// the body (the extension's answer, or 409 for a duplicate under a policy that keeps
+// nothing), or nothing for "started".
+std::optional<LeaseResult> answer_without_running(const detail::ColumnReader& column,
                                                   const LeaseOptions& options) {
+    const std::string outcome = column("outcome").value_or("");
+    if (outcome == "started") return std::nullopt;
     LeaseResult result;
+    result.expires_epoch = detail::expiry_of(column);
     if ((outcome == "replay" || outcome == "secret_replay") && options.policy != Policy::remember) {
         result.outcome = LeaseOutcome::duplicate;
-        result.response = problem_response(
-            Problem::already_processed,
-            "A request with this Idempotency-Key was already processed; its result is not kept.",
-            options.problem_type_base);
+        result.response = detail::stamped(
+            problem_response(Problem::already_processed,
+                             "A request with this Idempotency-Key was already processed; its "
+                             "result is not kept.",
+                             options.problem_type_base),
+            result.expires_epoch);
         return result;
     }
-    if (outcome == "replay") {
-        result.outcome = LeaseOutcome::replayed;
-        result.response = detail::stored_response(row);
-        return result;
-    }
-    if (std::optional<Response> problem = detail::problem_for_outcome(
-            outcome, lease_seconds, std::chrono::seconds(1), options.problem_type_base)) {
-        result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
-                         : outcome == "in_progress" ? LeaseOutcome::in_progress
-                         : outcome == "expired"     ? LeaseOutcome::expired
-                                                    : LeaseOutcome::replayed;
-        result.response = std::move(*problem);
-        return result;
-    }
-    if (outcome != "started")
+    result.outcome = outcome == "mismatch"      ? LeaseOutcome::mismatch
+                     : outcome == "in_progress" ? LeaseOutcome::in_progress
+                     : outcome == "expired"     ? LeaseOutcome::expired
+                                                : LeaseOutcome::replayed;
+    std::optional<Response> answer = detail::answer_of(column);
+    if (!answer)
         throw std::runtime_error("idempotency.acquire returned an unknown outcome: " + outcome);
-    return std::nullopt;
-}
-
-// A row or, on libpqxx 8, the row_ref that indexing a result gives: a template
-// because libpqxx 8 no longer binds result[0] to a `const pqxx::row&`.
-template <typename Row>
-std::optional<long long> expiry_of(const Row& row) {
-    if (row["expires_epoch"].is_null()) return std::nullopt;
-    return row["expires_epoch"].template as<long long>();
-}
-
-// Sets the result's expiry and the response's Idempotency-Expires (when known).
-void stamp(LeaseResult& result, std::optional<long long> expires_epoch) {
-    result.expires_epoch = expires_epoch;
-    if (expires_epoch) result.response.set_header(expires_header, http_date(*expires_epoch));
+    result.response = std::move(*answer);
+    return result;
 }
 
 // The fenced statements that settle a key after its body ran; each returns
@@ -224,9 +201,7 @@ struct Fenced {
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
         if (!acquired || *acquired > now) return acquired;
-        const pqxx::result rows = pq::exec(tx, detail::stored_expiry_sql, principal, key);
-        if (rows.empty()) return std::nullopt;
-        return expiry_of(rows[0]);
+        return detail::stored_expiry(tx, principal, key);
     }
     bool store(const Response& response, const std::vector<std::string>& kept_headers) const {
         return pq::exec1(
@@ -235,8 +210,7 @@ struct Fenced {
                    " headers => $6::jsonb, resource_id => $7, one_time_secret => $8)",
                    principal, key, fence, response.status, pq::bytes(response.body),
                    detail::kept_headers_json(response, kept_headers),
-                   response.resource_id ? response.resource_id->c_str() : nullptr,
-                   response.one_time_secret)[0]
+                   pq::c_str_or_null(response.resource_id), response.one_time_secret)[0]
             .as<bool>();
     }
 };
@@ -258,17 +232,13 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
     const Digest digest = request.digest ? *request.digest : fingerprint(request);
     if (options_.policy == Policy::remember)
         is_final(200);  // load the table before holding anything
-    const pqxx::row row = acquire(connection(), request, key, digest, options_);
-    const std::string outcome = row["outcome"].as<std::string>();
-    const std::optional<int> lease_seconds =
-        row["lease_seconds"].is_null() ? std::nullopt
-                                       : std::optional<int>(row["lease_seconds"].as<int>());
-    if (std::optional<LeaseResult> answered =
-            answer_without_running(outcome, lease_seconds, row, options_)) {
-        stamp(*answered, expiry_of(row));
+    const pqxx::result rows =
+        acquire(connection(), detail::key_call(request, key, digest, options_), options_);
+    const detail::ColumnReader column = detail::columns_of(rows[0]);  // one row, always
+    if (std::optional<LeaseResult> answered = answer_without_running(column, options_))
         return std::move(*answered);
-    }
-    result.fence = row["fence"].as<std::int64_t>();
+    result.fence = std::stoll(*column("fence"));
+    const std::optional<long long> acquired = detail::expiry_of(column);
 
     // Run the body, never cancelled, while a background thread renews the lease.
     std::unique_ptr<Renewer> renewer;
@@ -308,9 +278,9 @@ LeaseResult LeaseRunner::run(const Request& request, const ExternalBody& body) {
                          : options_.policy == Policy::remember
                              ? fenced.store(response, options_.kept_headers)
                              : fenced.complete(response.status);
-    result.response = std::move(response);
     result.outcome = (settled && !lost) ? LeaseOutcome::fresh : LeaseOutcome::fresh_unfenced;
-    stamp(result, settled && kept ? fenced.expiry(expiry_of(row)) : std::nullopt);
+    result.expires_epoch = settled && kept ? fenced.expiry(acquired) : std::nullopt;
+    result.response = detail::stamped(std::move(response), result.expires_epoch);
     return result;
 }
 

@@ -28,6 +28,10 @@ struct Param {
     static Param text(const std::string& value) { return Param{std::string_view(value), false}; }
     /// Not from a temporary: the statement only points at the text.
     static Param text(std::string&&) = delete;
+    /// A text value, or SQL NULL when it is empty.
+    static Param text(const std::optional<std::string>& value) {
+        return value ? text(*value) : Param{};
+    }
     /// A bytea value, sent in binary format (any bytes).
     static Param bytes(std::string_view value) { return Param{value, true}; }
     /// SQL NULL.

@@ -7,6 +7,7 @@
 // encoding) and needs C++20. Private to the library and its tests and examples.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,11 @@ std::string bytes_of(const Field& field) {
 #endif
 }
 
+/// A text parameter: the string's characters, or SQL NULL when it is empty.
+inline const char* c_str_or_null(const std::optional<std::string>& value) {
+    return value ? value->c_str() : nullptr;
+}
+
 /// An exception of libpqxx's class E for a failed statement (libpqxx 6 keeps
 /// only the message; 7 and 8 also the statement and the SQLSTATE).
 template <class E>
@@ -97,25 +103,18 @@ pqxx::row exec1(pqxx::transaction_base& tx, const char* sql, Args&&... args) {
 #endif
 }
 
-/// Runs the statement prepared under `name` (connection::prepare) with `args`.
+/// Runs the statement prepared under `name` (connection::prepare) with `args`, or `sql`
+/// as exec() does when `name` is null.
 template <class... Args>
-pqxx::result exec_prepared(pqxx::transaction_base& tx, const char* name, Args&&... args) {
+pqxx::result exec_as(pqxx::transaction_base& tx, const char* name, const char* sql,
+                     const Args&... args) {
+    if (name == nullptr) return exec(tx, sql, args...);
 #if PQXX_VERSION_MAJOR < 7
-    return tx.exec_prepared(name, std::forward<Args>(args)...);
+    return tx.exec_prepared(name, args...);
 #elif PQXX_VERSION_MAJOR < 8
-    return tx.exec(pqxx::prepped{name}, pqxx::params{std::forward<Args>(args)...});
+    return tx.exec(pqxx::prepped{name}, pqxx::params{args...});
 #else
-    return tx.exec(pqxx::prepped{name}, pqxx::params{tx, std::forward<Args>(args)...});
-#endif
-}
-
-/// The same for a prepared statement that returns exactly one row.
-template <class... Args>
-pqxx::row exec_prepared1(pqxx::transaction_base& tx, const char* name, Args&&... args) {
-#if PQXX_VERSION_MAJOR < 7
-    return tx.exec_prepared1(name, std::forward<Args>(args)...);
-#else
-    return exec_prepared(tx, name, std::forward<Args>(args)...).one_row();
+    return tx.exec(pqxx::prepped{name}, pqxx::params{tx, args...});
 #endif
 }
 

@@ -49,29 +49,6 @@ std::string stream_headers_json(const Response& response, const std::vector<std:
     return pairs.dump();
 }
 
-Response restore_stream(Response stored, const std::string& problem_type_base) {
-    if (stored.header(not_kept_entry) != nullptr) {
-        Response problem =
-            problem_response(Problem::response_not_kept, not_kept_detail, problem_type_base);
-        problem.replayed = true;
-        problem.set_header(replay_header, "true");
-        return problem;
-    }
-    const std::string* lengths = stored.header(stream_chunks_entry);
-    if (lengths == nullptr) return stored;
-    auto chunks = std::make_shared<std::vector<std::string>>(split_chunks(stored.body, *lengths));
-    Headers headers;
-    for (auto& field : stored.headers)
-        if (!header_name_equal(field.first, stream_chunks_entry)) headers.push_back(field);
-    stored.headers = std::move(headers);
-    stored.body.clear();
-    stored.stream = [chunks](ChunkSink& sink) {
-        for (const std::string& chunk : *chunks)
-            if (!chunk.empty() && !sink.write(chunk)) return;  // an empty one would end it
-    };
-    return stored;
-}
-
 }  // namespace detail
 
 namespace {
@@ -86,68 +63,60 @@ void roll_back(std::unique_ptr<pqxx::transaction_base>& tx) noexcept {
     tx.reset();
 }
 
+}  // namespace
+
 /// A started streamed response between handle() and the end of its stream: the open
 /// transaction that holds the key, and what completing the key needs.
-struct StreamState {
-    std::unique_ptr<pqxx::transaction_base> tx;
-    Response head;  // status, headers, resource id, secret flag; its stream is the handler's
-    std::optional<long long> expires;
+struct Client::StreamState {
+    Attempt attempt;  // its tx holds the key until the stream ends
+    Response head;    // status, headers, resource id, secret flag; its stream is the handler's
 
     StreamState() = default;
     StreamState(const StreamState&) = delete;
     StreamState& operator=(const StreamState&) = delete;
     // A stream the transport never ran (its Response dropped): rolled back, nothing stored.
     ~StreamState() {
-        if (tx) roll_back(tx);
+        if (attempt.tx) roll_back(attempt.tx);
     }
 };
 
-}  // namespace
-
-Response Client::stream_response(const Call& call, std::unique_ptr<pqxx::transaction_base> tx,
-                                 Response response, Disposition disposition,
-                                 std::optional<long long> expires) {
+Response Client::stream_response(const Call& call, Attempt attempt, Response response,
+                                 Disposition disposition) {
     auto state = std::make_shared<StreamState>();
-    state->tx = std::move(tx);
-    state->expires = expires;
+    state->attempt = std::move(attempt);
     Response sent = response;  // what the transport sends: the head and a wrapped stream
     state->head = std::move(response);
     sent.stream = [this, call, state, disposition](ChunkSink& out) {
-        if (!state->tx) throw std::logic_error("a streamed response runs once");
+        if (!state->attempt.tx) throw std::logic_error("a streamed response runs once");
         detail::CapturingSink capture(out, options_.max_stream_bytes);
         try {
             state->head.stream(capture);
         } catch (...) {
-            roll_back(state->tx);  // a broken stream: nothing stored, the retry runs again
+            roll_back(state->attempt.tx);  // a broken stream: nothing stored, the retry runs again
             throw;
         }
-        finish_stream(call, state->tx, state->head, disposition, capture);
+        finish_stream(call, state->attempt, state->head, disposition, capture);
     };
-    if (expires) sent.set_header(expires_header, http_date(*expires));
-    return sent;
+    return detail::stamped(std::move(sent), state->attempt.expires);
 }
 
-void Client::finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_base>& tx,
-                           const Response& head, Disposition disposition,
-                           const detail::CapturingSink& capture) {
+void Client::finish_stream(const Call& call, Attempt& attempt, const Response& head,
+                           Disposition disposition, const detail::CapturingSink& capture) {
     if (disposition == Disposition::discard || capture.peer_gone()) {
-        roll_back(tx);  // not final, or not received: nothing stored, the retry runs again
+        roll_back(attempt.tx);  // not final, or not received: nothing stored, the retry runs again
         return;
     }
     if (capture.over_limit()) ++counters_.streams_not_kept;
     const std::string headers = detail::stream_headers_json(head, options_.kept_headers, capture);
+    Response stored = head;
+    stored.body = capture.body();
     if (disposition == Disposition::store_error) {
-        roll_back(tx);  // a final error has no effect to keep
-        Response stored = head;
-        stored.body = capture.body();
+        roll_back(attempt.tx);  // a final error has no effect to keep
         store_final_error(call, stored, headers);
         return;
     }
-    const char* resource_id = head.resource_id ? head.resource_id->c_str() : nullptr;
-    pq::exec(*tx, detail::complete_sql, call.principal, call.key, head.status,
-             pq::bytes(capture.body()), headers, resource_id, head.one_time_secret);
-    tx->commit();
-    tx.reset();
+    complete(attempt, call, stored, headers);
+    attempt.tx.reset();
 }
 
 }  // namespace idem

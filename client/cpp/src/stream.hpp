@@ -1,14 +1,16 @@
 // Streamed responses (client/protocol.json's stream entries): the arguments of one keyed
-// call, and the sink that captures a stream on its way to the transport. Private to the
-// library.
+// call and its attempt's transaction, and the sink that captures a stream on its way to
+// the transport. Private to the library.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "detail.hpp"
 #include "idem/client.hpp"
 
 namespace idem {
@@ -16,12 +18,26 @@ namespace idem {
 /// One keyed request's arguments to idempotency.begin(), complete() and
 /// save_final(), kept alive for every attempt (and copied into a stream that
 /// completes the key after handle() has returned).
-struct Client::Call {
-    std::string principal;
-    std::string key;
-    std::string action;
-    std::string digest;  // 32 raw bytes
-    std::optional<std::string> ttl, wait;
+struct Client::Call : detail::KeyCall {};
+
+namespace detail {
+class PipelinedTransaction;
+}  // namespace detail
+
+/// One attempt's transaction, opened with begin() in it, and what begin() returned.
+struct Client::Attempt {
+    /// The transaction that holds the key: a pqxx::work, or pipelined.
+    std::unique_ptr<pqxx::transaction_base> tx;
+    /// `tx` when it is a pqxx::work (what a Handler takes).
+    pqxx::work* work = nullptr;
+    /// `tx` when it is pipelined: complete() then travels with COMMIT.
+    detail::PipelinedTransaction* pipelined = nullptr;
+    /// begin()'s outcome.
+    std::string outcome;
+    /// The key row's expiry in seconds since the epoch (none without a row).
+    std::optional<long long> expires;
+    /// The extension's answer of an outcome that does not run the handler.
+    std::optional<Response> answer;
 };
 
 namespace detail {
@@ -57,11 +73,6 @@ private:
 /// lengths, or only `:not_kept` when the stream was too large (a JSON array of pairs).
 std::string stream_headers_json(const Response& response, const std::vector<std::string>& kept,
                                 const CapturingSink& capture);
-
-/// A stored response as replayed: a stored stream gets its chunks back (`:chunks` is
-/// removed from the headers and `stream` set); a stream that was not kept becomes the
-/// 409 response-not-kept problem. Anything else is returned unchanged.
-Response restore_stream(Response stored, const std::string& problem_type_base);
 
 }  // namespace detail
 

@@ -98,6 +98,13 @@ TEST(Batch, BeginCompleteReplay) {
             ASSERT_TRUE(rows[i].expires_at && rows[i].created_at);
         }
         EXPECT_EQ(*rows[0].expires_at - *rows[0].created_at, std::chrono::hours(2));
+        // The extension's answer of each key that does not start, as Client::handle's.
+        EXPECT_FALSE(rows[0].answer.has_value());
+        ASSERT_TRUE(rows[2].answer.has_value());
+        EXPECT_EQ(rows[2].answer->status, 422);
+        EXPECT_NE(rows[2].answer->body.find("/problems/idempotency-key-reuse"), std::string::npos);
+        EXPECT_NE(rows[2].answer->header("Idempotency-Expires"), nullptr);
+        EXPECT_FALSE(rows[2].answer->replayed);
         idem::BatchResponse created{201, std::string("m\0three", 7), R"({"Location": "/m/3"})",
                                     "3"};
         const auto done = idem::complete_batch(tx, who, {"m-3", "m-1", "m-2"},
@@ -117,6 +124,17 @@ TEST(Batch, BeginCompleteReplay) {
     EXPECT_EQ(rows[2].response_body, std::string("m\0three", 7));
     EXPECT_EQ(rows[2].response_headers, std::string(R"({"Location": "/m/3"})"));
     EXPECT_EQ(rows[2].resource_id, std::string("3"));
+    ASSERT_TRUE(rows[2].answer.has_value());
+    EXPECT_EQ(rows[2].answer->status, 201);
+    EXPECT_EQ(rows[2].answer->body, std::string("m\0three", 7));
+    EXPECT_EQ(*rows[2].answer->header("Location"), "/m/3");
+    EXPECT_EQ(*rows[2].answer->header("Idempotent-Replay"), "true");
+    EXPECT_TRUE(rows[2].answer->replayed);
+    const auto typed = idem::begin_batch(tx, who, {"m-1"}, "consume", {digest_of("other")},
+                                         std::nullopt, std::nullopt, "/errors/");
+    ASSERT_TRUE(typed[0].answer.has_value());
+    EXPECT_NE(typed[0].answer->body.find("\"type\":\"/errors/idempotency-key-reuse\""),
+              std::string::npos);
 }
 
 // The server's refusals come back as pqxx::sql_error with the SQLSTATE;

@@ -1,7 +1,8 @@
 // idempotency.http_answer against the client: for every outcome that does not
 // run the handler, the answer the extension gives for the outcome `begin`
 // returns is, byte for byte, the answer idem::Client gives for the same key
-// (status, every header in its order, body). Connection from IDEM_TEST_DSN, as
+// (status, every header in its order, body): the client takes that answer in
+// begin's statement and sends it as it is. Connection from IDEM_TEST_DSN, as
 // client_test.cpp.
 #include <chrono>
 #include <cstdlib>

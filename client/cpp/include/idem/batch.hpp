@@ -40,6 +40,10 @@ struct BatchOutcome {
     std::optional<Time> expires_at;               ///< when the key stops counting
     std::optional<std::int64_t> fence;            ///< the row's generation
     std::optional<Time> lease_until;              ///< in_progress under a lease
+    /// The HTTP answer of an outcome that does not run the work, the extension's as for
+    /// Client::handle (idempotency.http_answer: the stored response, 409, 410, 422, with
+    /// Idempotency-Expires); empty when started.
+    std::optional<Response> answer;
 };
 
 /// One row of complete_batch (completed) or claim_batch (claimed).
@@ -58,16 +62,19 @@ struct BatchResponse {
 };
 
 /// idempotency.begin_batch: begin for each key (fingerprints[i] is the request
-/// of keys[i]), one row per key in input order. Started keys are held by `tx`
+/// of keys[i]), one row per key in input order, each with its answer
+/// (BatchOutcome::answer, under `problem_type_base`, Retry-After `retry_after`
+/// when no lease says more). Started keys are held by `tx`
 /// until it ends: complete them all (complete_batch) before committing.
 /// Throws std::invalid_argument when the sizes differ, pqxx::sql_error with the
 /// server's SQLSTATE for what the server refuses (22023, 22P02, 54000, 55000).
-std::vector<BatchOutcome> begin_batch(pqxx::transaction_base& tx, const std::string& principal,
-                                      const std::vector<std::string>& keys,
-                                      const std::string& action,
-                                      const std::vector<Digest>& fingerprints,
-                                      std::optional<std::chrono::milliseconds> ttl = std::nullopt,
-                                      std::optional<std::chrono::milliseconds> wait = std::nullopt);
+std::vector<BatchOutcome> begin_batch(
+    pqxx::transaction_base& tx, const std::string& principal, const std::vector<std::string>& keys,
+    const std::string& action, const std::vector<Digest>& fingerprints,
+    std::optional<std::chrono::milliseconds> ttl = std::nullopt,
+    std::optional<std::chrono::milliseconds> wait = std::nullopt,
+    const std::string& problem_type_base = default_problem_type_base,
+    std::chrono::seconds retry_after = std::chrono::seconds(default_retry_after_seconds));
 
 /// idempotency.complete_batch: stores responses[i] for keys[i], each begun in
 /// `tx`; every row's value is true (a key that cannot be completed fails the

@@ -146,6 +146,8 @@ public:
     ///    success is stored with complete() and committed with the handler's
     ///    writes; a final error (4xx) is rolled back and stored with save_final();
     ///    anything else (401, 429, 3xx, 5xx) is rolled back and not stored;
+    ///  - the outcomes that do not run the handler get the extension's answer
+    ///    (idempotency.http_answer, in begin's statement), sent as it is:
     ///  - replay: the stored status, kept headers and body, Idempotent-Replay: true;
     ///  - mismatch: 422; in_progress: 409 with Retry-After; secret_replay: 409;
     ///  - expired (a key that expired under an on_expiry 'refuse' policy): 410 with
@@ -182,26 +184,28 @@ public:
 
 private:
     struct Call;
+    struct Attempt;
+    struct StreamState;
     enum class Disposition { discard, store_error, keep };
 
     Response handle_request(const Request& request, const Handler* handler,
                             const TransactionHandler* any);
-    Response run_attempt(const Call& call, const Handler& handler);
-    Response run_pipelined_attempt(const Call& call, const TransactionHandler& handler);
-    std::optional<Response> answer(const std::string& outcome, std::optional<int> lease_seconds,
-                                   const std::function<Response()>& stored);
+    // One attempt: begin() with the extension's answer, or the handler and the key settled.
+    Response run_attempt(const Call& call, const Handler* handler, const TransactionHandler* any);
+    // Opens the attempt's transaction with begin() in it (pipelined: in BEGIN's round trip).
+    Attempt begin(const Call& call, bool pipelined);
     Disposition dispose(const Response& response);
     // Stores a final error alone; returns the stored row's expiry (epoch seconds).
     std::optional<long long> store_final_error(const Call& call, const Response& response,
                                                const std::string& headers);
-    Response refuse_key_on_server();
-    // A started streamed response: the returned stream owns the transaction (stream.cpp).
-    Response stream_response(const Call& call, std::unique_ptr<pqxx::transaction_base> tx,
-                             Response response, Disposition disposition,
-                             std::optional<long long> expires);
-    void finish_stream(const Call& call, std::unique_ptr<pqxx::transaction_base>& tx,
-                       const Response& head, Disposition disposition,
-                       const detail::CapturingSink& capture);
+    // Stores a final success with complete() and commits (pipelined: in COMMIT's round trip).
+    void complete(Attempt& attempt, const Call& call, const Response& response,
+                  const std::string& headers);
+    // A started streamed response: the returned stream owns the attempt (stream.cpp).
+    Response stream_response(const Call& call, Attempt attempt, Response response,
+                             Disposition disposition);
+    void finish_stream(const Call& call, Attempt& attempt, const Response& head,
+                       Disposition disposition, const detail::CapturingSink& capture);
 
     void prepare_raw(PGconn* raw);
 

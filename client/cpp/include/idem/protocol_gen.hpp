@@ -7,8 +7,10 @@
 
 namespace idem {
 
-/// The problem types of RFC 9457 bodies that the client library produces
-/// (client/protocol.json "problems"; their slug, status and title: problem_texts).
+/// The problem types of RFC 9457 bodies (client/protocol.json "problems"; their slug,
+/// status and title: problem_texts). The client library answers a missing or malformed
+/// key, a body it cannot fingerprint, a duplicate under a lease policy that keeps nothing
+/// and a database fault itself; the others are idempotency.http_answer's.
 enum class Problem {
     /// 400: Idempotency-Key header is missing
     key_missing,
