@@ -62,7 +62,7 @@ func (o Options) withDefaults() Options {
 // negative TTL is refused (errNegativeTTL).
 func (o Options) route(r Route) (Route, error) {
 	r.TTL = cmp.Or(r.TTL, o.TTL)
-	r.Wait = r.Wait.or(o.Wait)
+	r.Wait = cmp.Or(r.Wait, o.Wait) // the zero Wait is "not set"
 	if r.MethodsRequiringKey == nil {
 		r.MethodsRequiringKey = o.MethodsRequiringKey
 	}

@@ -66,14 +66,6 @@ func (w Wait) String() string {
 	return "unset"
 }
 
-// or is w, or fallback when w is not set.
-func (w Wait) or(fallback Wait) Wait {
-	if w.IsSet() {
-		return w
-	}
-	return fallback
-}
-
 // arg is w as the wait argument of begin and acquire: 0 to reject, nil for the
 // server's wait_timeout.
 func (w Wait) arg() any {
