@@ -122,12 +122,9 @@ type answerRow struct {
 // response is the answer of idempotency.http_answer as a Response: its headers
 // in order, a stored stream's StreamChunksEntry taken out as Chunks.
 func (a answerRow) response() Response {
-	response := Response{Body: a.body, Headers: Headers{}}
+	response := Response{Body: nonNil(a.body), Headers: Headers{}}
 	if a.status != nil {
 		response.Status = int(*a.status)
-	}
-	if response.Body == nil {
-		response.Body = []byte{}
 	}
 	if a.resourceID != nil {
 		response.ResourceID = *a.resourceID
@@ -152,6 +149,14 @@ func (a answerRow) response() Response {
 		response.Chunks = chunks
 	} // else: sent as one body, which is all that can be done with it
 	return response
+}
+
+// nonNil is body, or an empty body for nil (never NULL in a statement).
+func nonNil(body []byte) []byte {
+	if body == nil {
+		return []byte{}
+	}
+	return body
 }
 
 // keptHeadersJSON is the JSON array of [name, value] pairs of the kept headers

@@ -37,9 +37,7 @@ func (c *captureWriter) Header() http.Header { return c.header }
 
 // WriteHeader captures the status (the first one counts).
 func (c *captureWriter) WriteHeader(status int) {
-	if c.status == 0 {
-		c.status = status
-	}
+	c.status = cmp.Or(c.status, status)
 }
 
 // Write captures body bytes, or queues them as the next chunk of a stream.
@@ -57,14 +55,13 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 // response is the captured response; header names sorted, so what is stored
 // does not depend on Go's map order.
 func (c *captureWriter) response() Response {
-	status := cmp.Or(c.status, http.StatusOK)
 	headers := Headers{}
 	for _, name := range slices.Sorted(maps.Keys(c.header)) {
 		for _, value := range c.header[name] {
 			headers = append(headers, HeaderField{name, value})
 		}
 	}
-	return Response{Status: status, Headers: headers, Body: c.body.Bytes()}
+	return Response{Status: cmp.Or(c.status, http.StatusOK), Headers: headers, Body: c.body.Bytes()}
 }
 
 // errStreamBroken ends an attempt whose stream was already sent in part (the
@@ -145,10 +142,7 @@ func (s *streamState) streamed(response Response) Response {
 		return response
 	}
 	response.Body = s.kept.Bytes()
-	response.Chunks = s.lengths
-	if response.Chunks == nil {
-		response.Chunks = []int{}
-	}
+	response.Chunks = append([]int{}, s.lengths...) // never nil: a stream
 	return response
 }
 

@@ -66,13 +66,6 @@ func runBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch) error {
 	return err
 }
 
-func nonNil(body []byte) []byte {
-	if body == nil {
-		return []byte{}
-	}
-	return body
-}
-
 // rollbackQuietly leaves the connection idle; when that fails the connection
 // is gone and the server rolls back.
 func rollbackQuietly(ctx context.Context, conn *pgx.Conn) {
