@@ -125,15 +125,13 @@ func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 // Conn is the connection the transaction runs on.
 func (t *attemptTx) Conn() *pgx.Conn { return t.conn }
 
-// savepointTx is a pseudo nested transaction inside an attempt.
+// savepointTx is a pseudo nested transaction inside an attempt; its Begin (the
+// attempt's) starts a savepoint nested in this one.
 type savepointTx struct {
 	*attemptTx
 	name   string
 	closed bool
 }
-
-// Begin starts a savepoint nested in this one.
-func (s *savepointTx) Begin(ctx context.Context) (pgx.Tx, error) { return s.attemptTx.Begin(ctx) }
 
 // Commit releases the savepoint.
 func (s *savepointTx) Commit(ctx context.Context) error { return s.end(ctx, "RELEASE SAVEPOINT ") }
