@@ -149,6 +149,15 @@ def go(protocol):
         lines += ["\t\t%s," % json.dumps(value) for value in values]
         lines.append("\t}")
     lines += [")", ""]
+    errors = protocol["middleware_errors"]
+    lines += [
+        "// failDetails are the details of the middleware's own answers (type about:blank),",
+        "// by status (client/protocol.json \"middleware_errors\").",
+        "var failDetails = map[int]string{",
+    ]
+    for status in sorted(key for key in errors if key.isdigit()):
+        lines.append("\t%s: %s," % (status, go_string(errors[status], 8 + len(status) + 2)))
+    lines += ["}", ""]
     return "\n".join(lines)
 
 

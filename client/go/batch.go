@@ -15,9 +15,9 @@ import (
 // deadlock. The fingerprints are computed by the server in the same statement.
 const (
 	// Each key's answer (but a started one's) from idempotency.http_answer, as beginSQL's.
-	beginBatchSQL = "SELECT b.ord, b.key, b.outcome, b.response_status, b.resource_id," +
-		" CASE WHEN isfinite(b.created_at) THEN b.created_at END," +
-		" CASE WHEN isfinite(b.expires_at) THEN b.expires_at END, b.fence," +
+	beginBatchSQL = "SELECT b.ord, b.key, b.outcome, coalesce(b.response_status, 0)," +
+		" coalesce(b.resource_id, ''), CASE WHEN isfinite(b.created_at) THEN b.created_at END," +
+		" CASE WHEN isfinite(b.expires_at) THEN b.expires_at END, coalesce(b.fence, 0)," +
 		" CASE WHEN isfinite(b.lease_until) THEN b.lease_until END," +
 		" a.status, a.headers::text, a.body" +
 		" FROM idempotency.begin_batch($1, $2::text[], $3," +
@@ -115,8 +115,8 @@ func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]B
 		keys[i], methods[i], paths[i], bodies[i] = req.Key, req.Method, req.Path, req.Body
 	}
 	first := reqs[0]
-	route := c.options.route(first.Route)
-	if err := route.check(); err != nil {
+	route, err := c.options.route(first.Route)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := tx.Query(ctx, beginBatchSQL, first.Principal, keys, first.ActionName(), methods,
@@ -125,45 +125,24 @@ func (c *Client) BeginBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]B
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	outcomes := make([]BatchOutcome, 0, n)
-	for rows.Next() {
-		outcome, err := c.scanBatchOutcome(rows)
-		if err != nil {
-			return nil, err
-		}
-		outcomes = append(outcomes, outcome)
-	}
-	return outcomes, rows.Err()
+	return pgx.CollectRows(rows, c.scanBatchOutcome)
 }
 
 // scanBatchOutcome reads one row of beginBatchSQL, its answer http_answer's.
-func (c *Client) scanBatchOutcome(rows pgx.Rows) (BatchOutcome, error) {
+func (c *Client) scanBatchOutcome(rows pgx.CollectableRow) (BatchOutcome, error) {
 	var o BatchOutcome
-	var ord int32
-	var status *int32
 	var row answerRow
 	var created, expires, lease *time.Time
-	var fence *int64
-	if err := rows.Scan(&ord, &o.Key, &o.Outcome, &status, &row.resourceID, &created, &expires,
-		&fence, &lease, &row.status, &row.headers, &row.body); err != nil {
+	if err := rows.Scan(&o.Ord, &o.Key, &o.Outcome, &o.Status, &o.ResourceID, &created, &expires,
+		&o.Fence, &lease, &row.status, &row.headers, &row.body); err != nil {
 		return o, err
 	}
-	o.Ord = int(ord)
-	if status != nil {
-		o.Status = int(*status)
-	}
-	if row.resourceID != nil {
-		o.ResourceID = *row.resourceID
-	}
+	row.resourceID = &o.ResourceID
 	for _, t := range []struct{ from, to *time.Time }{{created, &o.CreatedAt},
 		{expires, &o.ExpiresAt}, {lease, &o.LeaseUntil}} {
 		if t.from != nil {
 			*t.to = *t.from
 		}
-	}
-	if fence != nil {
-		o.Fence = *fence
 	}
 	if o.Started() {
 		return o, nil
@@ -212,18 +191,7 @@ func (c *Client) CompleteBatch(ctx context.Context, tx pgx.Tx, reqs []Request,
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	completions := make([]BatchCompletion, 0, n)
-	for rows.Next() {
-		var done BatchCompletion
-		var ord int32
-		if err := rows.Scan(&ord, &done.Key, &done.Completed); err != nil {
-			return nil, err
-		}
-		done.Ord = int(ord)
-		completions = append(completions, done)
-	}
-	return completions, rows.Err()
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[BatchCompletion])
 }
 
 // ClaimBatch claims many keys at once (idempotency.claim_batch): Claimed is
@@ -239,16 +207,5 @@ func ClaimBatch(ctx context.Context, q Querier, principal string, keys []string,
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	claims := make([]BatchClaim, 0, len(keys))
-	for rows.Next() {
-		var claim BatchClaim
-		var ord int32
-		if err := rows.Scan(&ord, &claim.Key, &claim.Claimed); err != nil {
-			return nil, err
-		}
-		claim.Ord = int(ord)
-		claims = append(claims, claim)
-	}
-	return claims, rows.Err()
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[BatchClaim])
 }

@@ -4,6 +4,7 @@ package idempotency
 // that use it (transactional.go, batch.go, lease_run.go).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -50,31 +51,25 @@ func (o Options) withDefaults() Options {
 	if o.KeptHeaders == nil {
 		o.KeptHeaders = DefaultKeptHeaders
 	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 3
-	}
-	if o.RetryAfter == 0 {
-		o.RetryAfter = DefaultRetryAfterSeconds
-	}
-	if o.ProblemTypeBase == "" {
-		o.ProblemTypeBase = DefaultProblemTypeBase
-	}
-	if o.MaxKeyLength == 0 {
-		o.MaxKeyLength = 255
-	}
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, 3)
+	o.RetryAfter = cmp.Or(o.RetryAfter, DefaultRetryAfterSeconds)
+	o.ProblemTypeBase = cmp.Or(o.ProblemTypeBase, DefaultProblemTypeBase)
+	o.MaxKeyLength = cmp.Or(o.MaxKeyLength, 255)
 	return o
 }
 
-// route is a call's Route over the options: each zero value of r takes o's.
-func (o Options) route(r Route) Route {
-	if r.TTL == 0 {
-		r.TTL = o.TTL
-	}
-	r.Wait = r.Wait.or(o.Wait)
+// route is a call's Route over the options: each zero value of r takes o's; a
+// negative TTL is refused (errNegativeTTL).
+func (o Options) route(r Route) (Route, error) {
+	r.TTL = cmp.Or(r.TTL, o.TTL)
+	r.Wait = cmp.Or(r.Wait, o.Wait) // the zero Wait is "not set"
 	if r.MethodsRequiringKey == nil {
 		r.MethodsRequiringKey = o.MethodsRequiringKey
 	}
-	return r
+	if r.TTL < 0 {
+		return r, errNegativeTTL
+	}
+	return r, nil
 }
 
 // Counters say what a Client did, for metrics.

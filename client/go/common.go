@@ -143,19 +143,13 @@ func (f *finalStatuses) load(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	var table [500]bool
-	for rows.Next() {
-		var status int32
-		if err := rows.Scan(&status); err != nil {
-			return err
-		}
-		table[status-100] = true
-	}
-	if err := rows.Err(); err != nil {
+	statuses, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
 		return err
 	}
-	f.table = table
+	for _, status := range statuses {
+		f.table[status-100] = true // generate_series(100, 599): in range
+	}
 	f.loaded = true
 	return nil
 }

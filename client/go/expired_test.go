@@ -41,7 +41,8 @@ func checkGone(t *testing.T, what string, response Response) {
 
 func TestTheWaitArgumentFollowsTheRouteThenTheOptions(t *testing.T) {
 	wait := func(route, options Wait) any {
-		return Options{Wait: options}.route(Route{Wait: route}).Wait.arg()
+		merged, _ := Options{Wait: options}.route(Route{Wait: route}) // no TTL: no error
+		return merged.Wait.arg()
 	}
 	if got := wait(Wait{}, Reject); got != time.Duration(0) {
 		t.Errorf("reject in the options: %v", got)

@@ -9,9 +9,11 @@ package idempotency
 // transaction notes (tx.go) are classified here, below the runner and the router.
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,17 +30,10 @@ func IsDatabaseFault(err error) bool {
 	}
 	var server *pgconn.PgError
 	if errors.As(err, &server) {
-		for _, class := range DatabaseFaultSQLStateClasses {
-			if strings.HasPrefix(server.Code, class) {
-				return true
-			}
-		}
-		for _, state := range DatabaseFaultSQLStates {
-			if server.Code == state {
-				return true
-			}
-		}
-		return false
+		return slices.Contains(DatabaseFaultSQLStates, server.Code) ||
+			slices.ContainsFunc(DatabaseFaultSQLStateClasses, func(class string) bool {
+				return strings.HasPrefix(server.Code, class)
+			})
 	}
 	var network net.Error
 	if errors.As(err, &network) ||
@@ -46,14 +41,9 @@ func IsDatabaseFault(err error) bool {
 		return true
 	}
 	// pgconn's own words for a connection it closed or lost (no error type of their own).
-	text := err.Error()
-	for _, lost := range []string{"conn closed", "closed pool", "failed to connect",
-		"connection reset", "broken pipe", "unexpected EOF", "timeout: context"} {
-		if strings.Contains(text, lost) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"conn closed", "closed pool", "failed to connect",
+		"connection reset", "broken pipe", "unexpected EOF", "timeout: context"},
+		func(lost string) bool { return strings.Contains(err.Error(), lost) })
 }
 
 // DatabaseFaultResponse is the one answer to a database fault: 503
@@ -61,18 +51,10 @@ func IsDatabaseFault(err error) bool {
 // problem type ("" for DefaultProblemTypeBase). A retry with the same key runs
 // the request once or replays its stored response.
 func DatabaseFaultResponse(retryAfter int, typeBase string) Response {
-	if typeBase == "" {
-		typeBase = DefaultProblemTypeBase
-	}
-	if retryAfter < 1 {
-		retryAfter = 1
-	}
-	problem := ProblemDatabaseUnavailable
-	return Response{Status: problem.Status, Headers: Headers{
-		{Name: "Content-Type", Value: ProblemContentType},
-		{Name: "Retry-After", Value: strconv.Itoa(retryAfter)}},
-		Body: ProblemBody(problem.Status, typeBase+problem.Slug, problem.Title,
-			DatabaseFaultDetail)}
+	response := ProblemResponse(ProblemDatabaseUnavailable, DatabaseFaultDetail,
+		cmp.Or(typeBase, DefaultProblemTypeBase))
+	response.Headers.Set("Retry-After", strconv.Itoa(max(retryAfter, 1)))
+	return response
 }
 
 // IsStalePlacement reports whether err (or an error it wraps) is the server's

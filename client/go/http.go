@@ -2,7 +2,9 @@ package idempotency
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,12 +31,9 @@ func (h Headers) Get(name string) (string, bool) {
 
 // Set replaces every field with this name by one with value, appended last.
 func (h *Headers) Set(name, value string) {
-	kept := (*h)[:0]
-	for _, field := range *h {
-		if !strings.EqualFold(field.Name, name) {
-			kept = append(kept, field)
-		}
-	}
+	kept := slices.DeleteFunc(*h, func(field HeaderField) bool {
+		return strings.EqualFold(field.Name, name)
+	})
 	*h = append(kept, HeaderField{name, value})
 }
 
@@ -81,37 +80,23 @@ func ProblemBody(status int, typeURI, title, detail string) []byte {
 // writeJSONString escapes as nlohmann_json and Python's json (ensure_ascii off)
 // do; encoding/json would also escape <, >, &, U+2028 and U+2029.
 func writeJSONString(b *strings.Builder, s string) {
-	const hex = "0123456789abcdef"
 	b.WriteByte('"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch c {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			if c < 0x20 {
-				b.WriteString(`\u00`)
-				b.WriteByte(hex[c>>4])
-				b.WriteByte(hex[c&0xf])
-			} else {
-				b.WriteByte(c)
-			}
+		if escaped, ok := jsonEscapes[c]; ok {
+			b.WriteString(escaped)
+		} else if c < 0x20 {
+			fmt.Fprintf(b, "\\u%04x", c) // the other control characters: \u0001
+		} else {
+			b.WriteByte(c)
 		}
 	}
 	b.WriteByte('"')
 }
+
+// jsonEscapes are the characters a JSON string escapes with a letter.
+var jsonEscapes = map[byte]string{'"': `\"`, '\\': `\\`, '\b': `\b`, '\f': `\f`, '\n': `\n`,
+	'\r': `\r`, '\t': `\t`}
 
 // ProblemResponse is an application/problem+json response whose type is
 // typeBase + the problem's slug.
@@ -137,12 +122,9 @@ type answerRow struct {
 // response is the answer of idempotency.http_answer as a Response: its headers
 // in order, a stored stream's StreamChunksEntry taken out as Chunks.
 func (a answerRow) response() Response {
-	response := Response{Body: a.body, Headers: Headers{}}
+	response := Response{Body: nonNil(a.body), Headers: Headers{}}
 	if a.status != nil {
 		response.Status = int(*a.status)
-	}
-	if response.Body == nil {
-		response.Body = []byte{}
 	}
 	if a.resourceID != nil {
 		response.ResourceID = *a.resourceID
@@ -169,6 +151,14 @@ func (a answerRow) response() Response {
 	return response
 }
 
+// nonNil is body, or an empty body for nil (never NULL in a statement).
+func nonNil(body []byte) []byte {
+	if body == nil {
+		return []byte{}
+	}
+	return body
+}
+
 // keptHeadersJSON is the JSON array of [name, value] pairs of the kept headers
 // of a response, in their order; a stream's reserved entry comes last (a stream
 // too large to keep has that entry alone).
@@ -182,11 +172,10 @@ func keptHeadersJSON(response Response, kept []string) string {
 		if strings.EqualFold(field.Name, ExpiresHeader) {
 			continue // the key's, added to every answer: never stored
 		}
-		for _, wanted := range kept {
-			if strings.EqualFold(field.Name, wanted) {
-				chosen = append(chosen, []string{field.Name, field.Value})
-				break
-			}
+		if slices.ContainsFunc(kept, func(wanted string) bool {
+			return strings.EqualFold(field.Name, wanted)
+		}) {
+			chosen = append(chosen, []string{field.Name, field.Value})
 		}
 	}
 	if response.Chunks != nil && !response.StreamTooLarge {

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -20,12 +21,7 @@ const (
 		" FROM idempotency.acquire($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), $8::interval, $9::interval," +
 		" $10::interval) AS o"
-	renewSQL    = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
-	markDoneSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint, status => $4::integer)"
-	rememberSQL = "SELECT idempotency.complete($1, $2, fence => $3::bigint," +
-		" status => $4::integer," +
-		" body => $5::bytea, headers => $6::jsonb, resource_id => $7::text," +
-		" one_time_secret => $8::boolean)"
+	renewSQL   = "SELECT idempotency.renew($1, $2, $3::bigint, $4::interval)"
 	releaseSQL = "SELECT idempotency.release($1, $2, $3::bigint)"
 )
 
@@ -127,21 +123,13 @@ func NewLeaseRunner(pool *pgxpool.Pool, options LeaseOptions) (*LeaseRunner, err
 	if options.TTL < 0 {
 		return nil, errNegativeTTL
 	}
-	if options.Lease == 0 {
-		options.Lease = 30 * time.Second
-	}
-	if options.MaxRenewFailures == 0 {
-		options.MaxRenewFailures = 3
-	}
-	if options.KeptHeaders == nil {
-		options.KeptHeaders = DefaultKeptHeaders
-	}
-	if options.ProblemTypeBase == "" {
-		options.ProblemTypeBase = DefaultProblemTypeBase
-	}
-	if options.MaxKeyLength == 0 {
-		options.MaxKeyLength = 255
-	}
+	options.Lease = cmp.Or(options.Lease, 30*time.Second)
+	options.MaxRenewFailures = cmp.Or(options.MaxRenewFailures, 3)
+	keyed := Options{KeptHeaders: options.KeptHeaders, ProblemTypeBase: options.ProblemTypeBase,
+		MaxKeyLength: options.MaxKeyLength}.withDefaults() // the defaults of a Client's
+	options.KeptHeaders = keyed.KeptHeaders
+	options.ProblemTypeBase = keyed.ProblemTypeBase
+	options.MaxKeyLength = keyed.MaxKeyLength
 	final, err := newFinalStatuses(options.FinalStatuses)
 	if err != nil {
 		return nil, err

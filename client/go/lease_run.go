@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -38,14 +37,14 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 			return LeaseResult{}, err
 		}
 	}
-	route := Options{TTL: options.TTL, Wait: options.Wait}.route(req.Route)
-	if err := route.check(); err != nil {
+	route, err := Options{TTL: options.TTL, Wait: options.Wait}.route(req.Route)
+	if err != nil {
 		return LeaseResult{}, err
 	}
 	var outcome string
 	var fence *int64 // NULL for a transaction's hold and for expired
 	var row answerRow
-	err := r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
+	err = r.pool.QueryRow(ctx, acquireSQL, req.Principal, req.Key, req.ActionName(), req.Method,
 		req.Path, req.Body, excludeArg(req.Exclude), interval(options.Lease), interval(route.TTL),
 		route.Wait.arg(), options.ProblemTypeBase, DefaultRetryAfterSeconds).Scan(&outcome, &fence,
 		&row.resourceID, &row.expiresEpoch, &row.status, &row.headers, &row.body)
@@ -57,9 +56,7 @@ func (r *LeaseRunner) Run(ctx context.Context, req Request, effect Effect) (Leas
 		return LeaseResult{}, err
 	}
 	if outcome != "started" {
-		result := r.answer(outcome, row)
-		result.ExpiresEpoch = row.expiresEpoch
-		return result, nil
+		return r.answer(outcome, row), nil
 	}
 	if fence == nil {
 		return LeaseResult{}, errors.New("idempotency: acquire started without a fence")
@@ -73,24 +70,20 @@ const detailAlreadyProcessed = "A request with this Idempotency-Key was already 
 	"its result is not kept."
 
 // answer maps an outcome that does not run the effect: idempotency.http_answer's
-// answer, but for a duplicate under a policy that keeps nothing.
+// answer, but for a duplicate under a policy that keeps nothing; with the key's expiry.
 func (r *LeaseRunner) answer(outcome string, row answerRow) LeaseResult {
-	duplicate := outcome == "replay" || outcome == "secret_replay"
-	if duplicate && r.options.Policy != Remember {
+	result := LeaseResult{Outcome: leaseOutcomes[outcome], Response: row.response(),
+		ExpiresEpoch: row.expiresEpoch}
+	if result.Outcome == Replayed && r.options.Policy != Remember {
 		response := r.problem(ProblemAlreadyProcessed, detailAlreadyProcessed)
-		return LeaseResult{Outcome: Duplicate, Response: stamped(response, row.expiresEpoch)}
+		result.Outcome, result.Response = Duplicate, stamped(response, row.expiresEpoch)
 	}
-	response := row.response()
-	switch outcome {
-	case "mismatch":
-		return LeaseResult{Outcome: Mismatch, Response: response}
-	case "in_progress":
-		return LeaseResult{Outcome: InProgress, Response: response}
-	case "expired":
-		return LeaseResult{Outcome: Expired, Response: response}
-	}
-	return LeaseResult{Outcome: Replayed, Response: response}
+	return result
 }
+
+// leaseOutcomes name acquire's outcomes that do not run the effect, under Remember.
+var leaseOutcomes = map[string]LeaseOutcome{"replay": Replayed, "secret_replay": Replayed,
+	"mismatch": Mismatch, "in_progress": InProgress, "expired": Expired}
 
 // runHeld runs the effect under the lease (fence) and settles the key.
 func (r *LeaseRunner) runHeld(ctx context.Context, req Request, fence int64, expires *int64,
@@ -136,10 +129,7 @@ func (r *LeaseRunner) settledExpiry(ctx context.Context, req Request, kept bool,
 	}
 	var stored *int64
 	err := r.pool.QueryRow(ctx, storedExpirySQL, req.Principal, req.Key).Scan(&stored)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	return stored, err
+	return stored, noRowIsNil(err)
 }
 
 // settle marks the key done, stores the response or releases the key, by the
@@ -147,34 +137,21 @@ func (r *LeaseRunner) settledExpiry(ctx context.Context, req Request, kept bool,
 // released the key (no row stays).
 func (r *LeaseRunner) settle(ctx context.Context, req Request, fence int64, response Response,
 	failure error) (settled, kept bool, err error) {
-	p, k := req.Principal, req.Key
-	run := func(sql string, args ...any) error {
-		kept = sql != releaseSQL
-		return r.pool.QueryRow(ctx, sql, append([]any{p, k, fence},
-			args...)...).Scan(&settled)
+	policy, status := r.options.Policy, response.Status
+	if failure != nil {
+		status = 500 // what Once marks a failed effect done with
 	}
+	sql, args := releaseSQL, []any{req.Principal, req.Key, fence}
 	switch {
-	case failure != nil && r.options.Policy == Once:
-		err = run(markDoneSQL, 500)
-	case failure != nil:
-		err = run(releaseSQL)
-	case r.options.Policy == Once:
-		err = run(markDoneSQL, response.Status)
-	case r.options.Policy == CommitOnSuccess && response.Status < 400:
-		err = run(markDoneSQL, response.Status)
-	case r.options.Policy == CommitOnSuccess:
-		err = run(releaseSQL)
-	case r.final.final(response.Status):
-		var resourceID any
-		if response.ResourceID != "" {
-			resourceID = response.ResourceID
-		}
-		err = run(rememberSQL, response.Status, nonNil(response.Body),
-			keptHeadersJSON(response, r.options.KeptHeaders), resourceID, response.OneTimeSecret)
-	default:
-		err = run(releaseSQL)
+	case policy == Once || (policy == CommitOnSuccess && failure == nil && status < 400):
+		// Marked done: the status alone, nothing to replay.
+		sql, args = completeSQL, []any{req.Principal, req.Key, status, nil, nil, nil, false, fence}
+	case policy == Remember && failure == nil && r.final.final(status):
+		sql, args = completeSQL, completeArgs(req.Principal, req.Key, response,
+			r.options.KeptHeaders, fence)
 	}
-	return settled, kept, err
+	err = r.pool.QueryRow(ctx, sql, args...).Scan(&settled)
+	return settled, sql != releaseSQL, err
 }
 
 // renewer renews a lease from its own goroutine every third of the lease (at
@@ -191,14 +168,9 @@ type renewer struct {
 
 func startRenewer(pool *pgxpool.Pool, principal, key string, fence int64,
 	options LeaseOptions) *renewer {
-	period := options.Lease / 3
-	if period < 50*time.Millisecond {
-		period = 50 * time.Millisecond
-	}
+	period := max(options.Lease/3, 50*time.Millisecond)
 	r := &renewer{done: make(chan struct{})}
-	r.finished.Add(1)
-	go func() {
-		defer r.finished.Done()
+	r.finished.Go(func() {
 		ticker := time.NewTicker(period)
 		defer ticker.Stop()
 		failures := 0
@@ -228,7 +200,7 @@ func startRenewer(pool *pgxpool.Pool, principal, key string, fence int64,
 				return
 			}
 		}
-	}()
+	})
 	return r
 }
 

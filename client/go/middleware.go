@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -92,12 +93,8 @@ func Middleware(options MiddlewareOptions) func(http.Handler) http.Handler {
 		(options.Connections == nil) == (options.Router == nil) {
 		panic("idempotency: Middleware needs Client, Principal and either Connections or Router")
 	}
-	if options.MaxBodyBytes == 0 {
-		options.MaxBodyBytes = 10 << 20
-	}
-	if options.MaxStreamBytes == 0 {
-		options.MaxStreamBytes = DefaultMaxStreamBytes
-	}
+	options.MaxBodyBytes = cmp.Or(options.MaxBodyBytes, 10<<20)
+	options.MaxStreamBytes = cmp.Or(options.MaxStreamBytes, DefaultMaxStreamBytes)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			principal, ok := options.Principal(r)
@@ -138,60 +135,50 @@ func serveKeyed(options MiddlewareOptions, next http.Handler, w http.ResponseWri
 		if streamed { // a retry of a failed commit: the first attempt's stream went out
 			return Response{}, errStreamBroken
 		}
+		attempt, keyed := tx.(*attemptTx)
+		if !keyed {
+			attempt = &attemptTx{} // a request without a key: pgx's own transaction
+		}
 		state := &RequestContext{Tx: tx, Request: request}
 		inner := r.WithContext(context.WithValue(ctx, contextKey{}, state))
 		inner.Body = io.NopCloser(bytes.NewReader(body)) // fresh for every attempt
-		stream := &streamState{out: w, limit: options.MaxStreamBytes}
-		if attempt, ok := tx.(*attemptTx); ok {
-			stream.expires = attempt.expires
-		}
+		stream := &streamState{out: w, limit: options.MaxStreamBytes, expires: attempt.expires}
 		capture := &captureWriter{header: http.Header{}, stream: stream}
 		next.ServeHTTP(capture, inner)
-		if attempt, ok := tx.(*attemptTx); ok && attempt.stale {
-			run.stale = true
-		}
+		run.stale = run.stale || attempt.stale
 		response := capture.response()
 		response.OneTimeSecret = state.OneTimeSecret
 		response.ResourceID = state.ResourceID
 		if stream.started {
 			streamed = true
 			response = stream.streamed(response)
-			if attempt, ok := tx.(*attemptTx); stream.gone != nil || (ok && attempt.retryable != nil) {
+			if stream.gone != nil || attempt.retryable != nil {
 				return Response{}, errStreamBroken // never rerun: part of it was sent
 			}
 		}
 		return response, nil
 	}
 	response, connected, err := handleRouted(r.Context(), options, principal, request, handler, run)
-	if !streamed && (!connected || IsDatabaseFault(err)) {
+	switch {
+	case streamed && err != nil:
+		options.report(r, err)
+		// The client sees the stream broken (no last chunk), not a 500 inside it.
+		panic(http.ErrAbortHandler)
+	case streamed:
+		return // sent; the body ends when this handler returns
+	case !connected || IsDatabaseFault(err):
 		// No connection, or the database failed under the request (before the begin, in
 		// the handler, at the commit: rolled back or in doubt): a retry with the key is safe.
-		if options.OnError != nil {
-			options.OnError(r, err)
-		}
+		options.report(r, err)
 		client := options.Client.options
 		WriteResponse(w, DatabaseFaultResponse(client.RetryAfter, client.ProblemTypeBase))
-		return
+	case Retryable(err):
+		fail(options, w, r, http.StatusServiceUnavailable, err)
+	case err != nil:
+		fail(options, w, r, http.StatusInternalServerError, err)
+	default:
+		WriteResponse(w, response)
 	}
-	if streamed {
-		if err != nil {
-			if options.OnError != nil {
-				options.OnError(r, err)
-			}
-			// The client sees the stream broken (no last chunk), not a 500 inside it.
-			panic(http.ErrAbortHandler)
-		}
-		return // sent; the body ends when this handler returns
-	}
-	if err != nil {
-		status := http.StatusInternalServerError
-		if Retryable(err) {
-			status = http.StatusServiceUnavailable
-		}
-		fail(options, w, r, status, err)
-		return
-	}
-	WriteResponse(w, response)
 }
 
 // keyedRun is what the middleware's handler saw of one request's runs.
@@ -214,19 +201,16 @@ func handleRouted(ctx context.Context, options MiddlewareOptions, principal stri
 		return handleOn(ctx, options.Client, options.Connections, request, handler)
 	}
 	connections := options.Router.Connections(principal)
-	response, connected, err := handleOn(ctx, options.Client, connections, request, handler)
-	if !IsStalePlacement(err) && !run.stale {
-		return response, connected, err
-	}
-	options.Router.ReportStalePlacement(principal)
-	if run.ran {
-		return response, connected, err
-	}
-	response, connected, err = handleOn(ctx, options.Client, connections, request, handler)
-	if IsStalePlacement(err) || run.stale {
+	for try := 1; ; try++ {
+		response, connected, err := handleOn(ctx, options.Client, connections, request, handler)
+		if !IsStalePlacement(err) && !run.stale {
+			return response, connected, err
+		}
 		options.Router.ReportStalePlacement(principal)
+		if run.ran || try == 2 {
+			return response, connected, err
+		}
 	}
-	return response, connected, err
 }
 
 // handleOn runs Handle on a connection from connections, given back when it returns
@@ -242,27 +226,21 @@ func handleOn(ctx context.Context, client *Client, connections ConnSource, reque
 	return response, true, err
 }
 
-// failDetails are the details of the middleware's own answers (type about:blank).
-var failDetails = map[int]string{
-	http.StatusUnauthorized: "The request has no principal to hold its Idempotency-Key.",
-	http.StatusBadRequest:   "The request body could not be read.",
-	http.StatusRequestEntityTooLarge: "The request body is larger than this service" +
-		" fingerprints.",
-	http.StatusInternalServerError: "The request failed and nothing was stored; it is safe to" +
-		" retry with the same Idempotency-Key.",
-	http.StatusServiceUnavailable: "The request met a conflict and nothing was stored;" +
-		" retry with the same Idempotency-Key.",
-}
-
-// fail answers an error the middleware cannot map to the protocol: an RFC 9457
-// problem of type about:blank (its title the status's reason phrase).
-func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, status int,
-	err error) {
+// report hands err to OnError, when there is one.
+func (options MiddlewareOptions) report(r *http.Request, err error) {
 	if options.OnError != nil {
 		options.OnError(r, err)
 	}
-	response := Response{Status: status, Headers: Headers{{"Content-Type", ProblemContentType}},
-		Body: ProblemBody(status, "about:blank", http.StatusText(status), failDetails[status])}
+}
+
+// fail answers an error the middleware cannot map to the protocol: an RFC 9457
+// problem of type about:blank (its title the status's reason phrase, its detail
+// failDetails', generated from client/protocol.json).
+func fail(options MiddlewareOptions, w http.ResponseWriter, r *http.Request, status int,
+	err error) {
+	options.report(r, err)
+	blank := Problem{Status: status, Title: http.StatusText(status)} // type base + "": about:blank
+	response := ProblemResponse(blank, failDetails[status], "about:blank")
 	if status == http.StatusServiceUnavailable {
 		response.Headers.Set("Retry-After", strconv.Itoa(DefaultRetryAfterSeconds))
 	}

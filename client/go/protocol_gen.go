@@ -95,3 +95,15 @@ var (
 		"53300",
 	}
 )
+
+// failDetails are the details of the middleware's own answers (type about:blank),
+// by status (client/protocol.json "middleware_errors").
+var failDetails = map[int]string{
+	400: "The request body could not be read.",
+	401: "The request has no principal to hold its Idempotency-Key.",
+	413: "The request body is larger than this service fingerprints.",
+	500: "The request failed and nothing was stored; it is safe to retry with the same " +
+		"Idempotency-Key.",
+	503: "The request met a conflict and nothing was stored; retry with the same " +
+		"Idempotency-Key.",
+}

@@ -29,15 +29,10 @@ type Enqueue func(ctx context.Context, tx pgx.Tx) error
 func PushUnique(ctx context.Context, tx pgx.Tx, principal, key string, ttl time.Duration,
 	enqueue Enqueue) (bool, error) {
 	var claimed bool
-	if err := tx.QueryRow(ctx, pushUniqueSQL, principal, key, interval(ttl)).Scan(
-		&claimed); err != nil {
-		return false, err
+	err := tx.QueryRow(ctx, pushUniqueSQL, principal, key, interval(ttl)).Scan(&claimed)
+	if err != nil || !claimed {
+		return false, err // an error, or the key was claimed before within the window
 	}
-	if !claimed {
-		return false, nil
-	}
-	if err := enqueue(ctx, tx); err != nil {
-		return false, err
-	}
-	return true, nil
+	err = enqueue(ctx, tx)
+	return err == nil, err
 }

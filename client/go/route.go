@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 )
@@ -65,14 +66,6 @@ func (w Wait) String() string {
 	return "unset"
 }
 
-// or is w, or fallback when w is not set.
-func (w Wait) or(fallback Wait) Wait {
-	if w.IsSet() {
-		return w
-	}
-	return fallback
-}
-
 // arg is w as the wait argument of begin and acquire: 0 to reject, nil for the
 // server's wait_timeout.
 func (w Wait) arg() any {
@@ -105,20 +98,9 @@ type Route struct {
 // errNegativeTTL refuses a TTL below zero (there is no "already expired" key).
 var errNegativeTTL = errors.New("idempotency: TTL must not be negative (0 keeps the default)")
 
-// check refuses settings that mean nothing.
-func (r Route) check() error {
-	if r.TTL < 0 {
-		return errNegativeTTL
-	}
-	return nil
-}
-
 // requiresKey reports whether a request of this method needs a key on the route.
 func (r Route) requiresKey(method string) bool {
-	for _, m := range r.MethodsRequiringKey {
-		if strings.EqualFold(m, method) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(r.MethodsRequiringKey, func(m string) bool {
+		return strings.EqualFold(m, method)
+	})
 }

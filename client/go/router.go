@@ -11,6 +11,7 @@ package idempotency
 // the placement, and the Middleware reruns the request on the principal's new route.
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -113,21 +114,11 @@ func NewRouter(defaultPool RouterPool, nodes map[string]RouterPool,
 		options.MaxPrincipals < 0 {
 		return nil, errors.New("idempotency: Router durations and MaxPrincipals must be >= 0")
 	}
-	if options.PlacementSQL == "" {
-		options.PlacementSQL = PlacementSQL
-	}
-	if options.Refresh == 0 {
-		options.Refresh = DefaultRefreshSeconds * time.Second
-	}
-	if options.NodeDown == 0 {
-		options.NodeDown = DefaultNodeDownSeconds * time.Second
-	}
-	if options.MaxPrincipals == 0 {
-		options.MaxPrincipals = DefaultMaxPrincipals
-	}
-	if options.LookupTimeout == 0 {
-		options.LookupTimeout = DefaultLookupTimeout
-	}
+	options.PlacementSQL = cmp.Or(options.PlacementSQL, PlacementSQL)
+	options.Refresh = cmp.Or(options.Refresh, DefaultRefreshSeconds*time.Second)
+	options.NodeDown = cmp.Or(options.NodeDown, DefaultNodeDownSeconds*time.Second)
+	options.MaxPrincipals = cmp.Or(options.MaxPrincipals, DefaultMaxPrincipals)
+	options.LookupTimeout = cmp.Or(options.LookupTimeout, DefaultLookupTimeout)
 	copied := make(map[string]RouterPool, len(nodes))
 	for name, pool := range nodes {
 		if !nodeName.MatchString(name) || pool == nil {
@@ -160,16 +151,14 @@ func (r *Router) Route(ctx context.Context, principal string) (string, RouterPoo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pool, known := r.nodes[node]
-	if !ok || node == "" || !known {
+	until, down := r.down[node]
+	if down && !time.Now().Before(until) {
+		delete(r.down, node) // tried again
+		down = false
+	}
+	if !ok || node == "" || !known || down {
 		r.counters.Defaulted++
 		return "", r.defaultPool
-	}
-	if until, down := r.down[node]; down {
-		if time.Now().Before(until) {
-			r.counters.Defaulted++
-			return "", r.defaultPool
-		}
-		delete(r.down, node) // tried again
 	}
 	r.counters.Routed++
 	return node, pool
@@ -234,13 +223,10 @@ func (r *Router) forget(principal string) {
 
 // Connections is a ConnSource for principal's requests (FromPool's routed twin).
 func (r *Router) Connections(principal string) ConnSource {
-	return func(ctx context.Context) (*pgx.Conn, func(), error) {
+	return pooled(func(ctx context.Context) (*pgxpool.Conn, error) {
 		held, _, err := r.Acquire(ctx, principal)
-		if err != nil {
-			return nil, nil, err
-		}
-		return held.Conn(), held.Release, nil
-	}
+		return held, err
+	})
 }
 
 // Len returns the number of principals cached.
@@ -262,8 +248,7 @@ func (r *Router) placement(ctx context.Context, principal string) (string, bool)
 			r.mu.Unlock()
 			return entry.node, true
 		}
-		r.lru.Remove(element)
-		delete(r.cache, principal)
+		r.forget(principal)
 	}
 	if call, ok := r.pending[principal]; ok {
 		r.mu.Unlock()
@@ -307,22 +292,15 @@ func (r *Router) lookup(ctx context.Context, principal string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	defer rows.Close()
-	node := ""
-	if rows.Next() {
+	node, err := pgx.CollectOneRow(rows, func(row pgx.CollectableRow) (string, error) {
 		var name *string
 		var port *int64
-		if err := rows.Scan(&name, &port); err != nil {
-			return "", false
+		if err := row.Scan(&name, &port); err != nil || name == nil || port == nil {
+			return "", err // a NULL name or port: no placement
 		}
-		if name != nil && port != nil {
-			node = fmt.Sprintf("%s:%d", *name, *port)
-		}
-	}
-	if rows.Err() != nil {
-		return "", false
-	}
-	return node, true
+		return fmt.Sprintf("%s:%d", *name, *port), nil
+	})
+	return node, noRowIsNil(err) == nil // no row: no placement
 }
 
 // ConnSource hands the middleware an idle connection for one request and a
@@ -330,9 +308,12 @@ func (r *Router) lookup(ctx context.Context, principal string) (string, bool) {
 type ConnSource func(ctx context.Context) (conn *pgx.Conn, release func(), err error)
 
 // FromPool is a ConnSource on a pgxpool.Pool.
-func FromPool(pool *pgxpool.Pool) ConnSource {
+func FromPool(pool *pgxpool.Pool) ConnSource { return pooled(pool.Acquire) }
+
+// pooled is the ConnSource of a pooled connection's acquire function.
+func pooled(acquire func(ctx context.Context) (*pgxpool.Conn, error)) ConnSource {
 	return func(ctx context.Context) (*pgx.Conn, func(), error) {
-		held, err := pool.Acquire(ctx)
+		held, err := acquire(ctx)
 		if err != nil {
 			return nil, nil, err
 		}

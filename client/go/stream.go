@@ -2,9 +2,11 @@ package idempotency
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 )
 
 // Streamed responses (client/protocol.json's stream entries): a handler behind
@@ -35,16 +37,12 @@ func (c *captureWriter) Header() http.Header { return c.header }
 
 // WriteHeader captures the status (the first one counts).
 func (c *captureWriter) WriteHeader(status int) {
-	if c.status == 0 {
-		c.status = status
-	}
+	c.status = cmp.Or(c.status, status)
 }
 
 // Write captures body bytes, or queues them as the next chunk of a stream.
 func (c *captureWriter) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
+	c.status = cmp.Or(c.status, http.StatusOK)
 	if c.stream != nil && c.stream.started {
 		if c.stream.gone != nil {
 			return 0, c.stream.gone // the client has gone: the handler may stop
@@ -57,22 +55,13 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 // response is the captured response; header names sorted, so what is stored
 // does not depend on Go's map order.
 func (c *captureWriter) response() Response {
-	status := c.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	names := make([]string, 0, len(c.header))
-	for name := range c.header {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	headers := Headers{}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(c.header)) {
 		for _, value := range c.header[name] {
 			headers = append(headers, HeaderField{name, value})
 		}
 	}
-	return Response{Status: status, Headers: headers, Body: c.body.Bytes()}
+	return Response{Status: cmp.Or(c.status, http.StatusOK), Headers: headers, Body: c.body.Bytes()}
 }
 
 // errStreamBroken ends an attempt whose stream was already sent in part (the
@@ -102,9 +91,7 @@ func (c *captureWriter) Flush() {
 	}
 	if !s.started {
 		s.started = true
-		if c.status == 0 {
-			c.status = http.StatusOK
-		}
+		c.status = cmp.Or(c.status, http.StatusOK)
 		for name, values := range c.header {
 			for _, value := range values {
 				s.out.Header().Add(name, value)
@@ -155,10 +142,7 @@ func (s *streamState) streamed(response Response) Response {
 		return response
 	}
 	response.Body = s.kept.Bytes()
-	response.Chunks = s.lengths
-	if response.Chunks == nil {
-		response.Chunks = []int{}
-	}
+	response.Chunks = append([]int{}, s.lengths...) // never nil: a stream
 	return response
 }
 

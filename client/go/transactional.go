@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The first statement of the transactional protocol (the others: wire.go). The
@@ -49,8 +51,8 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 		return Response{}, fmt.Errorf("idempotency: the connection must be idle (status %q): "+
 			"the attempt opens and ends its own transaction", status)
 	}
-	route := c.options.route(req.Route)
-	if err := route.check(); err != nil {
+	route, err := c.options.route(req.Route)
+	if err != nil {
 		return Response{}, err
 	}
 	method := strings.ToUpper(req.Method)
@@ -70,9 +72,12 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 	if err := c.final.load(ctx, conn); err != nil { // known before any transaction starts
 		return Response{}, err
 	}
-	outcome, row, answer, err := c.begin(ctx, conn, req, route)
-	if err != nil || answer != nil {
-		return answerOrZero(answer), err
+	outcome, row, err := c.begin(ctx, conn, req, route)
+	if answer, refused := c.refusal(err); refused {
+		return answer, nil
+	}
+	if err != nil {
+		return Response{}, err
 	}
 	if outcome != "started" {
 		return c.answer(ctx, conn, outcome, row)
@@ -80,24 +85,15 @@ func (c *Client) attempt(ctx context.Context, conn *pgx.Conn, req Request,
 	atomic.AddInt64(&c.counters.Started, 1)
 	tx := &attemptTx{conn: conn, expires: row.expiresEpoch}
 	response, err := handler(ctx, tx)
-	if err == nil && tx.retryable != nil {
-		err = tx.retryable // rerun by Handle with a fresh response
-	}
-	if err == nil && tx.fault != nil {
-		err = tx.fault // the handler answered for itself (its own 500): the fault is the answer
-	}
+	// A noted serialization failure or deadlock is rerun by Handle with a fresh
+	// response; a noted fault is the answer even when the handler answered for
+	// itself (its own 500).
+	err = cmp.Or(err, tx.retryable, tx.fault)
 	if err != nil {
 		rollbackQuietly(ctx, conn) // nothing is stored; the error is the caller's
 		return Response{}, err
 	}
 	return c.settle(ctx, conn, req, route.TTL, response, row.expiresEpoch)
-}
-
-func answerOrZero(r *Response) Response {
-	if r == nil {
-		return Response{}
-	}
-	return *r
 }
 
 // unkeyed runs a request that needs no key in a plain transaction; nothing is stored.
@@ -115,40 +111,38 @@ func (c *Client) unkeyed(ctx context.Context, conn *pgx.Conn, handler Handler) (
 }
 
 // begin sends BEGIN and idempotency.begin in one batch (one round trip); the
-// answer of an outcome that does not run the handler comes in the same row. A
-// key the server refuses or a body it cannot fingerprint comes back as an answer.
+// answer of an outcome that does not run the handler comes in the same row. On
+// an error the transaction is rolled back (see refusal).
 func (c *Client) begin(ctx context.Context, conn *pgx.Conn, req Request, route Route) (
-	string, answerRow, *Response, error) {
+	string, answerRow, error) {
+	var outcome string
+	var row answerRow
 	batch := &pgx.Batch{}
 	batch.Queue(beginCommand(c.options.TxOptions))
 	batch.Queue(beginSQL, req.Principal, req.Key, req.ActionName(), req.Method, req.Path, req.Body,
 		excludeArg(req.Exclude), interval(route.TTL), route.Wait.arg(), c.options.ProblemTypeBase,
-		c.options.RetryAfter)
-	results := conn.SendBatch(ctx, batch)
-	var outcome string
-	var row answerRow
-	_, err := results.Exec()
-	if err == nil {
-		err = results.QueryRow().Scan(&outcome, &row.resourceID, &row.expiresEpoch, &row.status,
-			&row.headers, &row.body)
+		c.options.RetryAfter).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&outcome, &row.resourceID, &row.expiresEpoch, &row.status, &row.headers,
+			&row.body)
+	})
+	err := conn.SendBatch(ctx, batch).Close()
+	if err != nil {
+		rollbackQuietly(ctx, conn)
 	}
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
-	if err == nil {
-		return outcome, row, nil, nil
-	}
-	rollbackQuietly(ctx, conn)
+	return outcome, row, err
+}
+
+// refusal is the answer to begin's error when it is a key the server refused or
+// a body it cannot fingerprint; false for any other error.
+func (c *Client) refusal(err error) (Response, bool) {
 	switch sqlState(err) {
 	case stateKeyRefused:
 		atomic.AddInt64(&c.counters.RejectedKeys, 1)
-		answer := c.problem(ProblemKeyMalformed, "The Idempotency-Key was refused by the server.")
-		return "", row, &answer, nil
+		return c.problem(ProblemKeyMalformed, "The Idempotency-Key was refused by the server."), true
 	case stateBodyTooDeep, stateBodyTooDeep2:
-		answer := c.problem(ProblemBodyInvalid, serverMessage(err))
-		return "", row, &answer, nil
+		return c.problem(ProblemBodyInvalid, serverMessage(err)), true
 	}
-	return "", row, nil, err
+	return Response{}, false
 }
 
 // answer ends the transaction of an outcome that does not run the handler; its
@@ -178,14 +172,13 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, ttl ti
 		rollbackQuietly(ctx, conn)
 		return response, nil
 	}
-	headers := keptHeadersJSON(response, c.options.KeptHeaders)
 	batch := &pgx.Batch{}
 	if response.Status >= 400 {
 		// A final error has no effect to keep: roll back, then store it alone
 		// (save_final runs in an implicit transaction of its own, same flight).
 		// A one-time secret is sent without body and headers: the server would
 		// drop them anyway.
-		body, kept := response.Body, any(headers)
+		body, kept := response.Body, any(keptHeadersJSON(response, c.options.KeptHeaders))
 		if response.OneTimeSecret {
 			body, kept = []byte{}, nil
 		}
@@ -194,23 +187,25 @@ func (c *Client) settle(ctx context.Context, conn *pgx.Conn, req Request, ttl ti
 			req.Body, excludeArg(req.Exclude), response.Status, body, kept, interval(ttl),
 			response.OneTimeSecret)
 		// The stored row's expiry, same flight: save_final starts the ttl at its own now().
-		batch.Queue(storedExpirySQL, req.Principal, req.Key)
-		stored, err := runSaveBatch(ctx, conn, batch)
-		if err != nil {
+		var stored *int64 // nil when there is no row
+		batch.Queue(storedExpirySQL, req.Principal, req.Key).QueryRow(func(row pgx.Row) error {
+			return noRowIsNil(row.Scan(&stored))
+		})
+		if err := runBatch(ctx, conn, batch); err != nil {
 			return Response{}, err
 		}
 		atomic.AddInt64(&c.counters.StoredErrors, 1)
 		return stamped(response, stored), nil
 	}
-	var resourceID any
-	if response.ResourceID != "" {
-		resourceID = response.ResourceID
-	}
-	batch.Queue(completeSQL, req.Principal, req.Key, response.Status, nonNil(response.Body),
-		headers,
-		resourceID, response.OneTimeSecret)
-	batch.Queue("COMMIT")
-	if err := runBatch(ctx, conn, batch, "COMMIT"); err != nil {
+	batch.Queue(completeSQL, completeArgs(req.Principal, req.Key, response, c.options.KeptHeaders,
+		nil)...)
+	batch.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" { // ROLLBACK: the handler left the transaction aborted
+			return errCommitRolledBack
+		}
+		return nil
+	})
+	if err := runBatch(ctx, conn, batch); err != nil {
 		return Response{}, err
 	}
 	return stamped(response, expires), nil

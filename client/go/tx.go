@@ -37,13 +37,11 @@ type attemptTx struct {
 
 // note remembers a serialization failure, a deadlock or a stale placement and returns err.
 func (t *attemptTx) note(err error) error {
-	if err != nil && t.retryable == nil && Retryable(err) {
+	if t.retryable == nil && Retryable(err) { // none of the three is true of nil
 		t.retryable = err
 	}
-	if err != nil && IsStalePlacement(err) {
-		t.stale = true
-	}
-	if err != nil && t.fault == nil && IsDatabaseFault(err) {
+	t.stale = t.stale || IsStalePlacement(err)
+	if t.fault == nil && IsDatabaseFault(err) {
 		t.fault = err
 	}
 	return err
@@ -127,32 +125,28 @@ func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 // Conn is the connection the transaction runs on.
 func (t *attemptTx) Conn() *pgx.Conn { return t.conn }
 
-// savepointTx is a pseudo nested transaction inside an attempt.
+// savepointTx is a pseudo nested transaction inside an attempt; its Begin (the
+// attempt's) starts a savepoint nested in this one.
 type savepointTx struct {
 	*attemptTx
 	name   string
 	closed bool
 }
 
-// Begin starts a savepoint nested in this one.
-func (s *savepointTx) Begin(ctx context.Context) (pgx.Tx, error) { return s.attemptTx.Begin(ctx) }
-
 // Commit releases the savepoint.
-func (s *savepointTx) Commit(ctx context.Context) error {
-	if s.closed {
-		return pgx.ErrTxClosed
-	}
-	s.closed = true
-	_, err := s.conn.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
-	return err
-}
+func (s *savepointTx) Commit(ctx context.Context) error { return s.end(ctx, "RELEASE SAVEPOINT ") }
 
 // Rollback rolls back to the savepoint.
 func (s *savepointTx) Rollback(ctx context.Context) error {
+	return s.end(ctx, "ROLLBACK TO SAVEPOINT ")
+}
+
+// end sends command with the savepoint's name, once.
+func (s *savepointTx) end(ctx context.Context, command string) error {
 	if s.closed {
 		return pgx.ErrTxClosed
 	}
 	s.closed = true
-	_, err := s.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name)
+	_, err := s.conn.Exec(ctx, command+s.name)
 	return err
 }

@@ -12,9 +12,11 @@ import (
 // The statements that end a started transaction (transactional.go decides which)
 // and the helpers that send them: the wire under the runners.
 const (
-	// Named arguments: the same call works on 0.5.0 (two complete overloads) and 0.6.0.
+	// One statement for both protocols (0.6.0): without a fence ($8 NULL) it completes
+	// the key begin started in this transaction, with one the lease's key.
 	completeSQL = "SELECT idempotency.complete($1, $2, status => $3::integer, body => $4::bytea," +
-		" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean)"
+		" headers => $5::jsonb, resource_id => $6::text, one_time_secret => $7::boolean," +
+		" fence => $8::bigint)"
 	saveFinalSQL = "SELECT idempotency.save_final($1, $2, $3," +
 		" idempotency.fingerprint($4, $5, $6::bytea, $7::text[]), status => $8::integer," +
 		" body => $9::bytea, headers => $10::jsonb, ttl => $11::interval," +
@@ -23,6 +25,17 @@ const (
 	storedExpirySQL = "SELECT floor(extract(epoch FROM expires_at))::bigint" +
 		" FROM idempotency.lookup($1, $2)"
 )
+
+// completeArgs are completeSQL's arguments that store response with the kept
+// headers (fence: nil in the transactional protocol).
+func completeArgs(principal, key string, response Response, kept []string, fence any) []any {
+	var resourceID any
+	if response.ResourceID != "" {
+		resourceID = response.ResourceID
+	}
+	return []any{principal, key, response.Status, nonNil(response.Body),
+		keptHeadersJSON(response, kept), resourceID, response.OneTimeSecret, fence}
+}
 
 // stamped adds the key's expiry header (when known), replacing any value the
 // handler set, so it appears once.
@@ -37,52 +50,20 @@ func stamped(response Response, expires *int64) Response {
 // transaction aborted); nothing was stored.
 var errCommitRolledBack = errors.New("idempotency: commit rolled back (the transaction had failed)")
 
-// runBatch sends a batch, reads every result and leaves the connection idle.
-// When lastTag is set, the last statement must have answered it (COMMIT, not ROLLBACK).
-func runBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, lastTag string) error {
-	results := conn.SendBatch(ctx, batch)
-	var err error
-	var tag pgconn.CommandTag
-	for i := 0; i < batch.Len() && err == nil; i++ {
-		tag, err = results.Exec()
+// noRowIsNil is err, but nil for pgx.ErrNoRows (a lookup that found no row).
+func noRowIsNil(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
 	}
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
-	if err == nil && lastTag != "" && tag.String() != lastTag {
-		err = errCommitRolledBack
-	}
-	rollbackQuietly(ctx, conn)
 	return err
 }
 
-// runSaveBatch sends ROLLBACK, save_final and the expiry lookup, and returns
-// the stored row's expiry (nil when there is no row).
-func runSaveBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch) (*int64, error) {
-	results := conn.SendBatch(ctx, batch)
-	var stored *int64
-	_, err := results.Exec()
-	if err == nil {
-		_, err = results.Exec()
-	}
-	if err == nil {
-		err = results.QueryRow().Scan(&stored)
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-	}
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
+// runBatch sends a batch, reads every result (running the callbacks queued
+// with its statements) and leaves the connection idle.
+func runBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch) error {
+	err := conn.SendBatch(ctx, batch).Close()
 	rollbackQuietly(ctx, conn)
-	return stored, err
-}
-
-func nonNil(body []byte) []byte {
-	if body == nil {
-		return []byte{}
-	}
-	return body
+	return err
 }
 
 // rollbackQuietly leaves the connection idle; when that fails the connection
