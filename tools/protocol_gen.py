@@ -7,7 +7,8 @@ Since 0.9.0 the extension answers every outcome that does not run the handler
 generated here, never written by hand: the header names, the problems the
 client answers itself (a missing or malformed key, a body the server cannot
 fingerprint, a duplicate under a lease policy that keeps nothing, a database
-fault), the database fault's detail and SQLSTATEs, the routing defaults.
+fault), the database fault's detail and SQLSTATEs, the routing defaults (and, for
+Node, the fixed details of the client's own problems, "client_details").
 
     /usr/bin/python3 tools/protocol_gen.py go > client/go/protocol_gen.go
     /usr/bin/python3 tools/protocol_gen.py cpp > client/cpp/include/idem/protocol_gen.hpp
@@ -381,6 +382,18 @@ def node(protocol):
     for name, comment, value in strings:
         lines.append("/** %s */" % comment)
         lines.append("export const %s = %s;" % (name, ts_string(value, 16 + len(name))))
+    lines += [
+        "/**",
+        " * The fixed details of the problems the client answers itself, word for word",
+        " * (client/protocol.json \"client_details\").",
+        " */",
+        "export const DETAILS = {",
+    ]
+    for name, detail in protocol["client_details"].items():
+        key = camel(name)[:1].lower() + camel(name)[1:]
+        lines.append("  /** %s. */" % name)
+        lines.append("  %s: %s," % (key, ts_string(detail, 4 + len(key) + 2)))
+    lines.append("} as const;")
     numbers = [
         ("DEFAULT_RETRY_AFTER_SECONDS", "The Retry-After of a 409 for a key held by a transaction.",
          protocol["default_retry_after_seconds"]),
@@ -396,6 +409,12 @@ def node(protocol):
         ("FAULT_SQLSTATE_CLASSES", "The SQLSTATE classes of a database fault.",
          fault["sqlstate_classes"]),
         ("FAULT_SQLSTATES", "The other SQLSTATEs of a database fault.", fault["sqlstates"]),
+        ("KEY_REFUSED_SQLSTATES", "The SQLSTATEs with which the server refuses a key (empty, too "
+         "long, bad characters, not a UUID).", protocol["client_sqlstates"]["key_refused"]),
+        ("BODY_INVALID_SQLSTATES", "The SQLSTATEs of a body that cannot be fingerprinted (JSON "
+         "nested too deep).", protocol["client_sqlstates"]["body_invalid"]),
+        ("RETRYABLE_SQLSTATES", "The SQLSTATEs after which a transaction is run again: "
+         "serialization failure, deadlock.", protocol["client_sqlstates"]["retryable"]),
     ]
     for name, comment, values in lists:
         lines.append("/** %s */" % comment)

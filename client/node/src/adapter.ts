@@ -12,8 +12,8 @@ import type { Pool, PoolClient } from "pg";
 
 import type { Db, Request, RequestContext } from "./common";
 import { isDatabaseFault, watchConnection, watchPool } from "./fault";
-import { Response, checkDuplicates, checkMaxStreamBytes, databaseFaultResponse, httpDate } from "./http";
-import { DEFAULT_MAX_STREAM_BYTES, type DuplicateMode } from "./protocol_gen";
+import { Response, StreamCapture, checkDuplicates, checkMaxStreamBytes, databaseFaultResponse, httpDate, type Headers } from "./http";
+import { DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, type DuplicateMode } from "./protocol_gen";
 import { isStalePlacement, type Router } from "./router";
 import type { Client } from "./transactional";
 
@@ -76,6 +76,35 @@ export function pathOf(url: string): string {
   return end < 0 ? url : url.slice(0, end);
 }
 
+/** Header fields as a list from (name, value) pairs of a framework's reply, a repeated header's values one by one. */
+export function headerList(entries: Iterable<[string, unknown]>): Headers {
+  const headers: Headers = [];
+  for (const [name, value] of entries) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
+  }
+  return headers;
+}
+
+/**
+ * Puts a Response's headers on a framework's reply: each of its names removed first
+ * (headers set before the chain reached the route, X-Powered-By or CORS, stay), then
+ * set once, a repeated name (Set-Cookie, Link) as one list under its last spelling.
+ */
+export function putHeaders(
+  response: Response,
+  remove: (name: string) => void,
+  set: (name: string, value: string | string[]) => void,
+): void {
+  for (const [name] of response.headers) remove(name);
+  const grouped = new Map<string, [string, string[]]>();
+  for (const [name, value] of response.headers) {
+    const values = grouped.get(name.toLowerCase())?.[1] ?? [];
+    grouped.set(name.toLowerCase(), [name, [...values, value]]);
+  }
+  for (const [name, values] of grouped.values()) set(name, values.length === 1 ? values[0] : values);
+}
+
 /** An adapter's options, checked, with the defaults filled in, and the run of a request. */
 export class Adapter<R> {
   /** The body size limit in bytes. */
@@ -125,13 +154,16 @@ export class Adapter<R> {
   }
 
   /**
-   * The key's expiry (an IMF-fixdate) for a stream of this status that is committed with
-   * the key (idempotency.http_storage), else null: it goes out with the stream's head.
+   * The capture of a stream of this status that starts now. When the stream is committed
+   * with the key (idempotency.http_storage; the table was read before begin(), so the
+   * check needs no query), the key's expiry goes out with its head: `setHeader` gets it.
    */
-  streamExpires(status: number, expiresEpoch: string | null | undefined): string | null {
-    if (expiresEpoch === null || expiresEpoch === undefined) return null;
-    const kept = this.options.client["storage"].of(status) === "committed_with_key";
-    return kept ? httpDate(Number(expiresEpoch)) : null;
+  startStream(status: number, expiresEpoch: string | null | undefined, setHeader: (name: string, value: string) => void): StreamCapture {
+    const known = expiresEpoch !== null && expiresEpoch !== undefined;
+    if (known && this.options.client["storage"].of(status) === "committed_with_key") {
+      setHeader(EXPIRES_HEADER, httpDate(Number(expiresEpoch)));
+    }
+    return new StreamCapture(this.maxStreamBytes);
   }
 
   /**
@@ -174,7 +206,7 @@ export class Adapter<R> {
         const streamed = routed !== null && (routed.chunks !== null || routed.streamTooLarge);
         // The database failed under the route, which answered for itself (its own 500):
         // nothing was kept, the fault's answer says to retry with the same key.
-        if (watch.faulted() && !streamed && !client["storage"].isFinal(response.status)) {
+        if (watch.faulted && !streamed && !client["storage"].isFinal(response.status)) {
           return { response: this.fault(), failed: false };
         }
         return { response, failed: false };
@@ -182,13 +214,13 @@ export class Adapter<R> {
         // Refused before the route ran (the key's begin): rolled back, nothing written.
         if (stale && !ran && attempt === 1 && isStalePlacement(error)) continue;
         broken = true; // never back to the pool after an error of the request: it may be dead
-        if (isDatabaseFault(error) || watch.faulted()) return { response: this.fault(), failed: true };
+        if (isDatabaseFault(error) || watch.faulted) return { response: this.fault(), failed: true };
         throw error;
       } finally {
+        watch.watching = false;
         watch.onQueryError = null;
         if (stale) router?.reportStalePlacement(request.principal);
-        broken ||= watch.faulted() || watch.dead();
-        watch.stop();
+        broken ||= watch.faulted || watch.dead;
         conn.release(broken ? true : undefined);
       }
     }
@@ -214,10 +246,7 @@ export function readStream(stream: NodeJS.ReadableStream, limit: number): Promis
     const chunks: Buffer[] = [];
     let size = 0;
     const stop = () => {
-      stream.off("data", onData);
-      stream.off("end", onEnd);
-      stream.off("error", onError);
-      stream.off("close", onClose);
+      for (const [event, listener] of Object.entries(listeners)) stream.off(event, listener);
     };
     const onData = (chunk: Buffer | string) => {
       const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
@@ -239,9 +268,7 @@ export function readStream(stream: NodeJS.ReadableStream, limit: number): Promis
       reject(error);
     };
     const onClose = () => onError(new Error("the request closed before its body ended"));
-    stream.on("data", onData);
-    stream.on("end", onEnd);
-    stream.on("error", onError);
-    stream.on("close", onClose);
+    const listeners = { data: onData, end: onEnd, error: onError, close: onClose };
+    for (const [event, listener] of Object.entries(listeners)) stream.on(event, listener);
   });
 }

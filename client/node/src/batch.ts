@@ -89,8 +89,12 @@ async function rows(db: Db, text: string, values: unknown[]): Promise<Row[]> {
   return result.rows as Row[];
 }
 
-function interval(ms: number | null | undefined): string | null {
-  return ms === null || ms === undefined ? null : intervalText(ms);
+/** A row's position and key, and its boolean column K under the same name. */
+type Flagged<K extends string> = { ord: number; key: string } & Record<K, boolean>;
+
+/** Each row's position, key and boolean `column` ("t" is true). */
+function flags<K extends string>(found: Row[], column: K): Array<Flagged<K>> {
+  return found.map((row) => ({ ord: Number(row.ord), key: row.key ?? "", [column]: row[column] === "t" }) as Flagged<K>);
 }
 
 /** The key of each request; every request of a batch must have one and share the principal. */
@@ -131,7 +135,7 @@ export async function beginBatch(
   }
   const bodies = requests.map((r) => (typeof r.body === "string" ? Buffer.from(r.body) : r.body));
   const exclude = first.exclude && first.exclude.length > 0 ? [...first.exclude] : null;
-  const wait = interval(waitFor(first, client.options));
+  const wait = intervalText(waitFor(first, client.options));
   const found = await rows(db, BEGIN_BATCH_SQL, [
     first.principal,
     keys,
@@ -140,7 +144,7 @@ export async function beginBatch(
     requests.map((r) => r.path),
     bodies,
     exclude,
-    interval(client.options.ttlMs),
+    intervalText(client.options.ttlMs),
     wait,
     client.options.problemTypeBase,
     client.options.retryAfter,
@@ -193,11 +197,7 @@ export async function completeBatch(
     responses.map((r) => keptHeadersJson(r, client.options.keptHeaders)),
     responses.map((r) => r.resourceId ?? null),
   ]);
-  return found.map((row) => ({
-    ord: Number(row.ord),
-    key: row.key ?? "",
-    completed: row.completed === "t",
-  }));
+  return flags(found, "completed");
 }
 
 /**
@@ -213,12 +213,8 @@ export async function claimBatch(
   ttlMs: number | null = null,
 ): Promise<BatchClaim[]> {
   if (keys.length === 0) return [];
-  const found = await rows(db, CLAIM_BATCH_SQL, [principal, [...keys], interval(ttlMs)]);
-  return found.map((row) => ({
-    ord: Number(row.ord),
-    key: row.key ?? "",
-    claimed: row.claimed === "t",
-  }));
+  const found = await rows(db, CLAIM_BATCH_SQL, [principal, [...keys], intervalText(ttlMs)]);
+  return flags(found, "claimed");
 }
 
 /**
@@ -241,7 +237,7 @@ export async function pushUnique(
   ttlMs: number | null,
   enqueue: (db: Db) => Promise<unknown> | unknown,
 ): Promise<boolean> {
-  const [row] = await rows(db, CLAIM_SQL, [principal, key, interval(ttlMs)]);
+  const [row] = await rows(db, CLAIM_SQL, [principal, key, intervalText(ttlMs)]);
   if (row.claimed !== "t") return false;
   await enqueue(db);
   return true;

@@ -5,7 +5,7 @@
 
 import type { ClientBase } from "pg";
 
-import { Response, checkDuplicates, httpDate } from "./http";
+import { Response, answerResponse, checkDuplicates, httpDate } from "./http";
 import {
   DEFAULT_DUPLICATE_MODE,
   DEFAULT_KEPT_HEADERS,
@@ -15,13 +15,6 @@ import {
   STREAM_CHUNKS_ENTRY,
   type DuplicateMode,
 } from "./protocol_gen";
-
-/** SQLSTATEs with which the server refuses a key (empty, too long, bad characters, not a UUID). */
-export const KEY_REFUSED: readonly string[] = ["22P02"];
-/** SQLSTATEs for a body that cannot be fingerprinted (JSON nested too deep). */
-export const BODY_INVALID: readonly string[] = ["54000", "54001"];
-/** SQLSTATEs after which handle() runs the attempt again: serialization failure, deadlock. */
-export const RETRYABLE: readonly string[] = ["40001", "40P01"];
 
 /** A node-pg connection: pg.Client or a pool's PoolClient. */
 export type Db = ClientBase;
@@ -144,30 +137,34 @@ export function literal(value: string | null | undefined): string {
   return value.includes("\\") ? "E" + quoted.replace(/\\/g, "\\\\") : quoted;
 }
 
-/** A bytea expression for bytes (a string is taken as UTF-8), NULL for null/undefined. */
+/** A bytea literal for bytes (a string is taken as UTF-8), NULL for null/undefined (the statements cast it). */
 export function byteaLiteral(value: Buffer | string | null | undefined): string {
   if (value === null || value === undefined) return "NULL";
   const bytes = typeof value === "string" ? Buffer.from(value, "utf8") : value;
-  return "E'\\\\x" + bytes.toString("hex") + "'::bytea";
+  return literal("\\x" + bytes.toString("hex"));
 }
 
-/** A text[] literal for the exclude pointers (NULL when there are none). */
+/** A text[] literal for the exclude pointers, NULL when there are none (the statements cast it). */
 export function textArrayLiteral(values: readonly string[] | undefined): string {
-  if (!values || values.length === 0) return "NULL::text[]";
+  if (!values || values.length === 0) return "NULL";
   const items = values.map((v) => '"' + v.replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"');
-  return literal("{" + items.join(",") + "}") + "::text[]";
+  return literal("{" + items.join(",") + "}");
 }
 
-/** An interval literal from milliseconds ("1500 milliseconds"), NULL for null/undefined. */
-export function intervalLiteral(ms: number | null | undefined): string {
-  if (ms === null || ms === undefined) return "NULL::interval";
-  return literal(intervalText(ms)) + "::interval";
-}
-
-/** Milliseconds as interval text ("1500 milliseconds"), as the C++ client writes them. */
-export function intervalText(ms: number): string {
+/** Milliseconds as interval text ("1500 milliseconds"), as the C++ client writes them; null stays null. */
+export function intervalText(ms: number | null | undefined): string | null {
+  if (ms === null || ms === undefined) return null;
   if (!Number.isFinite(ms)) throw new RangeError(`not a duration: ${ms}`);
   return `${Math.trunc(ms)} milliseconds`;
+}
+
+/**
+ * The extension's answer in a row of begin, acquire or begin_batch (its columns status,
+ * headers, body as hex text, resource_id) for an outcome that did not start.
+ */
+export function rowAnswer(row: Record<string, string | null>, call: string): Response {
+  if (row.status === null) throw new Error(`idempotency.${call} returned an unknown outcome: ${row.outcome}`);
+  return answerResponse(row.status, row.headers, decodeBytea(row.body), row.resource_id);
 }
 
 /** Query types that leave every column as the server's text (no Date, no number). */
@@ -227,11 +224,6 @@ export class StorageTable {
   private table: Storage[] | null = null;
   private loading: Promise<void> | null = null;
 
-  /** True once the table has been read. */
-  get known(): boolean {
-    return this.table !== null;
-  }
-
   /** Reads the table (one round trip, once); db must be idle. */
   async load(db: Db): Promise<void> {
     if (this.table !== null) return;
@@ -274,15 +266,6 @@ export interface RequestContext {
   resourceId: string | null;
 }
 
-function fingerprintArgs(
-  method: string,
-  path: string,
-  body: Buffer | string | null | undefined,
-  exclude: readonly string[] | undefined,
-): string {
-  return `${literal(method)}, ${literal(path)}, ${byteaLiteral(body)}, ${textArrayLiteral(exclude)}`;
-}
-
 /**
  * The 32-byte request fingerprint, computed by the server's idempotency.fingerprint
  * with the values exactly as handle() sends them to begin (one round trip; the
@@ -296,7 +279,8 @@ export async function fingerprint(
   exclude?: readonly string[],
 ): Promise<Buffer> {
   const result = await db.query({
-    text: `SELECT idempotency.fingerprint(${fingerprintArgs(method, path, body, exclude)}) AS fingerprint`,
+    text: "SELECT idempotency.fingerprint($1::text, $2::text, $3::bytea, $4::text[]) AS fingerprint",
+    values: [method, path, typeof body === "string" ? Buffer.from(body, "utf8") : body ?? null, exclude?.length ? exclude : null],
     types: RAW_TYPES,
   });
   const digest = decodeBytea((result.rows[0] as { fingerprint: string | null }).fingerprint);

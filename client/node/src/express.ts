@@ -24,9 +24,9 @@
 
 import type { IncomingMessage, ServerResponse } from "http";
 
-import { Adapter, readStream, type AdapterOptions } from "./adapter";
+import { Adapter, headerList, putHeaders, readStream, type AdapterOptions } from "./adapter";
 import type { RequestContext } from "./common";
-import { Response, StreamCapture, toBuffer, type Headers } from "./http";
+import { Response, StreamCapture, toBuffer } from "./http";
 import { EXPIRES_HEADER, KEY_HEADER } from "./protocol_gen";
 
 declare global {
@@ -80,15 +80,13 @@ interface Captured {
 /**
  * Captures what the rest of the chain writes to `res` until it ends the response.
  * res.end(body) alone is one answer, sent once the key is settled; a res.write()
- * (a route that writes pieces, a piped stream) is a stream: `onStream` runs, then the
- * status, the headers and every piece go out as written (chunked), captured up to
- * maxBytes, and the response's end is left to the middleware (after the commit).
+ * (a route that writes pieces, a piped stream) is a stream: `startStream` gives its
+ * capture, then the status, the headers and every piece go out as written (chunked),
+ * captured, and the response's end is left to the middleware (after the commit).
  */
-function capture(res: ServerResponse, maxBytes: number, onStream: (status: number) => void): Captured {
+function capture(res: ServerResponse, startStream: (status: number) => StreamCapture): Captured {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
-  const chunks: Buffer[] = [];
-  const stream = new StreamCapture(maxBytes);
-  let streaming = false;
+  let stream: StreamCapture | null = null;
   let resolve!: (response: Response) => void;
   let reject!: (error: Error) => void;
   const done = new Promise<Response>((yes, no) => {
@@ -106,7 +104,7 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
   const self = res as unknown as Record<string, unknown>;
   self.writeHead = function (status: number, ...rest: unknown[]) {
     res.statusCode = status;
-    let headers = rest[rest.length - 1];
+    const headers = rest[rest.length - 1];
     if (typeof rest[0] === "string") res.statusMessage = rest[0];
     if (Array.isArray(headers)) {
       for (let i = 0; i + 1 < headers.length; i += 2) res.setHeader(String(headers[i]), String(headers[i + 1]));
@@ -115,27 +113,17 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
         if (value !== undefined) res.setHeader(name, value as string | string[]);
       }
     }
-    headers = undefined;
     return res;
   };
-  const headersOf = (): Headers => {
-    const headers: Headers = [];
-    for (const name of rawHeaderNames(res)) {
-      const value = res.getHeader(name);
-      if (value === undefined) continue;
-      for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-    }
-    return headers;
-  };
+  const headersOf = () => headerList(rawHeaderNames(res).map((name): [string, unknown] => [name, res.getHeader(name)]));
   // A piece of a stream: sent now (an empty one would end a chunked body) and captured.
   let streamStatus = 200; // the status that went out with the first piece
   const piece = (data: Buffer, cb?: unknown): boolean => {
-    if (!streaming) {
-      streaming = true;
+    if (stream === null) {
       if (res.destroyed) gone();
       else res.once("close", gone); // only a stream needs it: a whole answer commits anyway
       streamStatus = res.statusCode;
-      onStream(streamStatus);
+      stream = startStream(streamStatus);
       // node's write() sends the head through res.writeHead (_implicitHeader): the real one now.
       self.writeHead = original.writeHead;
     }
@@ -161,12 +149,11 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
     const cb = typeof encoding === "function" ? encoding : callback;
     if (!ended) {
       ended = true;
-      if (streaming) {
+      if (stream !== null) {
         if (data !== null) piece(data); // the last piece; the response ends after the commit
         resolve(stream.response(streamStatus, headersOf()));
       } else {
-        if (data !== null) chunks.push(data);
-        resolve(new Response(res.statusCode, headersOf(), Buffer.concat(chunks)));
+        resolve(new Response(res.statusCode, headersOf(), data ?? Buffer.alloc(0)));
       }
     }
     if (typeof cb === "function") res.once("finish", cb as () => void);
@@ -177,7 +164,7 @@ function capture(res: ServerResponse, maxBytes: number, onStream: (status: numbe
     self.end = original.end;
     self.writeHead = original.writeHead;
   };
-  return { done, restore, streaming: () => streaming };
+  return { done, restore, streaming: () => stream !== null };
 }
 
 function rawHeaderNames(res: ServerResponse): string[] {
@@ -187,13 +174,7 @@ function rawHeaderNames(res: ServerResponse): string[] {
 
 /** Sends a Response on `res`, replacing whatever headers the route had set. */
 function send(res: ServerResponse, response: Response): void {
-  // Headers set before the chain reached the route (X-Powered-By, CORS) stay.
-  for (const [name] of response.headers) res.removeHeader(name);
-  for (const [name, value] of response.headers) {
-    const previous = res.getHeader(name); // a repeated name (Set-Cookie, Link): one list
-    if (previous === undefined) res.setHeader(name, value);
-    else res.setHeader(name, [...(Array.isArray(previous) ? previous : [String(previous)]), value]);
-  }
+  putHeaders(response, (name) => res.removeHeader(name), (name, value) => res.setHeader(name, value));
   res.statusCode = response.status;
   if (response.chunks !== null) {
     // A stored stream: the same chunks again, chunked.
@@ -240,12 +221,18 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
     }
     let restore: (() => void) | null = null;
     let streamed = () => false;
-    /** The route's own headers go when the route's answer is not what is sent (unless sent). */
-    const undo = () => {
-      if (restore === null) return;
-      restore();
-      restore = null;
-      if (!res.headersSent) for (const name of res.getHeaderNames()) res.removeHeader(name);
+    /**
+     * The route's answer is not what is sent: its own headers go (unless sent), a stream
+     * under way is cut (never seen to end as if it had worked), else `answer` runs.
+     */
+    const cut = (answer: () => void) => {
+      if (restore !== null) {
+        restore();
+        restore = null;
+        if (!res.headersSent) for (const name of res.getHeaderNames()) res.removeHeader(name);
+      }
+      if (res.headersSent) res.destroy();
+      else answer();
     };
     void (async () => {
       try {
@@ -264,11 +251,7 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
         let routeAnswer: Response | null = null;
         const ran = await adapter.run(request, async (context, expiresEpoch) => {
           req.idempotency = context;
-          const captured = capture(res, adapter.maxStreamBytes, (status) => {
-            // The storage table was read before begin(), so the check needs no query.
-            const expires = adapter.streamExpires(status, expiresEpoch);
-            if (expires !== null) res.setHeader(EXPIRES_HEADER, expires);
-          });
+          const captured = capture(res, (status) => adapter.startStream(status, expiresEpoch, (n, v) => res.setHeader(n, v)));
           restore = captured.restore;
           streamed = captured.streaming;
           // The route's errors reach Express's error handlers, whose answer (a 500)
@@ -277,23 +260,15 @@ export function idempotency(options: MiddlewareOptions): (req: MiddlewareRequest
           routeAnswer = await captured.done;
           return routeAnswer;
         });
-        if (ran.failed) {
-          // In doubt or rolled back: a retry is safe. A stream cut short is never seen
-          // to end as if it had worked.
-          undo();
-          if (res.headersSent) res.destroy();
-          else send(res, ran.response);
-          return;
-        }
+        // In doubt or rolled back: a retry is safe.
+        if (ran.failed) return cut(() => send(res, ran.response));
         (restore as (() => void) | null)?.();
         restore = null;
         if (streamed()) res.end(); // streamed and committed: the response ends now
         else if (ran.response === routeAnswer) sendOwn(res, ran.response);
         else send(res, ran.response);
       } catch (error) {
-        undo();
-        if (res.headersSent) res.destroy();
-        else next(error);
+        cut(() => next(error));
       }
     })();
   };

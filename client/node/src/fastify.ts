@@ -19,15 +19,15 @@
  * it comes, captured up to maxStreamBytes, and ends after the commit.
  */
 
-import { PassThrough, Readable } from "stream";
+import { Readable, Transform, pipeline } from "stream";
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import fp from "fastify-plugin";
 
-import { Adapter, readStream, type AdapterOptions, type Ran } from "./adapter";
+import { Adapter, headerList, putHeaders, readStream, type AdapterOptions, type Ran } from "./adapter";
 import type { Request, RequestContext } from "./common";
-import { Response, StreamCapture, toBuffer, type Headers } from "./http";
-import { EXPIRES_HEADER, KEY_HEADER } from "./protocol_gen";
+import { Response, toBuffer } from "./http";
+import { KEY_HEADER } from "./protocol_gen";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -56,25 +56,9 @@ interface State {
 
 const states = new WeakMap<FastifyRequest, State>();
 
-/** The reply's headers as a list (values of repeated headers one by one). */
-function headersOf(reply: FastifyReply): Headers {
-  const headers: Headers = [];
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value === undefined) continue;
-    for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-  }
-  return headers;
-}
-
 /** Puts a Response on the reply; returns the payload to send. */
 function apply(reply: FastifyReply, response: Response): Buffer | Readable {
-  for (const [name] of response.headers) reply.removeHeader(name);
-  const grouped = new Map<string, string[]>();
-  for (const [name, value] of response.headers) {
-    const key = name.toLowerCase();
-    grouped.set(key, [...(grouped.get(key) ?? []), value]);
-  }
-  for (const [name, values] of grouped) reply.header(name, values.length === 1 ? values[0] : values);
+  putHeaders(response, (name) => reply.removeHeader(name), (name, value) => reply.header(name, value));
   reply.code(response.status);
   if (response.chunks === null) return response.body;
   reply.removeHeader("content-length"); // a stored stream: the same chunks again, chunked
@@ -147,56 +131,41 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
     state.settled = true;
     if (isStream(payload)) return stream(state, reply, payload);
     const body = payload === null || payload === undefined ? Buffer.alloc(0) : toBuffer(payload);
-    state.answer(new Response(reply.statusCode, headersOf(reply), body));
+    state.answer(new Response(reply.statusCode, headerList(Object.entries(reply.getHeaders())), body));
     return apply(reply, (await (state.outcome as Promise<Ran>)).response);
   });
 
-  /** A streamed payload: each piece sent as it comes and captured; the end after the commit. */
-  const stream = (state: State, reply: FastifyReply, payload: Readable): PassThrough => {
+  /**
+   * A streamed payload: each piece sent as it comes (an empty one would end a chunked
+   * body) and captured; the end after the commit. Cut short (the source failed, the
+   * client went away and Fastify destroyed what it pipes, the commit failed), it is
+   * rolled back or in doubt before the response is seen to fail, never seen to end as
+   * if it had worked.
+   */
+  const stream = (state: State, reply: FastifyReply, payload: Readable): Transform => {
     const status = reply.statusCode;
-    const expires = adapter.streamExpires(status, state.expiresEpoch);
-    if (expires !== null) reply.header(EXPIRES_HEADER, expires);
+    const capture = adapter.startStream(status, state.expiresEpoch, (name, value) => reply.header(name, value));
     reply.removeHeader("content-length");
-    const headers = headersOf(reply);
-    const capture = new StreamCapture(adapter.maxStreamBytes);
-    const out = new PassThrough();
-    let ending = false;
-    // The client went away: the loop below stops at its next piece (no wait on a drain).
-    reply.raw.once("close", () => {
-      if (!ending) out.destroy();
-    });
-    const room = () =>
-      new Promise<void>((resolve) => {
-        const done = () => {
-          out.off("drain", done);
-          out.off("close", done);
-          resolve();
-        };
-        out.on("drain", done);
-        out.on("close", done);
-      });
-    void (async () => {
-      try {
-        for await (const chunk of payload) {
-          if (out.destroyed) break;
-          const piece = toBuffer(chunk);
-          if (piece.length === 0) continue; // an empty piece would end a chunked body
-          capture.add(piece);
-          if (!out.write(piece)) await room();
-        }
-        // The client went away mid-stream: what the route did is rolled back, nothing kept.
-        if (out.destroyed) throw new Error("the client went away before the stream ended");
+    const headers = headerList(Object.entries(reply.getHeaders()));
+    const outcome = state.outcome as Promise<Ran>;
+    const out = new Transform({
+      writableObjectMode: true,
+      transform(chunk: unknown, _encoding, done) {
+        const piece = toBuffer(chunk);
+        capture.add(piece);
+        done(null, piece.length > 0 ? piece : undefined);
+      },
+      flush(done) {
         (state.answer as (r: Response) => void)(capture.response(status, headers));
-        if ((await (state.outcome as Promise<Ran>)).failed) throw new Error("the database failed under the stream");
-        ending = true;
-        out.end(); // committed: the response ends now
-      } catch (error) {
-        // Cut short (never seen to end as if it had worked); rolled back or in doubt.
-        state.fail(error as Error);
-        await (state.outcome as Promise<Ran>).catch(() => undefined);
-        out.destroy();
-      }
-    })();
+        const failed = (ran: Ran) => (ran.failed ? new Error("the database failed under the stream") : null);
+        outcome.then((ran) => done(failed(ran)), done); // committed: the response ends now
+      },
+      destroy(error, done) {
+        state.fail(error ?? new Error("the stream was cut short before it ended"));
+        void outcome.catch(() => undefined).then(() => done(error));
+      },
+    });
+    pipeline(payload, out, () => undefined);
     return out;
   };
 

@@ -45,26 +45,19 @@ export function isDatabaseFault(error: unknown): boolean {
   return LOST_MESSAGES.some((m) => error.message.startsWith(m));
 }
 
-/** What a watch saw on a connection while it was checked out. */
+/** The watch of one connection, installed once (a pool's 'connect', or its first checkout) and kept for its life. */
 export interface ConnectionWatch {
+  /** True while the connection is checked out by an adapter: its queries' errors are seen. */
+  watching: boolean;
   /** True once a query failed with a database fault or the connection reported an error. */
-  faulted: () => boolean;
-  /** True once the connection reported an error or ended: it must not go back to a pool. */
-  dead: () => boolean;
-  /** Called with each query's error until stop() (the router's stale placements); or null. */
-  onQueryError: ((error: unknown) => void) | null;
-  /** Ends the watch (the connection goes back to its pool). */
-  stop: () => void;
-}
-
-/** The watch of one connection, installed on its first checkout and kept for its life. */
-interface WatchState {
-  watch: ConnectionWatch | null;
   faulted: boolean;
+  /** True once the connection reported an error or ended: it must not go back to a pool. */
   dead: boolean;
+  /** Called with each query's error while watching (the router's stale placements); or null. */
+  onQueryError: ((error: unknown) => void) | null;
 }
 
-const states = new WeakMap<object, WatchState>();
+const states = new WeakMap<object, ConnectionWatch>();
 
 /**
  * Installs, once per connection: listeners on its 'error' and 'end' events (a pool
@@ -73,8 +66,8 @@ const states = new WeakMap<object, WatchState>();
  * once and never removed: putting query back (a delete) would leave node-pg's client
  * object in V8's slow dictionary mode, on every query of its life.
  */
-function install(conn: PoolClient): WatchState {
-  const state: WatchState = { watch: null, faulted: false, dead: false };
+function install(conn: PoolClient): ConnectionWatch {
+  const state: ConnectionWatch = { watching: false, faulted: false, dead: false, onQueryError: null };
   conn.on("error", () => {
     state.faulted = true;
     state.dead = true;
@@ -84,12 +77,12 @@ function install(conn: PoolClient): WatchState {
   });
   const query = conn.query as (...args: unknown[]) => unknown;
   const see = (error: unknown) => {
-    if (state.watch === null) return;
+    if (!state.watching) return;
     if (isDatabaseFault(error)) state.faulted = true;
-    state.watch.onQueryError?.(error);
+    state.onQueryError?.(error);
   };
   (conn as unknown as { query: unknown }).query = function (this: unknown, ...args: unknown[]) {
-    if (state.watch === null) return query.apply(this, args); // not checked out by us
+    if (!state.watching) return query.apply(this, args); // not checked out by us
     const last = args[args.length - 1];
     if (typeof last === "function") {
       args[args.length - 1] = function (this: unknown, error: unknown, ...rest: unknown[]) {
@@ -130,20 +123,14 @@ export function watchPool(pool: unknown): void {
 }
 
 /**
- * Watches a checked-out connection until stop(): whether it failed (faulted) or died
- * (dead), and, through onQueryError, each of its queries' errors.
+ * Watches a checked-out connection until `watching` is set back to false (before it goes
+ * back to its pool): whether it failed (faulted) or died (dead), and, through
+ * onQueryError, each of its queries' errors.
  */
 export function watchConnection(conn: PoolClient): ConnectionWatch {
-  const state = states.get(conn) ?? install(conn);
-  state.faulted = state.dead; // a dead connection stays faulted; a live one starts clean
-  const watch: ConnectionWatch = {
-    faulted: () => state.faulted,
-    dead: () => state.dead,
-    onQueryError: null,
-    stop: () => {
-      if (state.watch === watch) state.watch = null;
-    },
-  };
-  state.watch = watch;
+  const watch = states.get(conn) ?? install(conn);
+  watch.faulted = watch.dead; // a dead connection stays faulted; a live one starts clean
+  watch.watching = true;
+  watch.onQueryError = null;
   return watch;
 }

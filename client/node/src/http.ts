@@ -40,20 +40,6 @@ export function headerNameEqual(a: string, b: string): boolean {
   return a.length === b.length && a.toLowerCase() === b.toLowerCase();
 }
 
-/** Optional parts of a Response. */
-export interface ResponseExtras {
-  /** Id of what the request created, stored with the key. */
-  resourceId?: string | null;
-  /** The response carries a secret (a new API key, say): sent once, never stored. */
-  oneTimeSecret?: boolean;
-  /** True when this is a stored response played back for a retry. */
-  replayed?: boolean;
-  /** A streamed response: the byte lengths of its chunks, in the order written. */
-  chunks?: number[] | null;
-  /** A streamed response larger than the middleware keeps (stored as a marker only). */
-  streamTooLarge?: boolean;
-}
-
 /** An HTTP response produced by a handler, by the extension's answer or by the client. */
 export class Response {
   /** HTTP status code (100..599). */
@@ -116,6 +102,9 @@ export class Response {
     this.headers.push([name, value]);
   }
 }
+
+/** Optional parts of a Response (its members of the same names). */
+export type ResponseExtras = Partial<Pick<Response, "resourceId" | "oneTimeSecret" | "replayed" | "chunks" | "streamTooLarge">>;
 
 /**
  * The handler's answer as a Response: a Response of this package, or an object
@@ -191,12 +180,6 @@ export function problemResponse(problem: ProblemType, detail: string, typeBase =
   const body = problemBody(problem.status, typeBase + problem.slug, problem.title, detail);
   return new Response(problem.status, [["Content-Type", PROBLEM_CONTENT_TYPE]], body);
 }
-
-/** The details of the problems the client answers itself, word for word. */
-export const DETAILS = {
-  alreadyProcessed: "A request with this Idempotency-Key was already processed; its result is not kept.",
-  keyRefused: "The Idempotency-Key was refused by the server.",
-} as const;
 
 /**
  * The one answer to a database fault (client/protocol.json database_fault): the

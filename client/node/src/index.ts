@@ -18,7 +18,6 @@ export {
   Response,
   asResponse,
   answerResponse,
-  DETAILS,
   StreamCapture,
   headerNameEqual,
   httpDate,
@@ -37,13 +36,13 @@ export {
   actionName,
   sqlstate,
   validKey,
+  fingerprint,
   type Db,
   type Request,
   type RequestContext,
   type Storage,
 } from "./common";
 export { Client, type Counters, type Handler, type Options } from "./transactional";
-export { fingerprint } from "./common";
 export {
   beginBatch,
   claimBatch,

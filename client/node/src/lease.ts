@@ -19,13 +19,12 @@ import { randomBytes } from "crypto";
 import { Client as PgClient, type ClientConfig } from "pg";
 
 import {
-  KEY_REFUSED,
   RAW_TYPES,
   StorageTable,
   actionName,
-  decodeBytea,
   intervalText,
   keptHeadersJson,
+  rowAnswer,
   sqlstate,
   stamped,
   validKey,
@@ -34,8 +33,8 @@ import {
   type KeyOptions,
   type Request,
 } from "./common";
-import { DETAILS, Response, answerResponse, asResponse, problemResponse } from "./http";
-import { DEFAULT_RETRY_AFTER_SECONDS, Problem, type ProblemType } from "./protocol_gen";
+import { Response, asResponse, problemResponse } from "./http";
+import { DEFAULT_RETRY_AFTER_SECONDS, DETAILS, KEY_REFUSED_SQLSTATES, Problem } from "./protocol_gen";
 
 // Statement names, unique per copy of the module: node-pg prepares a named
 // statement once per connection, and the runner's connections are its own.
@@ -122,6 +121,15 @@ export interface LeaseResult {
 /** The effect: runs outside any database transaction and is never cancelled. */
 export type Body = () => Promise<Response> | Response;
 
+/** A connection of its own for `config`, opened; `gone` runs when it reports an error or ends. */
+async function connect(config: ClientConfig | string, gone: (conn: PgClient) => void): Promise<PgClient> {
+  const conn = new PgClient(config as ClientConfig);
+  conn.on("error", () => gone(conn));
+  conn.on("end", () => gone(conn));
+  await conn.connect();
+  return conn;
+}
+
 /** Renews a lease from a timer on its own connection until stopped. */
 class Renewer {
   lost = false;
@@ -134,7 +142,7 @@ class Renewer {
 
   constructor(
     private readonly config: ClientConfig | string,
-    private readonly args: [string, string, string, string],
+    private readonly args: unknown[],
     periodMs: number,
     private readonly maxFailures: number,
   ) {
@@ -145,12 +153,8 @@ class Renewer {
 
   private async tick(): Promise<void> {
     try {
-      if (this.conn === null) {
-        const conn = new PgClient(this.config as ClientConfig);
-        conn.on("error", () => undefined); // a dropped connection is seen at the next query
-        await conn.connect();
-        this.conn = conn;
-      }
+      // A dropped connection is seen at the next query.
+      if (this.conn === null) this.conn = await connect(this.config, () => undefined);
       const result = await this.conn.query({ name: PREFIX + "_renew", text: RENEW_SQL, values: this.args, types: RAW_TYPES });
       this.failures = 0;
       if ((result.rows[0] as { ok: string | null }).ok === "t") {
@@ -211,18 +215,12 @@ export class LeaseRunner {
   async connection(): Promise<PgClient> {
     if (this.conn !== null) return this.conn;
     if (this.connecting === null) {
-      this.connecting = (async () => {
-        const conn = new PgClient(this.config as ClientConfig);
-        conn.on("error", () => {
-          if (this.conn === conn) this.conn = null;
-        });
-        conn.on("end", () => {
-          if (this.conn === conn) this.conn = null;
-        });
-        await conn.connect();
-        this.conn = conn;
-        return conn;
-      })().finally(() => (this.connecting = null));
+      const gone = (conn: PgClient) => {
+        if (this.conn === conn) this.conn = null;
+      };
+      this.connecting = connect(this.config, gone)
+        .then((conn) => (this.conn = conn))
+        .finally(() => (this.connecting = null));
     }
     return this.connecting;
   }
@@ -234,10 +232,6 @@ export class LeaseRunner {
     if (conn) await conn.end();
   }
 
-  private problem(problem: ProblemType, detail: string): Response {
-    return problemResponse(problem, detail, this.options.problemTypeBase);
-  }
-
   private result(outcome: LeaseOutcome, response: Response, expires: string | null = null): LeaseResult {
     stamped(response, expires);
     return { outcome, response, fence: 0n, leaseUntil: null, renewals: 0, expiresEpoch: epoch(expires) };
@@ -245,8 +239,7 @@ export class LeaseRunner {
 
   /** acquire's wait: 0 in reject mode (409 at once), else waitMs. */
   private waitText(request: Request): string | null {
-    const wait = waitFor(request, this.options);
-    return wait === null ? null : intervalText(wait);
+    return intervalText(waitFor(request, this.options));
   }
 
   /**
@@ -259,10 +252,10 @@ export class LeaseRunner {
     if (outcome === "started") return null;
     const duplicate = outcome === "replay" || outcome === "secret_replay";
     if (duplicate && this.options.policy !== "remember") {
-      return this.result("duplicate", this.problem(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed), expires);
+      const problem = problemResponse(Problem.ALREADY_PROCESSED, DETAILS.alreadyProcessed, this.options.problemTypeBase);
+      return this.result("duplicate", problem, expires);
     }
-    if (row.status === null) throw new Error(`idempotency.acquire returned an unknown outcome: ${outcome}`);
-    const response = answerResponse(row.status, row.headers, decodeBytea(row.body), row.resource_id);
+    const response = rowAnswer(row, "acquire");
     const kinds: Record<string, LeaseOutcome> = { mismatch: "mismatch", in_progress: "in_progress", expired: "expired" };
     return { ...this.result(kinds[outcome] ?? "replayed", response), expiresEpoch: epoch(expires) };
   }
@@ -276,10 +269,8 @@ export class LeaseRunner {
     const options = this.options;
     if (request.key === null || request.key === undefined || !validKey(request.key, options.maxKeyLength)) {
       const problem = request.key === null || request.key === undefined ? Problem.KEY_MISSING : Problem.KEY_MALFORMED;
-      return this.result(
-        "rejected",
-        this.problem(problem, `An Idempotency-Key of 1 to ${options.maxKeyLength} visible ASCII characters is required.`),
-      );
+      const detail = `An Idempotency-Key of 1 to ${options.maxKeyLength} visible ASCII characters is required.`;
+      return this.result("rejected", problemResponse(problem, detail, options.problemTypeBase));
     }
     const principal = request.principal;
     const key = request.key;
@@ -300,7 +291,7 @@ export class LeaseRunner {
           typeof body === "string" ? Buffer.from(body, "utf8") : body,
           request.exclude && request.exclude.length > 0 ? request.exclude : null,
           intervalText(options.leaseMs),
-          options.ttlMs === null ? null : intervalText(options.ttlMs),
+          intervalText(options.ttlMs),
           this.waitText(request),
           options.problemTypeBase,
           DEFAULT_RETRY_AFTER_SECONDS,
@@ -310,8 +301,8 @@ export class LeaseRunner {
       row = result.rows[0] as Record<string, string | null>;
     } catch (error) {
       const state = sqlstate(error);
-      if (state !== undefined && KEY_REFUSED.includes(state)) {
-        return this.result("rejected", this.problem(Problem.KEY_MALFORMED, DETAILS.keyRefused));
+      if (state !== undefined && KEY_REFUSED_SQLSTATES.includes(state)) {
+        return this.result("rejected", problemResponse(Problem.KEY_MALFORMED, DETAILS.keyRefused, options.problemTypeBase));
       }
       throw error;
     }
@@ -338,13 +329,7 @@ export class LeaseRunner {
       failed = true; // settled by the policy, then thrown again
       failure = error;
     }
-    let lost = false;
-    let renewals = 0;
-    if (renewer !== null) {
-      await renewer.stop();
-      lost = renewer.lost;
-      renewals = renewer.renewals;
-    }
+    await renewer?.stop();
 
     // Settle the key by the policy; every statement is fenced.
     conn = await this.connection();
@@ -389,11 +374,11 @@ export class LeaseRunner {
       expires = (stored.rows[0] as { expires_epoch: string | null } | undefined)?.expires_epoch ?? null;
     }
     return {
-      outcome: settled && !lost ? "fresh" : "fresh_unfenced",
+      outcome: settled && !renewer?.lost ? "fresh" : "fresh_unfenced",
       response: stamped(response, expires),
       fence,
       leaseUntil: row.lease_until,
-      renewals,
+      renewals: renewer?.renewals ?? 0,
       expiresEpoch: epoch(expires),
     };
   }

@@ -67,6 +67,17 @@ export const NOT_KEPT_ENTRY = ":not_kept";
 export const DATABASE_FAULT_DETAIL = "The database failed or could not be reached while this " +
     "request was processed. Retry it with the same Idempotency-Key: it runs once, or its " +
     "stored response is replayed.";
+/**
+ * The fixed details of the problems the client answers itself, word for word
+ * (client/protocol.json "client_details").
+ */
+export const DETAILS = {
+  /** key_refused. */
+  keyRefused: "The Idempotency-Key was refused by the server.",
+  /** already_processed. */
+  alreadyProcessed: "A request with this Idempotency-Key was already processed; its result is " +
+    "not kept.",
+} as const;
 /** The Retry-After of a 409 for a key held by a transaction. */
 export const DEFAULT_RETRY_AFTER_SECONDS = 1;
 /** The longest streamed body a middleware keeps, by default. */
@@ -87,6 +98,20 @@ export const FAULT_SQLSTATE_CLASSES: readonly string[] = [
 /** The other SQLSTATEs of a database fault. */
 export const FAULT_SQLSTATES: readonly string[] = [
   "53300",
+];
+/** The SQLSTATEs with which the server refuses a key (empty, too long, bad characters, not a UUID). */
+export const KEY_REFUSED_SQLSTATES: readonly string[] = [
+  "22P02",
+];
+/** The SQLSTATEs of a body that cannot be fingerprinted (JSON nested too deep). */
+export const BODY_INVALID_SQLSTATES: readonly string[] = [
+  "54000",
+  "54001",
+];
+/** The SQLSTATEs after which a transaction is run again: serialization failure, deadlock. */
+export const RETRYABLE_SQLSTATES: readonly string[] = [
+  "40001",
+  "40P01",
 ];
 /** What a duplicate of a running request does: wait for it and replay, or 409 at once. */
 export type DuplicateMode = "wait" | "reject";

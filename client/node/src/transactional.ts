@@ -22,17 +22,14 @@
 import { randomBytes } from "crypto";
 
 import {
-  BODY_INVALID,
-  KEY_REFUSED,
   RAW_TYPES,
-  RETRYABLE,
   StorageTable,
   actionName,
   byteaLiteral,
-  decodeBytea,
-  intervalLiteral,
+  intervalText,
   keptHeadersJson,
   literal,
+  rowAnswer,
   sqlstate,
   stamped,
   textArrayLiteral,
@@ -43,8 +40,15 @@ import {
   type KeyOptions,
   type Request,
 } from "./common";
-import { DETAILS, Response, answerResponse, asResponse, problemResponse } from "./http";
-import { DEFAULT_RETRY_AFTER_SECONDS, Problem, type ProblemType } from "./protocol_gen";
+import { Response, asResponse, problemResponse } from "./http";
+import {
+  BODY_INVALID_SQLSTATES,
+  DEFAULT_RETRY_AFTER_SECONDS,
+  DETAILS,
+  KEY_REFUSED_SQLSTATES,
+  Problem,
+  RETRYABLE_SQLSTATES,
+} from "./protocol_gen";
 
 /** Settings of a Client (and the shared KeyOptions); every member is optional. */
 export interface Options extends KeyOptions {
@@ -165,8 +169,8 @@ function beginArgs(request: Request, options: Required<KeyOptions>): string[] {
     literal(request.path),
     byteaLiteral(request.body),
     textArrayLiteral(request.exclude),
-    intervalLiteral(options.ttlMs),
-    intervalLiteral(waitFor(request, options)),
+    literal(intervalText(options.ttlMs)),
+    literal(intervalText(waitFor(request, options))),
   ];
 }
 
@@ -175,6 +179,16 @@ async function rollbackQuietly(db: Db): Promise<void> {
     await db.query("ROLLBACK"); // outside a transaction only a warning
   } catch {
     // the connection is gone; the server rolls back
+  }
+}
+
+/** What `work` gives; when it throws, the transaction on `db` rolls back (nothing is stored) and the error propagates. */
+async function orRollback<T>(db: Db, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    await rollbackQuietly(db);
+    throw error;
   }
 }
 
@@ -241,7 +255,7 @@ export class Client {
         return await this.attempt(db, request, handler);
       } catch (error) {
         const state = sqlstate(error);
-        if (state === undefined || !RETRYABLE.includes(state) || attempt >= this.options.maxAttempts) throw error;
+        if (state === undefined || !RETRYABLE_SQLSTATES.includes(state) || attempt >= this.options.maxAttempts) throw error;
         this.counters.retries++;
       }
     }
@@ -252,10 +266,6 @@ export class Client {
     return (db, request) => this.handle(db, request, handler);
   }
 
-  private problem(problem: ProblemType, detail: string): Response {
-    return problemResponse(problem, detail, this.options.problemTypeBase);
-  }
-
   /** One attempt, without retries. */
   private async attempt(db: Db, request: Request, handler: Handler): Promise<Response> {
     const options = this.options;
@@ -263,26 +273,18 @@ export class Client {
     if (request.key === null || request.key === undefined) {
       if (options.methodsRequiringKey.some((m) => m.toUpperCase() === method)) {
         this.counters.rejectedKeys++;
-        return this.problem(Problem.KEY_MISSING, `${method} requests need an Idempotency-Key header.`);
+        return problemResponse(Problem.KEY_MISSING, `${method} requests need an Idempotency-Key header.`, options.problemTypeBase);
       }
       // Not idempotent by key: just a transaction around the handler.
       await db.query(options.beginStatement);
-      let response: Response;
-      try {
-        response = await handler(db);
-      } catch (error) {
-        await rollbackQuietly(db);
-        throw error;
-      }
+      const response = await orRollback(db, async () => handler(db));
       await db.query("COMMIT");
       return response;
     }
     if (!validKey(request.key, options.maxKeyLength)) {
       this.counters.rejectedKeys++;
-      return this.problem(
-        Problem.KEY_MALFORMED,
-        `The Idempotency-Key must be 1 to ${options.maxKeyLength} visible ASCII characters.`,
-      );
+      const detail = `The Idempotency-Key must be 1 to ${options.maxKeyLength} visible ASCII characters.`;
+      return problemResponse(Problem.KEY_MALFORMED, detail, options.problemTypeBase);
     }
     await this.storage.load(db); // known before any transaction starts
 
@@ -292,12 +294,12 @@ export class Client {
     } catch (error) {
       await rollbackQuietly(db);
       const state = sqlstate(error);
-      if (state !== undefined && KEY_REFUSED.includes(state)) {
+      if (state !== undefined && KEY_REFUSED_SQLSTATES.includes(state)) {
         this.counters.rejectedKeys++;
-        return this.problem(Problem.KEY_MALFORMED, DETAILS.keyRefused);
+        return problemResponse(Problem.KEY_MALFORMED, DETAILS.keyRefused, options.problemTypeBase);
       }
-      if (state !== undefined && BODY_INVALID.includes(state)) {
-        return this.problem(Problem.BODY_INVALID, (error as Error).message);
+      if (state !== undefined && BODY_INVALID_SQLSTATES.includes(state)) {
+        return problemResponse(Problem.BODY_INVALID, (error as Error).message, options.problemTypeBase);
       }
       throw error;
     }
@@ -313,16 +315,13 @@ export class Client {
     }
     this.counters.started++;
 
-    let answer: Response;
-    try {
-      answer = asResponse(await handler(db, row.expires_epoch));
-      if (!Number.isInteger(answer.status) || answer.status < 100 || answer.status > 599) {
-        throw new RangeError(`handler returned HTTP status ${answer.status}`);
+    const answer = await orRollback(db, async () => {
+      const response = asResponse(await handler(db, row.expires_epoch));
+      if (!Number.isInteger(response.status) || response.status < 100 || response.status > 599) {
+        throw new RangeError(`handler returned HTTP status ${response.status}`);
       }
-    } catch (error) {
-      await rollbackQuietly(db); // nothing is stored; the error propagates
-      throw error;
-    }
+      return response;
+    });
     const storage = this.storage.of(answer.status);
     if (storage === "not_stored") {
       // 401, 429, 3xx, 5xx...: no effect may stay and nothing is stored, so a
@@ -341,7 +340,7 @@ export class Client {
         String(answer.status),
         byteaLiteral(secret ? Buffer.alloc(0) : answer.body),
         secret ? "NULL" : literal(headers),
-        intervalLiteral(options.ttlMs),
+        literal(intervalText(options.ttlMs)),
         secret ? "true" : "false",
       ];
       // The stored row's expiry: save_final starts the ttl at its own now().
@@ -355,21 +354,16 @@ export class Client {
       this.counters.storedErrors++;
       return stamped(answer, results[results.length - 1].rows[0]?.expires_epoch);
     }
-    try {
-      const args = [
-        literal(request.principal),
-        literal(request.key),
-        String(answer.status),
-        byteaLiteral(answer.body),
-        literal(headers),
-        literal(answer.resourceId),
-        secret ? "true" : "false",
-      ];
-      await db.query(`${render(COMPLETE_T, args, options.prepare && preparedOn.has(db))}; COMMIT`);
-    } catch (error) {
-      await rollbackQuietly(db);
-      throw error;
-    }
+    const args = [
+      literal(request.principal),
+      literal(request.key),
+      String(answer.status),
+      byteaLiteral(answer.body),
+      literal(headers),
+      literal(answer.resourceId),
+      secret ? "true" : "false",
+    ];
+    await orRollback(db, () => db.query(`${render(COMPLETE_T, args, options.prepare && preparedOn.has(db))}; COMMIT`));
     return stamped(answer, row.expires_epoch);
   }
 
@@ -416,10 +410,9 @@ export class Client {
 
   /** The extension's answer in begin's row (also begin_batch's, batch.ts), counted. */
   private answer(outcome: string, row: Record<string, string | null>): Response {
-    if (!Object.prototype.hasOwnProperty.call(OUTCOME_COUNTERS, outcome) || row.status === null) {
-      throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
-    }
+    const response = rowAnswer(row, "begin");
+    if (!Object.prototype.hasOwnProperty.call(OUTCOME_COUNTERS, outcome)) throw new Error(`idempotency.begin returned an unknown outcome: ${outcome}`);
     this.counters[OUTCOME_COUNTERS[outcome as keyof typeof OUTCOME_COUNTERS]]++;
-    return answerResponse(row.status, row.headers, decodeBytea(row.body), row.resource_id);
+    return response;
   }
 }

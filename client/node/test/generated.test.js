@@ -25,6 +25,7 @@ test("no problem type, title or protocol header is written by hand in src/", () 
   const spelled = [
     ...Object.values(table.problems).flatMap((p) => [`"${p.type}"`, `"${p.title}"`]),
     ...Object.values(table.outcomes).filter((o) => o.detail).map((o) => `"${o.detail}"`),
+    ...Object.values(table.client_details).map((detail) => `"${detail}"`),
     `"${table.problem_type_base}"`,
     `"${table.expires_header}"`,
     `"${table.stream_chunks_entry}"`,
