@@ -82,6 +82,21 @@ def text_array(values: Sequence[str]) -> Optional[str]:
     return "{" + ",".join(quoted) + "}"
 
 
+def request_params(request: Request) -> List[Any]:
+    """The principal, the key, the action and what the fingerprint is made of (method, path,
+    body, the excluded pointers as a text[] literal): the first parameters of begin,
+    save_final and acquire."""
+    return [
+        request.principal,
+        request.key,
+        request.action_name(),
+        request.method,
+        request.path,
+        request.body,
+        text_array(request.exclude),
+    ]
+
+
 def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
     """The kept headers of a response as a JSON array of [name, value] pairs, in
     their order, repeated names (Set-Cookie, Link) included."""

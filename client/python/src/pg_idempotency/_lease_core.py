@@ -22,6 +22,7 @@ from ._common import (
     duplicate_wait,
     interval,
     kept_headers_json,
+    request_params,
     valid_key,
 )
 from .http import (
@@ -179,13 +180,7 @@ class LeaseRunnerBase:
     def _acquire_params(self, request: Request) -> tuple:
         options = self.options
         return (options.problem_type_base,) * 3 + (
-            request.principal,
-            request.key,
-            request.action_name(),
-            request.method,
-            request.path,
-            request.body,
-            list(request.exclude) or None,
+            *request_params(request),
             interval(options.lease),
             interval(options.ttl),
             interval(duplicate_wait(request, options.duplicates, options.wait)),

@@ -31,6 +31,7 @@ from ._common import (
     duplicate_wait,
     interval,
     kept_headers_json,
+    request_params,
     text_array,
     valid_key,
 )
@@ -81,15 +82,8 @@ def _name(sql: bytes) -> bytes:
     return b"pg_idempotency_" + hashlib.sha1(sql).hexdigest()[:16].encode()
 
 
-BEGIN_NAME, COMPLETE_NAME, SAVE_FINAL_NAME, EXPIRY_NAME = (
-    _name(s) for s in (BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL)
-)
-PREPARES = [
-    _wire.Prepare(BEGIN_NAME, BEGIN_SQL),
-    _wire.Prepare(COMPLETE_NAME, COMPLETE_SQL),
-    _wire.Prepare(SAVE_FINAL_NAME, SAVE_FINAL_SQL),
-    _wire.Prepare(EXPIRY_NAME, STORED_EXPIRY_SQL),
-]
+PREPARES = [_wire.Prepare(_name(sql), sql) for sql in (BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL)]
+BEGIN_NAME, COMPLETE_NAME, SAVE_FINAL_NAME, EXPIRY_NAME = (prepare.name for prepare in PREPARES)
 # Lost (DISCARD ALL, a transaction pooler on another server session) or already there.
 STATEMENT_GONE = "26000"
 STATEMENT_EXISTS = "42P05"
@@ -276,14 +270,7 @@ class ClientBase:
         """BEGIN + begin(): prepared (the PREPAREs in the same flight on a new
         session), re-prepared and retried once when the session lost them."""
         conn, request, options = attempt.conn, attempt.request, self.options
-        params: List[Any] = [
-            request.principal,
-            request.key,
-            request.action_name(),
-            request.method,
-            request.path,
-            request.body,
-            text_array(request.exclude),
+        params: List[Any] = request_params(request) + [
             interval(options.ttl),
             interval(duplicate_wait(request, options.duplicates, options.wait)),
             options.problem_type_base,
@@ -373,14 +360,7 @@ class ClientBase:
         # (save_final runs in an implicit transaction of its own, same flight).
         request, conn = attempt.request, attempt.conn
         secret = answer.one_time_secret
-        params = [
-            request.principal,
-            request.key,
-            request.action_name(),
-            request.method,
-            request.path,
-            request.body,
-            text_array(request.exclude),
+        params = request_params(request) + [
             str(answer.status),
             # A one-time secret is sent without its body and headers: the
             # server would drop them anyway.
