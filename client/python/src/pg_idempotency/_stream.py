@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .http import DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, Headers, Response, header_name_equal, http_date
+from .http import DEFAULT_MAX_STREAM_BYTES, Headers, Response, stamped
 
 __all__ = ["StreamCapture", "check_max_stream_bytes", "stream_headers"]
 
@@ -64,7 +64,4 @@ class StreamCapture:
 def stream_headers(headers: Headers, expires_epoch: Optional[int]) -> Headers:
     """The application's headers for the start of a stream: the key's expiry header (when
     the answer will be kept) replaces any the application set, as on every other answer."""
-    if expires_epoch is None:
-        return list(headers)
-    kept = [(name, value) for name, value in headers if not header_name_equal(name, EXPIRES_HEADER)]
-    return kept + [(EXPIRES_HEADER, http_date(expires_epoch))]
+    return stamped(Response(headers=list(headers)), expires_epoch).headers

@@ -39,13 +39,12 @@ from .http import (
     DEFAULT_DUPLICATE_MODE,
     DEFAULT_KEPT_HEADERS,
     DEFAULT_RETRY_AFTER_SECONDS,
-    EXPIRES_HEADER,
     KEY_REFUSED_DETAIL,
     PROBLEM_TYPE_BASE,
     Problem,
     Response,
     problem_response,
-    http_date,
+    stamped,
 )
 
 # idempotency.http_answer answers in the same statement every outcome but "started"
@@ -423,13 +422,6 @@ class ClientBase:
 
 
 FINGERPRINT_SQL = b"SELECT idempotency.fingerprint($1, $2, $3::bytea, $4::text[])"
-
-
-def stamped(response: Response, expires_epoch: Optional[int]) -> Response:
-    """Adds the key's expiry header (when known), replacing any value the handler set."""
-    if expires_epoch is not None:
-        response.set_header(EXPIRES_HEADER, http_date(expires_epoch))
-    return response
 
 
 def fingerprint_gen(conn: Any, method: str, path: str, body: Optional[bytes], exclude: Sequence[str]) -> _wire.Gen:
