@@ -169,11 +169,6 @@ class Storage:
                 meaning = COMMITTED_WITH_KEY if status < 400 else SAVED_AFTER_ROLLBACK
                 self._table[status - 100] = meaning
 
-    @property
-    def known(self) -> bool:
-        """True once the table has been read (or was given)."""
-        return self._table is not None
-
     def load_gen(self, conn: Any) -> Any:
         """Reads idempotency.http_storage of every status (one round trip, once); a
         generator for ``conn.wait`` (see _wire); the connection must be idle."""

@@ -121,7 +121,7 @@ class Router:
         with self._lock:
             entry = self._cache.get(principal)
             known = entry is not None and self._clock() - entry[1] < self._refresh
-            if entry is not None and known:
+            if known:
                 self._cache.move_to_end(principal)
         node = entry[0] if entry is not None and known else None
         failed = False
