@@ -578,6 +578,12 @@ def python(protocol):
             literal = "%d" % value
         lines.append("%s = %s" % (name, literal))
         lines.append('"""%s."""' % (comment[:1].upper() + comment[1:]))
+    # The public names, for the modules that re-export them (http: from ._protocol import *).
+    lines.append("")
+    lines.append("__all__ = [")
+    for name in ["Problem"] + [name for name, _, _ in values]:
+        lines.append('    "%s",' % name)
+    lines.append("]")
     lines.append("")
     return "\n".join(lines)
 

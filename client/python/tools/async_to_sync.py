@@ -44,6 +44,7 @@ MODULES = {
 
 # Async names and their sync counterparts (whole words).
 NAMES = {
+    "AsyncAnswer": "Answer",
     "AsyncAttempt": "Attempt",
     "AsyncBody": "Body",
     "AsyncClient": "Client",

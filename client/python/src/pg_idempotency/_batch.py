@@ -2,7 +2,7 @@
 what their rows become, shared by ``Client`` and ``AsyncClient`` (each runs them
 on its own kind of connection, so the two cannot drift apart).
 
-A batch is one round trip: ``begin_batch`` answers one ``BatchOutcome`` per key,
+A batch is one round trip (the clients' methods build the parameters): ``begin_batch`` answers one ``BatchOutcome`` per key,
 in input order, each the outcome ``idempotency.begin`` gives that key alone;
 ``complete_batch`` stores the responses of the started keys;
 ``claim_batch`` claims each key at most once. ``push_unique`` enqueues a job at
@@ -13,12 +13,11 @@ caller's transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, List, Optional, Sequence, Tuple
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import Jsonb
 
 from ._common import answer_response
 from .http import Response
@@ -80,49 +79,6 @@ class BatchFlag:
     ord: int
     key: str
     value: bool
-
-
-def begin_params(
-    principal: str,
-    keys: Sequence[str],
-    action: str,
-    fingerprints: Sequence[bytes],
-    ttl: Optional[timedelta],
-    wait: Optional[timedelta],
-    type_base: str,
-    retry_after: int,
-) -> Tuple[Any, ...]:
-    """The parameters of BEGIN_BATCH."""
-    if len(fingerprints) != len(keys):
-        raise ValueError("begin_batch: one fingerprint per key")
-    return (type_base, retry_after) * 3 + (principal, list(keys), action,
-                                           [bytes(f) for f in fingerprints], ttl, wait)
-
-
-def complete_params(
-    principal: str,
-    keys: Sequence[str],
-    statuses: Sequence[int],
-    bodies: Optional[Sequence[Optional[bytes]]],
-    headers: Optional[Sequence[Any]],
-    resource_ids: Optional[Sequence[Optional[str]]],
-) -> Tuple[Any, ...]:
-    for name, values in (("statuses", statuses), ("bodies", bodies), ("headers", headers),
-                         ("resource_ids", resource_ids)):
-        if values is not None and len(values) != len(keys):
-            raise ValueError(f"complete_batch: {name} must have one element per key")
-    return (
-        principal,
-        list(keys),
-        list(statuses),
-        None if bodies is None else [None if b is None else bytes(b) for b in bodies],
-        None if headers is None else [None if h is None else Jsonb(h) for h in headers],
-        None if resource_ids is None else list(resource_ids),
-    )
-
-
-def claim_params(principal: str, keys: Sequence[str], ttl: Optional[timedelta]) -> Tuple[Any, ...]:
-    return (principal, list(keys), ttl)
 
 
 def outcomes(rows: Sequence[Tuple[Any, ...]]) -> List[BatchOutcome]:

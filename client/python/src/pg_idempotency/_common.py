@@ -82,6 +82,21 @@ def text_array(values: Sequence[str]) -> Optional[str]:
     return "{" + ",".join(quoted) + "}"
 
 
+def request_params(request: Request) -> List[Any]:
+    """The principal, the key, the action and what the fingerprint is made of (method, path,
+    body, the excluded pointers as a text[] literal): the first parameters of begin,
+    save_final and acquire."""
+    return [
+        request.principal,
+        request.key,
+        request.action_name(),
+        request.method,
+        request.path,
+        request.body,
+        text_array(request.exclude),
+    ]
+
+
 def kept_headers_json(response: Response, kept: Sequence[str]) -> str:
     """The kept headers of a response as a JSON array of [name, value] pairs, in
     their order, repeated names (Set-Cookie, Link) included."""
@@ -153,11 +168,6 @@ class Storage:
                 # http_storage's reading of a final status, for a list the server never saw.
                 meaning = COMMITTED_WITH_KEY if status < 400 else SAVED_AFTER_ROLLBACK
                 self._table[status - 100] = meaning
-
-    @property
-    def known(self) -> bool:
-        """True once the table has been read (or was given)."""
-        return self._table is not None
 
     def load_gen(self, conn: Any) -> Any:
         """Reads idempotency.http_storage of every status (one round trip, once); a

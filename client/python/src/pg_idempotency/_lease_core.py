@@ -22,18 +22,19 @@ from ._common import (
     duplicate_wait,
     interval,
     kept_headers_json,
+    request_params,
     valid_key,
 )
 from .http import (
     DEFAULT_DUPLICATE_MODE,
     DEFAULT_KEPT_HEADERS,
-    EXPIRES_HEADER,
     KEY_REFUSED_DETAIL,
     PROBLEM_TYPE_BASE,
     Problem,
     Response,
     http_date,
     problem_response,
+    stamped,
 )
 
 # An acquire that did not start is answered by http_answer in the same statement, as
@@ -179,13 +180,7 @@ class LeaseRunnerBase:
     def _acquire_params(self, request: Request) -> tuple:
         options = self.options
         return (options.problem_type_base,) * 3 + (
-            request.principal,
-            request.key,
-            request.action_name(),
-            request.method,
-            request.path,
-            request.body,
-            list(request.exclude) or None,
+            *request_params(request),
             interval(options.lease),
             interval(options.ttl),
             interval(duplicate_wait(request, options.duplicates, options.wait)),
@@ -203,9 +198,7 @@ class LeaseRunnerBase:
             raise psycopg.InterfaceError(f"idempotency.acquire returned an unknown outcome: {outcome}")
         replayed = outcome in ("replay", "secret_replay")
         if replayed and self.options.policy != Policy.REMEMBER:
-            response = self._problem(Problem.ALREADY_PROCESSED, ALREADY_PROCESSED_DETAIL)
-            if expires is not None:
-                response.set_header(EXPIRES_HEADER, http_date(expires))
+            response = stamped(self._problem(Problem.ALREADY_PROCESSED, ALREADY_PROCESSED_DETAIL), expires)
             result = LeaseResult(LeaseOutcome.DUPLICATE, response)
         else:
             response = answer_response(status, headers, None if body is None else bytes(body), resource_id)
@@ -246,9 +239,8 @@ class LeaseRunnerBase:
                response: Response, expires: Optional[int]) -> LeaseResult:
         """The result of a run whose body ran, stamped with the settled row's expiry."""
         outcome = LeaseOutcome.FRESH if settled and not lost else LeaseOutcome.FRESH_UNFENCED
-        if expires is not None:
-            response.set_header(EXPIRES_HEADER, http_date(expires))
-        return LeaseResult(outcome, response, fence=row[1], renewals=renewals, expires_epoch=expires)
+        return LeaseResult(outcome, stamped(response, expires), fence=row[1], renewals=renewals,
+                           expires_epoch=expires)
 
 
 __all__ = ["LeaseOptions", "LeaseOutcome", "LeaseResult", "LeaseRunnerBase", "Policy"]

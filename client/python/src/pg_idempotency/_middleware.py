@@ -12,19 +12,19 @@ from the async one (for ASGI) by client/python/tools/async_to_sync.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, List, Optional, Union
 
 import psycopg
 from psycopg import errors
 
-from ._common import Request
-from ._stream import AnswerState, check_max_stream_bytes
+from ._common import COMMITTED_WITH_KEY, Request
+from ._stream import StreamCapture, check_max_stream_bytes, stream_headers
 from .router import Router, is_stale_placement
 from .transactional import Client
 from .fault import is_database_fault
-from .http import Response, database_fault_response
+from .http import Headers, Response, database_fault_response
 
-__all__ = ["MiddlewareCore", "RequestContext"]
+__all__ = ["Answer", "MiddlewareCore", "RequestContext"]
 
 
 @dataclass
@@ -41,6 +41,75 @@ class RequestContext:
     """Set to True when the response carries a secret: it is sent once and not stored."""
     resource_id: Optional[str] = None
     """Id of what the request created, stored with the key."""
+
+
+class Answer:
+    """One request's answer as a middleware follows it across attempts: the application's
+    status and headers, its pieces gathered until it proves to be a stream, then the
+    capture of the stream as it is sent. The ASGI and the WSGI adapter add how their
+    framework starts a response (``_send_start``) and sends a piece (``_send``)."""
+
+    def __init__(self, max_stream_bytes: int) -> None:
+        self.max_stream_bytes = max_stream_bytes
+        self.expires_epoch: Optional[int] = None
+        """The key's expiry as begin() told it, for the start of a stream."""
+        self.streaming = False
+        """True once the start and a first piece went to the client."""
+        self.begun = False
+        """True once the key's begin answered on the request's connection: an error after
+        it is not the key call's, and the request is not run again on another route."""
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets a previous attempt's answer (never one that began to stream)."""
+        self.pending: List[bytes] = []
+        self.capture = StreamCapture(self.max_stream_bytes)
+        self.status: Optional[int] = None
+        """The application's status, once it gave one."""
+        self.headers: Headers = []
+        """The application's headers."""
+
+    def piece(self, data: bytes) -> None:
+        """One piece of the body: sent and captured when streaming, else kept for later."""
+        if not self.streaming:
+            if data:
+                self.pending.append(bytes(data))
+            return
+        self.capture.add(data)
+        if data:  # an empty chunk would end a chunked body
+            self._send(data)
+
+    def start_stream(self, client: Client, connection: Any) -> None:
+        """Sends the start (the key's expiry with it when the answer will be kept, as
+        idempotency.http_storage says of its status) and the pieces so far; every later
+        piece goes out as it comes."""
+        assert self.status is not None
+        kept = client.storage(connection, self.status) == COMMITTED_WITH_KEY
+        self._send_start(stream_headers(self.headers, self.expires_epoch if kept else None))
+        self.streaming = True
+        pending, self.pending = self.pending, []
+        for data in pending:
+            self.piece(data)
+
+    def response(self, context: RequestContext) -> Response:
+        """What the key is completed with: the stream as captured, or the gathered body."""
+        assert self.status is not None
+        if self.streaming:
+            return self.capture.response(self.status, self.headers, context.resource_id,
+                                         context.one_time_secret)
+        return Response(
+            status=self.status,
+            headers=list(self.headers),
+            body=b"".join(self.pending),
+            resource_id=context.resource_id,
+            one_time_secret=context.one_time_secret,
+        )
+
+    def _send_start(self, headers: Headers) -> None:
+        raise NotImplementedError  # the adapter's: the status and these headers
+
+    def _send(self, data: bytes) -> None:
+        raise NotImplementedError  # the adapter's: one piece of a stream under way
 
 
 RunApp = Callable[[RequestContext], Response]
@@ -115,7 +184,7 @@ class MiddlewareCore:
         return Request(principal=principal, key=key, method=method, path=path, body=body,
                        duplicates=duplicates)
 
-    def _serve(self, request: Request, answer: AnswerState, run_app: RunApp) -> Response:
+    def _serve(self, request: Request, answer: Answer, run_app: RunApp) -> Response:
         """The request through the protocol on its connection or route; a database
         fault before anything of a stream was sent: the 503 answer."""
         try:
@@ -133,7 +202,7 @@ class MiddlewareCore:
             options = self.client.options
             return database_fault_response(options.retry_after, options.problem_type_base)
 
-    def _routed(self, request: Request, answer: AnswerState, run_app: RunApp) -> Response:
+    def _routed(self, request: Request, answer: Answer, run_app: RunApp) -> Response:
         """_attempts on router.connection(principal); once more on a new route when the
         key's begin said the placement was stale (the router's connection reported it)."""
         assert self.router is not None
@@ -146,7 +215,7 @@ class MiddlewareCore:
                     raise
         raise AssertionError("unreachable")
 
-    def _attempts(self, conn: Any, request: Request, answer: AnswerState, run_app: RunApp) -> Response:
+    def _attempts(self, conn: Any, request: Request, answer: Answer, run_app: RunApp) -> Response:
         """Client.handle's loop, with the key's expiry at hand for a stream's start, and
         no second run once a piece of a stream was sent."""
         attempt_number = 1

@@ -1,6 +1,7 @@
-"""Routing by principal under Citus, without its I/O: the placements cache, the nodes
-marked down, the counters and the options that ``Router`` and ``AsyncRouter``
-(``async_router``, and ``router`` generated from it, which show their use) share.
+"""Routing by principal under Citus, without its I/O: the route, the counters, the stale
+placement and the connection strings that ``Router`` and ``AsyncRouter`` (``async_router``,
+and ``router`` generated from it, which keep the placements cache and the nodes marked
+down) share.
 
 A router sends a principal's whole request transaction (the application's writes and the
 key's begin/complete) to the Citus node that holds the principal's shard, found with
@@ -24,23 +25,13 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-import time
-from collections import OrderedDict
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple, Union
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-# The routing defaults of client/protocol.json (``routing``), generated.
-from ._protocol import (  # noqa: F401
-    DEFAULT_MAX_PRINCIPALS,
-    DEFAULT_NODE_DOWN_SECONDS,
-    DEFAULT_REFRESH_SECONDS,
-    PLACEMENT_SQL,
-    STALE_PLACEMENT_MESSAGE,
-    STALE_PLACEMENT_SQLSTATE,
-)
+# The stale placement refusal of client/protocol.json (``routing``), generated.
+from ._protocol import STALE_PLACEMENT_MESSAGE, STALE_PLACEMENT_SQLSTATE
 
 Target = Union[str, Callable[[], Any]]
 
@@ -92,73 +83,6 @@ def _positional(sql: str) -> str:
     return re.sub(r"\$1(?![0-9])", "%s", sql.replace("%", "%%"))
 
 
-class _Placements:
-    """The cache (least recently used out first), the nodes marked down and the counters;
-    the callers hold the router's lock (never across an await)."""
-
-    def __init__(self, default: Target, nodes: Mapping[str, Target], placement_sql: str,
-                 refresh: float, node_down: float, max_principals: int,
-                 clock: Callable[[], float]) -> None:
-        if not placement_sql:
-            raise ValueError("placement_sql is empty")
-        if max_principals < 1:
-            raise ValueError("max_principals must be at least 1")
-        if refresh < 0 or node_down < 0:
-            raise ValueError("refresh and node_down must not be negative")
-        self.default = default
-        self.nodes: Dict[str, Target] = dict(nodes)
-        self.query = _positional(placement_sql)
-        self.refresh, self.node_down, self.max_principals = refresh, node_down, max_principals
-        self.clock = clock
-        self.cache: "OrderedDict[str, Tuple[Optional[str], float]]" = OrderedDict()
-        self.down_until: Dict[str, float] = {}
-        self.counters = RouterCounters()
-
-    def cached(self, principal: str) -> Tuple[bool, Optional[str]]:
-        entry = self.cache.get(principal)
-        if entry is None or self.clock() - entry[1] >= self.refresh:
-            return False, None
-        self.cache.move_to_end(principal)
-        return True, entry[0]
-
-    def looked_up(self, principal: str, node: Optional[str], failed: bool) -> None:
-        self.counters.lookups += 1
-        if failed:
-            self.counters.lookup_failures += 1
-            return
-        self.cache[principal] = (node, self.clock())
-        self.cache.move_to_end(principal)
-        while len(self.cache) > self.max_principals:
-            self.cache.popitem(last=False)
-
-    def choose(self, node: Optional[str]) -> Route:
-        up = node is not None and self.clock() >= self.down_until.get(node, 0.0)
-        if node is not None and node in self.nodes and up:
-            self.counters.routed += 1
-            return Route(self.nodes[node], node)
-        self.counters.defaulted += 1
-        return Route(self.default, None)
-
-    def mark_down(self, principal: str, node: Optional[str]) -> None:
-        if node is None:
-            return
-        now = self.clock()
-        if self.down_until.get(node, 0.0) <= now:
-            self.counters.nodes_marked_down += 1
-        self.down_until[node] = now + self.node_down
-        self.cache.pop(principal, None)
-
-    def drop(self, principal: str) -> None:
-        """A call said the principal's shard is not on its node: looked up again next."""
-        self.counters.stale_placements += 1
-        self.cache.pop(principal, None)
-
-    def fall_back(self, principal: str, node: str) -> None:
-        """Connecting to ``node`` failed and the request goes to the default target."""
-        self.mark_down(principal, node)
-        self.counters.defaulted += 1
-
-
 def _routed(route: Route) -> Target:
     """A node's connection string with ``-c idempotency.routed=on`` first in its options (its
     own, else PGOPTIONS, after: a later -c wins); the default or a factory as it is."""
@@ -174,53 +98,4 @@ def _node_of(row: Optional[Tuple[Any, ...]]) -> Optional[str]:
     return f"{row[0]}:{row[1]}"
 
 
-class _RouterBase:
-    """What Router and AsyncRouter share: the options, the placements and the counters."""
-
-    def __init__(self, default: Target, nodes: Mapping[str, Target], *,
-                 placement_sql: str = PLACEMENT_SQL, refresh: float = DEFAULT_REFRESH_SECONDS,
-                 node_down: float = DEFAULT_NODE_DOWN_SECONDS,
-                 max_principals: int = DEFAULT_MAX_PRINCIPALS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._state = _Placements(default, nodes, placement_sql, refresh, node_down,
-                                  max_principals, clock)
-        self._lock = threading.Lock()  # never held across an await: uncontended on one event loop
-        self._lookup_lock = threading.Lock()  # Router's lookups on their connection
-        self._async_lookup_lock: Any = None  # AsyncRouter's, made on the loop that uses it
-        self._lookup_conn: Any = None  # the lookups' connection to the default target
-
-    @property
-    def counters(self) -> RouterCounters:
-        """A copy of the counts so far."""
-        with self._lock:
-            return replace(self._state.counters)
-
-    def report_connect_failure(self, principal: str, node: Optional[str]) -> None:
-        """Connecting to ``node`` for ``principal`` failed: the node gets nothing for
-        ``node_down`` seconds and the principal's placement is looked up again."""
-        with self._lock:
-            self._state.mark_down(principal, node)
-
-    def report_stale_placement(self, principal: str) -> None:
-        """A call for ``principal`` failed with ``is_stale_placement``: its cached placement
-        is dropped, so its next route looks it up again, and ``stale_placements`` counts
-        it. No node is marked down (the node is up; the shard moved)."""
-        with self._lock:
-            self._state.drop(principal)
-
-    def _report_if_stale(self, principal: str, error: BaseException) -> None:
-        """report_stale_placement(principal) when ``error`` is a stale placement."""
-        if is_stale_placement(error):
-            self.report_stale_placement(principal)
-
-    def _fall_back(self, principal: str, node: str) -> Target:
-        with self._lock:
-            self._state.fall_back(principal, node)
-        return self._state.default
-
-
-__all__ = [
-    "DEFAULT_MAX_PRINCIPALS", "DEFAULT_NODE_DOWN_SECONDS", "DEFAULT_REFRESH_SECONDS",
-    "PLACEMENT_SQL", "Route", "RouterCounters", "STALE_PLACEMENT_MESSAGE",
-    "STALE_PLACEMENT_SQLSTATE", "Target", "is_stale_placement",
-]
+__all__ = ["Route", "RouterCounters", "Target", "is_stale_placement"]

@@ -1,4 +1,4 @@
-"""What the WSGI and the ASGI middleware share for streamed responses.
+"""What the middlewares (WSGI, ASGI, Django) share for streamed responses.
 
 A streamed response is sent to the client as the application produces it and
 captured chunk by chunk. When it ends within ``max_stream_bytes`` the key is
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .http import DEFAULT_MAX_STREAM_BYTES, EXPIRES_HEADER, Headers, Response, header_name_equal, http_date
+from .http import DEFAULT_MAX_STREAM_BYTES, Headers, Response, stamped
 
-__all__ = ["AnswerState", "StreamCapture", "check_max_stream_bytes", "stream_headers"]
+__all__ = ["StreamCapture", "check_max_stream_bytes", "stream_headers"]
 
 
 def check_max_stream_bytes(value: int) -> int:
@@ -64,29 +64,4 @@ class StreamCapture:
 def stream_headers(headers: Headers, expires_epoch: Optional[int]) -> Headers:
     """The application's headers for the start of a stream: the key's expiry header (when
     the answer will be kept) replaces any the application set, as on every other answer."""
-    if expires_epoch is None:
-        return list(headers)
-    kept = [(name, value) for name, value in headers if not header_name_equal(name, EXPIRES_HEADER)]
-    return kept + [(EXPIRES_HEADER, http_date(expires_epoch))]
-
-
-class AnswerState:
-    """One request's answer as a middleware follows it across attempts: the pieces
-    gathered until it proves to be a stream, then the capture of the stream as it is
-    sent. The WSGI and the ASGI middleware add how their framework sends it."""
-
-    def __init__(self, max_stream_bytes: int) -> None:
-        self.max_stream_bytes = max_stream_bytes
-        self.expires_epoch: Optional[int] = None
-        """The key's expiry as begin() told it, for the start of a stream."""
-        self.streaming = False
-        """True once the start and a first piece went to the client."""
-        self.begun = False
-        """True once the key's begin answered on the request's connection: an error after
-        it is not the key call's, and the request is not run again on another route."""
-        self.reset()
-
-    def reset(self) -> None:
-        """Forgets a previous attempt's answer (never one that began to stream)."""
-        self.pending: List[bytes] = []
-        self.capture = StreamCapture(self.max_stream_bytes)
+    return stamped(Response(headers=list(headers)), expires_epoch).headers

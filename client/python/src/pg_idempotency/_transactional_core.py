@@ -31,6 +31,7 @@ from ._common import (
     duplicate_wait,
     interval,
     kept_headers_json,
+    request_params,
     text_array,
     valid_key,
 )
@@ -38,13 +39,12 @@ from .http import (
     DEFAULT_DUPLICATE_MODE,
     DEFAULT_KEPT_HEADERS,
     DEFAULT_RETRY_AFTER_SECONDS,
-    EXPIRES_HEADER,
     KEY_REFUSED_DETAIL,
     PROBLEM_TYPE_BASE,
     Problem,
     Response,
     problem_response,
-    http_date,
+    stamped,
 )
 
 # idempotency.http_answer answers in the same statement every outcome but "started"
@@ -81,15 +81,8 @@ def _name(sql: bytes) -> bytes:
     return b"pg_idempotency_" + hashlib.sha1(sql).hexdigest()[:16].encode()
 
 
-BEGIN_NAME, COMPLETE_NAME, SAVE_FINAL_NAME, EXPIRY_NAME = (
-    _name(s) for s in (BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL)
-)
-PREPARES = [
-    _wire.Prepare(BEGIN_NAME, BEGIN_SQL),
-    _wire.Prepare(COMPLETE_NAME, COMPLETE_SQL),
-    _wire.Prepare(SAVE_FINAL_NAME, SAVE_FINAL_SQL),
-    _wire.Prepare(EXPIRY_NAME, STORED_EXPIRY_SQL),
-]
+PREPARES = [_wire.Prepare(_name(sql), sql) for sql in (BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL)]
+BEGIN_NAME, COMPLETE_NAME, SAVE_FINAL_NAME, EXPIRY_NAME = (prepare.name for prepare in PREPARES)
 # Lost (DISCARD ALL, a transaction pooler on another server session) or already there.
 STATEMENT_GONE = "26000"
 STATEMENT_EXISTS = "42P05"
@@ -276,14 +269,7 @@ class ClientBase:
         """BEGIN + begin(): prepared (the PREPAREs in the same flight on a new
         session), re-prepared and retried once when the session lost them."""
         conn, request, options = attempt.conn, attempt.request, self.options
-        params: List[Any] = [
-            request.principal,
-            request.key,
-            request.action_name(),
-            request.method,
-            request.path,
-            request.body,
-            text_array(request.exclude),
+        params: List[Any] = request_params(request) + [
             interval(options.ttl),
             interval(duplicate_wait(request, options.duplicates, options.wait)),
             options.problem_type_base,
@@ -373,14 +359,7 @@ class ClientBase:
         # (save_final runs in an implicit transaction of its own, same flight).
         request, conn = attempt.request, attempt.conn
         secret = answer.one_time_secret
-        params = [
-            request.principal,
-            request.key,
-            request.action_name(),
-            request.method,
-            request.path,
-            request.body,
-            text_array(request.exclude),
+        params = request_params(request) + [
             str(answer.status),
             # A one-time secret is sent without its body and headers: the
             # server would drop them anyway.
@@ -443,13 +422,6 @@ class ClientBase:
 
 
 FINGERPRINT_SQL = b"SELECT idempotency.fingerprint($1, $2, $3::bytea, $4::text[])"
-
-
-def stamped(response: Response, expires_epoch: Optional[int]) -> Response:
-    """Adds the key's expiry header (when known), replacing any value the handler set."""
-    if expires_epoch is not None:
-        response.set_header(EXPIRES_HEADER, http_date(expires_epoch))
-    return response
 
 
 def fingerprint_gen(conn: Any, method: str, path: str, body: Optional[bytes], exclude: Sequence[str]) -> _wire.Gen:

@@ -23,9 +23,7 @@ import inspect
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 
-from ._async_middleware import AsyncMiddlewareCore, RequestContext
-from ._common import COMMITTED_WITH_KEY
-from ._stream import AnswerState, stream_headers
+from ._async_middleware import AsyncAnswer, AsyncMiddlewareCore, RequestContext
 from .async_router import AsyncRouter
 from .async_transactional import AsyncClient
 from .http import DEFAULT_MAX_STREAM_BYTES, KEY_HEADER, Headers, Response
@@ -61,7 +59,7 @@ def _header(scope: Scope, name: bytes) -> Optional[str]:
     return None
 
 
-class _Answer(AnswerState):
+class _Answer(AsyncAnswer):
     """One request's answer as the application sends it: gathered until a body message
     says more_body (a stream), then forwarded message by message while it is captured."""
 
@@ -76,25 +74,11 @@ class _Answer(AnswerState):
         super().reset()
         self.start: Dict[str, Any] = {}
 
-    async def piece(self, data: bytes) -> None:
-        """One piece of the body: forwarded and captured when streaming, else kept."""
-        if not self.streaming:
-            if data:
-                self.pending.append(data)
-            return
-        self.capture.add(data)
-        if data:  # an empty chunk would end a chunked body
-            await self.send({"type": "http.response.body", "body": data, "more_body": True})
-
-    async def start_stream(self, stamp: bool) -> None:
-        """Sends the start (the key's expiry with it when ``stamp``) and the pieces so far."""
-        raw = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in self.start.get("headers", ())]
-        headers = stream_headers(raw, self.expires_epoch if stamp else None)
+    async def _send_start(self, headers: Headers) -> None:
         await self.send({**self.start, "headers": _encode(headers)})
-        self.streaming = True
-        pending, self.pending = self.pending, []
-        for data in pending:
-            await self.piece(data)
+
+    async def _send(self, data: bytes) -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
 
 class _StreamCut(Exception):
@@ -189,32 +173,21 @@ class IdempotencyMiddleware(AsyncMiddlewareCore):
         async def capture(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answer.start.update(message)
+                answer.status = int(answer.start["status"])
+                answer.headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in answer.start.get("headers", ())]
             elif message["type"] == "http.response.body":
                 await answer.piece(bytes(message.get("body", b"")))
                 answer.finished = not message.get("more_body", False)
-                if message.get("more_body", False) and not answer.streaming and "status" in answer.start:
-                    status = int(answer.start["status"])
-                    storage = await self.client.storage(request_context.connection, status)
-                    await answer.start_stream(storage == COMMITTED_WITH_KEY)
+                if message.get("more_body", False) and not answer.streaming and answer.status is not None:
+                    await answer.start_stream(self.client, request_context.connection)
 
         await self.app(inner, replay, capture)
-        if "status" not in answer.start:
+        if answer.status is None:
             raise RuntimeError("the ASGI application sent no http.response.start")
-        status = int(answer.start["status"])
-        headers: Headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in answer.start.get("headers", ())]
         if answer.streaming and not answer.finished:
             # Cut short (the client went away and the application stopped): never kept.
             raise _StreamCut("the stream ended without its last body message")
-        if answer.streaming:
-            return answer.capture.response(status, headers, request_context.resource_id,
-                                           request_context.one_time_secret)
-        return Response(
-            status=status,
-            headers=headers,
-            body=b"".join(answer.pending),
-            resource_id=request_context.resource_id,
-            one_time_secret=request_context.one_time_secret,
-        )
+        return answer.response(request_context)
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -17,24 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-# The names and defaults of client/protocol.json, generated (tools/protocol_gen.py).
-from ._protocol import (  # noqa: F401
-    DATABASE_FAULT_DETAIL,
-    DEFAULT_DUPLICATE_MODE,
-    DEFAULT_KEPT_HEADERS,
-    DEFAULT_MAX_STREAM_BYTES,
-    DEFAULT_RETRY_AFTER_SECONDS,
-    DUPLICATE_MODES,
-    EXPIRES_FORMAT,
-    EXPIRES_HEADER,
-    KEY_HEADER,
-    NOT_KEPT_ENTRY,
-    PROBLEM_CONTENT_TYPE,
-    PROBLEM_TYPE_BASE,
-    REPLAY_HEADER,
-    STREAM_CHUNKS_ENTRY,
-    Problem,
-)
+# The names, defaults and problem types of client/protocol.json, generated
+# (tools/protocol_gen.py): every name of _protocol.__all__, public here.
+from ._protocol import *  # noqa: F401,F403
+from ._protocol import (DATABASE_FAULT_DETAIL, DEFAULT_RETRY_AFTER_SECONDS, EXPIRES_HEADER,
+                        PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE, Problem)
 
 Headers = List[Tuple[str, str]]
 """HTTP header fields in order; names compare case-insensitively."""
@@ -117,6 +104,13 @@ def problem_response(problem: Problem, detail: str, type_base: str = PROBLEM_TYP
     """An ``application/problem+json`` response with ``type`` = type_base + slug."""
     body = problem_body(problem.status, type_base + problem.slug, problem.title, detail)
     return Response(status=problem.status, headers=[("Content-Type", PROBLEM_CONTENT_TYPE)], body=body)
+
+
+def stamped(response: Response, expires_epoch: Optional[int]) -> Response:
+    """Adds the key's expiry header (when known), replacing any value the handler set."""
+    if expires_epoch is not None:
+        response.set_header(EXPIRES_HEADER, http_date(expires_epoch))
+    return response
 
 
 KEY_REFUSED_DETAIL = "The Idempotency-Key was refused by the server."

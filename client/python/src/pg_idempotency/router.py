@@ -23,31 +23,30 @@ async one by client/python/tools/async_to_sync.py.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Optional
+from dataclasses import replace
+from typing import Any, Iterator, Callable, Dict, Mapping, Optional, Tuple
 
 import psycopg
 
-from ._router_core import (  # noqa: F401 (the routing defaults, public here as before)
+# The routing defaults of client/protocol.json (``routing``), generated; public here as before.
+from ._protocol import (  # noqa: F401
     DEFAULT_MAX_PRINCIPALS,
     DEFAULT_NODE_DOWN_SECONDS,
     DEFAULT_REFRESH_SECONDS,
     PLACEMENT_SQL,
     STALE_PLACEMENT_MESSAGE,
     STALE_PLACEMENT_SQLSTATE,
-    Route,
-    RouterCounters,
-    Target,
-    _node_of,
-    _routed,
-    _RouterBase,
-    is_stale_placement,
 )
+from ._router_core import Route, RouterCounters, Target, _node_of, _positional, _routed, is_stale_placement
 
 __all__ = ["Router", "Route", "RouterCounters", "is_stale_placement"]
 
 
-class Router(_RouterBase):
+class Router:
     """Routes a principal's requests to the node that holds its shard (thread-safe for
     the sync router; the async one is used from one event loop).
 
@@ -64,10 +63,67 @@ class Router(_RouterBase):
     its block).
     """
 
+    def __init__(self, default: Target, nodes: Mapping[str, Target], *,
+                 placement_sql: str = PLACEMENT_SQL, refresh: float = DEFAULT_REFRESH_SECONDS,
+                 node_down: float = DEFAULT_NODE_DOWN_SECONDS,
+                 max_principals: int = DEFAULT_MAX_PRINCIPALS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not placement_sql:
+            raise ValueError("placement_sql is empty")
+        if max_principals < 1:
+            raise ValueError("max_principals must be at least 1")
+        if refresh < 0 or node_down < 0:
+            raise ValueError("refresh and node_down must not be negative")
+        self._default = default
+        self._nodes: Dict[str, Target] = dict(nodes)
+        self._query = _positional(placement_sql)
+        self._refresh, self._node_down, self._max_principals = refresh, node_down, max_principals
+        self._clock = clock
+        # The cache (least recently used out first), the nodes marked down and the counters,
+        # under self._lock (never held across an await: uncontended on one event loop).
+        self._cache: "OrderedDict[str, Tuple[Optional[str], float]]" = OrderedDict()
+        self._down_until: Dict[str, float] = {}
+        self._counters = RouterCounters()
+        self._lock = threading.Lock()
+        # The lock of the lookups' connection to the default target (the async router's is
+        # made on the loop that uses it, by _lookup_guard).
+        self._lookup_lock = threading.Lock()
+        self._lookup_conn: Any = None
+
+    @property
+    def counters(self) -> RouterCounters:
+        """A copy of the counts so far."""
+        with self._lock:
+            return replace(self._counters)
+
+    def report_connect_failure(self, principal: str, node: Optional[str]) -> None:
+        """Connecting to ``node`` for ``principal`` failed: the node gets nothing for
+        ``node_down`` seconds and the principal's placement is looked up again."""
+        if node is None:
+            return
+        with self._lock:
+            now = self._clock()
+            if self._down_until.get(node, 0.0) <= now:
+                self._counters.nodes_marked_down += 1
+            self._down_until[node] = now + self._node_down
+            self._cache.pop(principal, None)
+
+    def report_stale_placement(self, principal: str) -> None:
+        """A call for ``principal`` failed with ``is_stale_placement``: its cached placement
+        is dropped, so its next route looks it up again, and ``stale_placements`` counts
+        it. No node is marked down (the node is up; the shard moved)."""
+        with self._lock:
+            self._counters.stale_placements += 1
+            self._cache.pop(principal, None)
+
     def route(self, principal: str) -> Route:
         """The route of ``principal``: its cached placement, else one looked up now."""
         with self._lock:
-            known, node = self._state.cached(principal)
+            entry = self._cache.get(principal)
+            known = entry is not None and self._clock() - entry[1] < self._refresh
+            if known:
+                self._cache.move_to_end(principal)
+        node = entry[0] if entry is not None and known else None
         failed = False
         if not known:
             try:  # outside the lock: a slow lookup holds up no cached route
@@ -76,8 +132,25 @@ class Router(_RouterBase):
                 failed = True
         with self._lock:
             if not known:
-                self._state.looked_up(principal, node, failed)
-            return self._state.choose(node)
+                self._looked_up(principal, node, failed)
+            up = node is not None and self._clock() >= self._down_until.get(node, 0.0)
+            if node is not None and node in self._nodes and up:
+                self._counters.routed += 1
+                return Route(self._nodes[node], node)
+            self._counters.defaulted += 1
+            return Route(self._default, None)
+
+    def _looked_up(self, principal: str, node: Optional[str], failed: bool) -> None:
+        """Counts a lookup and caches its placement (a failed one is not cached); the
+        caller holds the lock."""
+        self._counters.lookups += 1
+        if failed:
+            self._counters.lookup_failures += 1
+            return
+        self._cache[principal] = (node, self._clock())
+        self._cache.move_to_end(principal)
+        while len(self._cache) > self._max_principals:
+            self._cache.popitem(last=False)
 
     def target(self, principal: str) -> Target:
         """The target of route(principal)."""
@@ -99,12 +172,15 @@ class Router(_RouterBase):
             except psycopg.OperationalError:
                 if route.node is None:
                     raise
-                default = self._fall_back(principal, route.node)
-                conn = stack.enter_context(_open(default))
+                self.report_connect_failure(principal, route.node)  # the request goes to the default
+                with self._lock:
+                    self._counters.defaulted += 1
+                conn = stack.enter_context(_open(self._default))
             try:
                 yield conn
             except psycopg.Error as error:
-                self._report_if_stale(principal, error)
+                if is_stale_placement(error):
+                    self.report_stale_placement(principal)
                 raise
 
     def close(self) -> None:
@@ -119,16 +195,16 @@ class Router(_RouterBase):
         return self._lookup_lock
 
     def _lookup(self, principal: str) -> Optional[str]:
-        default = self._state.default
+        default = self._default
         if not isinstance(default, str):
             with default() as conn:
-                cursor = conn.execute(self._state.query, (principal,))
+                cursor = conn.execute(self._query, (principal,))
                 return _node_of(cursor.fetchone())
         with self._lookup_guard():
             if self._lookup_conn is None or self._lookup_conn.closed:
                 self._lookup_conn = psycopg.Connection.connect(default, autocommit=True)
             try:
-                cursor = self._lookup_conn.execute(self._state.query, (principal,))
+                cursor = self._lookup_conn.execute(self._query, (principal,))
                 return _node_of(cursor.fetchone())
             except psycopg.OperationalError:
                 self._lookup_conn.close()  # connect again next time

@@ -30,6 +30,7 @@ from typing import Any, Callable, List, Optional, Sequence, Type
 
 import psycopg
 from psycopg import errors
+from psycopg.types.json import Jsonb
 
 from . import _batch
 from ._batch import BatchFlag, BatchOutcome
@@ -137,10 +138,13 @@ class Client(ClientBase):
         the HTTP answer of each key that does not start (``answer``, from the extension).
         ``ttl`` and ``wait`` default to the client's options. Complete every
         started key (``complete_batch``) before the transaction commits."""
-        params = _batch.begin_params(principal, keys, action, fingerprints,
-                                     ttl if ttl is not None else self.options.ttl,
-                                     wait if wait is not None else self.options.wait,
-                                     self.options.problem_type_base, self.options.retry_after)
+        if len(fingerprints) != len(keys):
+            raise ValueError("begin_batch: one fingerprint per key")
+        options = self.options
+        # Type base and Retry-After thrice (the three http_answer columns), then begin_batch's.
+        params = (options.problem_type_base, options.retry_after) * 3 + (
+            principal, list(keys), action, [bytes(f) for f in fingerprints],
+            ttl if ttl is not None else options.ttl, wait if wait is not None else options.wait)
         return _batch.outcomes((conn.execute(_batch.BEGIN_BATCH, params)).fetchall())
 
     def complete_batch(
@@ -156,7 +160,18 @@ class Client(ClientBase):
         """``idempotency.complete_batch``: stores the i-th status, body, headers (a dict
         or [name, value] pairs) and resource id for ``keys[i]``, each begun in this
         transaction. A key that cannot be completed fails the call before anything is stored."""
-        params = _batch.complete_params(principal, keys, statuses, bodies, headers, resource_ids)
+        for name, values in (("statuses", statuses), ("bodies", bodies), ("headers", headers),
+                             ("resource_ids", resource_ids)):
+            if values is not None and len(values) != len(keys):
+                raise ValueError(f"complete_batch: {name} must have one element per key")
+        params = (
+            principal,
+            list(keys),
+            list(statuses),
+            None if bodies is None else [None if b is None else bytes(b) for b in bodies],
+            None if headers is None else [None if h is None else Jsonb(h) for h in headers],
+            None if resource_ids is None else list(resource_ids),
+        )
         return _batch.flags((conn.execute(_batch.COMPLETE_BATCH, params)).fetchall())
 
     def claim_batch(
@@ -168,7 +183,7 @@ class Client(ClientBase):
     ) -> List[BatchFlag]:
         """``idempotency.claim_batch``: ``value`` is True for the keys this call claimed
         (for ``ttl``, default the client's); the claims commit with the caller's transaction."""
-        params = _batch.claim_params(principal, keys, ttl if ttl is not None else self.options.ttl)
+        params = (principal, list(keys), ttl if ttl is not None else self.options.ttl)
         return _batch.flags((conn.execute(_batch.CLAIM_BATCH, params)).fetchall())
 
     def push_unique(

@@ -21,10 +21,8 @@ from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 import psycopg
 
-from ._common import COMMITTED_WITH_KEY
-from ._middleware import MiddlewareCore, RequestContext
-from ._stream import AnswerState, stream_headers
-from .http import DEFAULT_MAX_STREAM_BYTES, Response
+from ._middleware import Answer, MiddlewareCore, RequestContext
+from .http import DEFAULT_MAX_STREAM_BYTES, Headers, Response
 from .router import Router
 from .transactional import Client
 
@@ -48,7 +46,7 @@ def _path(environ: dict) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-class _Answer(AnswerState):
+class _Answer(Answer):
     """One request's answer as the application gives it: gathered until it proves to be
     a stream (a second non-empty piece from an iterable that is not a list or a tuple),
     then sent piece by piece through the server's write() while it is captured."""
@@ -62,37 +60,23 @@ class _Answer(AnswerState):
     def reset(self) -> None:
         """Forgets a previous attempt's answer (never one that began to stream)."""
         super().reset()
-        self.status: Optional[str] = None
-        self.headers: List[Tuple[str, str]] = []
+        self.status_line: Optional[str] = None
 
     def start_response(self, status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Callable:
         # PEP 3333: a second call (with exc_info) replaces the status and headers until
         # the body has begun (a piece gathered or sent); after that it re-raises.
         if exc_info is not None and (self.streaming or self.pending):
             raise exc_info[1].with_traceback(exc_info[2])
-        self.status, self.headers = status, list(headers)
+        self.status_line, self.headers = status, list(headers)
+        self.status = int(status.split(" ", 1)[0])
         return self.piece
 
-    def piece(self, data: bytes) -> None:
-        """One piece of the body: sent and captured when streaming, else kept for later."""
-        if self.write is None:
-            if data:
-                self.pending.append(bytes(data))
-            return
-        self.capture.add(data)
-        if data:
-            self.write(data)
+    def _send_start(self, headers: Headers) -> None:
+        self.write = self.server_start_response(self.status_line, headers)
 
-    def start_stream(self, stamp: bool) -> None:
-        """Sends the status, the headers (the key's expiry with them when ``stamp``) and
-        the pieces so far; every later piece goes out as it comes."""
-        assert self.status is not None
-        headers = stream_headers(self.headers, self.expires_epoch if stamp else None)
-        self.write = self.server_start_response(self.status, headers)
-        self.streaming = True
-        pending, self.pending = self.pending, []
-        for data in pending:
-            self.piece(data)
+    def _send(self, data: bytes) -> None:
+        assert self.write is not None
+        self.write(data)
 
 
 class IdempotencyMiddleware(MiddlewareCore):
@@ -137,7 +121,7 @@ class IdempotencyMiddleware(MiddlewareCore):
         request = self._request(environ, principal, key, method, _path(environ), body if length > 0 else None)
         answer = _Answer(start_response, self.max_stream_bytes)
         response = self._serve(request, answer, lambda context: self._run_app(environ, body, context, answer))
-        if answer.write is not None:
+        if answer.streaming:
             return []  # streamed and committed: the server ends the response now
         start_response(status_line(response.status), list(response.headers))
         if response.chunks is not None:
@@ -153,28 +137,17 @@ class IdempotencyMiddleware(MiddlewareCore):
             streamable = not isinstance(result, (list, tuple))
             for data in result:
                 answer.piece(data)
-                if streamable and answer.write is None and len(answer.pending) > 1:
+                if streamable and not answer.streaming and len(answer.pending) > 1:
                     if answer.status is None:
                         break
-                    status = int(answer.status.split(" ", 1)[0])
-                    storage = self.client.storage(context.connection, status)
-                    answer.start_stream(storage == COMMITTED_WITH_KEY)
+                    answer.start_stream(self.client, context.connection)
         finally:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
         if answer.status is None:
             raise RuntimeError("the WSGI application did not call start_response")
-        status = int(answer.status.split(" ", 1)[0])
-        if answer.write is not None:
-            return answer.capture.response(status, answer.headers, context.resource_id, context.one_time_secret)
-        return Response(
-            status=status,
-            headers=list(answer.headers),
-            body=b"".join(answer.pending),
-            resource_id=context.resource_id,
-            one_time_secret=context.one_time_secret,
-        )
+        return answer.response(context)
 
 
 def connect_each_time(conninfo: str) -> Callable[[], AbstractContextManager]:
