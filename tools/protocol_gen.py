@@ -27,6 +27,7 @@ file fails. Python 3 stdlib only.
 import json
 import os
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROTOCOL = os.path.join(ROOT, "client", "protocol.json")
@@ -612,9 +613,9 @@ def rust(protocol):
     lines = [
         "// " + HEADER,
         "",
-        "//! The names and defaults of client/protocol.json, and the problems the client",
-        "//! answers itself; the answers of the outcomes come whole from",
-        "//! `idempotency.http_answer`.",
+        "//! The names and defaults of client/protocol.json, the outcomes, the problems the",
+        "//! client answers itself and the statements it sends; the answers of the outcomes",
+        "//! come whole from `idempotency.http_answer`.",
         "",
         "/// One RFC 9457 problem type the client answers with itself.",
         "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]",
@@ -701,8 +702,101 @@ def rust(protocol):
         lines.append("pub const %s: [&str; %d] = [" % (name, len(values)))
         lines += ["    %s," % json.dumps(value) for value in values]
         lines.append("];")
+    lines += rust_outcomes(protocol)
+    lines += rust_duplicate_modes(protocol)
+    lines += rust_statements(protocol["statements"])
     lines.append("")
     return "\n".join(lines)
+
+
+def rust_outcome_doc(protocol, name, outcome):
+    """What an outcome means, from its entry of the table."""
+    if outcome["run_handler"]:
+        return "`%s`: the key is held: run the handler." % name
+    if outcome.get("response") == "stored":
+        return "`%s`: the stored response is the answer (replayed)." % name
+    problem = protocol["problems"][outcome["problem"]]
+    return "`%s`: the handler does not run; the answer is %d %s." % (
+        name, problem["status"], problem["type"])
+
+
+def rust_outcomes(protocol):
+    """`Outcome`: the outcomes of begin and acquire, with their spelling."""
+    outcomes = protocol["outcomes"]
+    lines = [
+        "",
+        "/// What `begin` / `acquire` answered, as the server spells it.",
+        "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]",
+        "pub enum Outcome {",
+    ]
+    for name, outcome in outcomes.items():
+        lines.append("    /// %s" % rust_outcome_doc(protocol, name, outcome))
+        lines.append("    %s," % camel(name))
+    lines += [
+        "}",
+        "",
+        "impl Outcome {",
+        "    /// Every outcome.",
+        "    pub const ALL: [Outcome; %d] = [" % len(outcomes),
+    ]
+    lines += ["        Outcome::%s," % camel(name) for name in outcomes]
+    lines += [
+        "    ];",
+        "",
+        "    /// The outcome as the server spells it (`in_progress`).",
+        "    pub fn name(self) -> &'static str {",
+        "        match self {",
+    ]
+    lines += ["            Outcome::%s => %s," % (camel(name), json.dumps(name)) for name in outcomes]
+    lines += [
+        "        }",
+        "    }",
+        "",
+        "    /// Parses the server's spelling; None for an unknown outcome.",
+        "    pub fn parse(name: &str) -> Option<Outcome> {",
+        "        Outcome::ALL.iter().copied().find(|o| o.name() == name)",
+        "    }",
+        "}",
+        "",
+    ]
+    return lines
+
+
+# What each duplicate mode does (client/protocol.json names them).
+DUPLICATE_MODE_DOCS = {
+    "wait": "Waits for the first request (up to `Options::wait`), then replays its answer.",
+    "reject": "Answers 409 request-in-progress with Retry-After at once (begin with wait 0).",
+}
+
+
+def rust_duplicate_modes(protocol):
+    """`DuplicateMode`: what a duplicate of a running request does."""
+    lines = [
+        "/// What a duplicate of a request that is still running does.",
+        "#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]",
+        "pub enum DuplicateMode {",
+    ]
+    for mode in protocol["duplicate_modes"]:
+        lines.append("    /// %s" % DUPLICATE_MODE_DOCS[mode])
+        if mode == protocol["default_duplicate_mode"]:
+            lines.append("    #[default]")
+        lines.append("    %s," % camel(mode))
+    lines += ["}", ""]
+    return lines
+
+
+def rust_statements(statements):
+    """The statements the crate sends, one `pub(crate) const NAME_SQL` each, its comment
+    wrapped as a doc comment of lines at most 100 long."""
+    lines = []
+    for key, statement in statements.items():
+        if key == "comment":
+            continue
+        name = key.upper() + "_SQL"
+        lines += ["/// " + line for line in textwrap.wrap(statement["comment"], 96)]
+        lines.append("pub(crate) const %s: &str = %s;"
+                     % (name, rust_string(statement["sql"], 26 + len(name))))
+    return lines
 
 
 GENERATORS = {"go": go, "cpp": cpp, "node": node, "python": python, "rust": rust}

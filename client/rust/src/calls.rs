@@ -33,9 +33,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_postgres::Config;
 
+use crate::common::Request;
 use crate::error::Error;
 use crate::http::{Outcome, Response};
-use crate::lease::{Acquired, Call, Held, LeaseOptions, LeaseRunner, Policy, Settle};
+use crate::lease::{Acquired, Held, LeaseOptions, LeaseRunner, Policy, Settle};
 
 /// The action stored with the keys of these calls, for operators.
 const ACTION: &str = "call";
@@ -125,12 +126,6 @@ pub struct Idempotency {
     runner: LeaseRunner,
 }
 
-/// What a held body came to: its value or error, and whether the fence held.
-struct Ran<T, E> {
-    result: Result<T, E>,
-    fenced: bool,
-}
-
 impl Idempotency {
     /// The options these calls default to: `LeaseOptions::default()` with hashed keys.
     pub fn default_options() -> LeaseOptions {
@@ -199,7 +194,7 @@ impl Idempotency {
         let held = match self.acquire(Policy::Remember, key, ttl).await? {
             Acquired::Held(held, _) => held,
             Acquired::Answer(Outcome::Replay, row) => {
-                let body = row.body.unwrap_or_default();
+                let body = row.body().unwrap_or_default();
                 let value = serde_json::from_slice(&body).map_err(|e| {
                     Error::Protocol(format!("the stored value does not deserialize: {}", e))
                 })?;
@@ -209,7 +204,7 @@ impl Idempotency {
             Acquired::Answer(Outcome::Expired, _) => return Ok(Remembered::Expired),
             Acquired::Answer(other, _) => return Err(unexpected(other).into()),
         };
-        let ran = self
+        let (value, fenced) = self
             .run_held(Policy::Remember, &held, body, |value: &T| {
                 serde_json::to_vec(value).map(|json| {
                     let headers = vec![("Content-Type".into(), "application/json".into())];
@@ -217,13 +212,7 @@ impl Idempotency {
                 })
             })
             .await?;
-        match ran {
-            Ran { result: Ok(value), fenced: true } => Ok(Remembered::Fresh(value)),
-            Ran { result: Ok(value), fenced: false } => Ok(Remembered::FreshUnfenced(value)),
-            Ran { result: Err(error), fenced } => {
-                Err(CallError::Body { error, lease_lost: !fenced })
-            }
-        }
+        Ok(if fenced { Remembered::Fresh(value) } else { Remembered::FreshUnfenced(value) })
     }
 
     async fn done<T, E, F, Fut>(
@@ -245,14 +234,8 @@ impl Idempotency {
             Acquired::Answer(_, _) => return Ok(Done::Duplicate),
         };
         let marker = |_: &T| Ok::<_, serde_json::Error>(Response::new(200, Vec::new(), ""));
-        let ran = self.run_held(policy, &held, body, marker).await?;
-        match ran {
-            Ran { result: Ok(value), fenced: true } => Ok(Done::Fresh(value)),
-            Ran { result: Ok(value), fenced: false } => Ok(Done::FreshUnfenced(value)),
-            Ran { result: Err(error), fenced } => {
-                Err(CallError::Body { error, lease_lost: !fenced })
-            }
-        }
+        let (value, fenced) = self.run_held(policy, &held, body, marker).await?;
+        Ok(if fenced { Done::Fresh(value) } else { Done::FreshUnfenced(value) })
     }
 
     async fn acquire(
@@ -264,31 +247,27 @@ impl Idempotency {
         if key.material.is_empty() {
             return Err(Error::Protocol("a key's material must not be empty".into()));
         }
-        let call = Call {
-            principal: &key.principal,
-            key: &key.material,
-            action: ACTION.to_string(),
-            method: "CALL",
-            path: "",
-            body: None,
-            exclude: None,
-            policy,
-            ttl,
-            wait: self.runner.wait_millis(None),
+        let request = Request {
+            principal: key.principal.clone(),
+            key: Some(key.material.clone()),
+            method: "CALL".into(),
+            action: ACTION.into(),
+            ..Request::default()
         };
-        self.runner.acquire(&call).await
+        self.runner.acquire(&request, policy, ttl).await
     }
 
     /// Runs the body under the lease and settles the key by `policy`: a successful
     /// body's `stored` response is marked done (once, commit_on_success) or stored
     /// (remember). A value that does not serialize releases the key and is an error.
+    /// The body's value and whether the fence held to the end, or its error.
     async fn run_held<T, E, F, Fut, S>(
         &self,
         policy: Policy,
         held: &Held,
         body: F,
         stored: S,
-    ) -> Result<Ran<T, E>, Error>
+    ) -> Result<(T, bool), CallError<E>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -301,7 +280,7 @@ impl Idempotency {
                 Err(error) => {
                     self.runner.settle(held, &Settle::Release).await;
                     let refused = format!("the value does not serialize: {}", error);
-                    return Err(Error::Protocol(refused));
+                    return Err(Error::Protocol(refused).into());
                 }
             },
             Err(_) => None,
@@ -316,7 +295,10 @@ impl Idempotency {
         // stands. A failed completion leaves the key unsettled: not fenced.
         let release = matches!(settle, Settle::Release);
         let fenced = settled.unwrap_or(release) && !lost;
-        Ok(Ran { result, fenced })
+        match result {
+            Ok(value) => Ok((value, fenced)),
+            Err(error) => Err(CallError::Body { error, lease_lost: !fenced }),
+        }
     }
 }
 

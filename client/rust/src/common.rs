@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
-use tokio_postgres::error::SqlState;
 
+use crate::db::{Db, Param, Values};
 use crate::error::Error;
-use crate::http::DuplicateMode;
+use crate::generated::FINAL_STATUSES_SQL;
+use crate::http::{answer_response, DuplicateMode, Response};
 
 /// One HTTP request as the protocol sees it.
 #[derive(Clone, Debug, Default)]
@@ -68,26 +69,58 @@ impl Request {
             Some(self.exclude.clone())
         }
     }
+
+    /// begin's or acquire's wait in milliseconds: 0 in reject mode (409 at once), else
+    /// `wait`; the mode is the request's `duplicates`, else `mode`.
+    pub(crate) fn wait_millis(&self, mode: DuplicateMode, wait: Option<Duration>) -> Option<i64> {
+        match self.duplicates.unwrap_or(mode) {
+            DuplicateMode::Reject => Some(0),
+            DuplicateMode::Wait => millis(wait),
+        }
+    }
+
+    /// The key as sent (empty when there is none: the server refuses it).
+    pub(crate) fn key_text(&self) -> &str {
+        self.key.as_deref().unwrap_or_default()
+    }
+
+    /// The first seven parameters of begin, save_final and acquire: the principal, `key`
+    /// (as stored), `action` and the fingerprint's parts (method, path, body, exclude).
+    pub(crate) fn claim_params<'a>(&'a self, key: &'a str, action: &'a str) -> Vec<Param<'a>> {
+        let exclude = (!self.exclude.is_empty()).then_some(self.exclude.as_slice());
+        vec![
+            Param::Text(Some(&self.principal)),
+            Param::Text(Some(key)),
+            Param::Text(Some(action)),
+            Param::Text(Some(&self.method)),
+            Param::Text(Some(&self.path)),
+            Param::Bytes(self.body.as_deref()),
+            Param::Texts(exclude),
+        ]
+    }
+}
+
+/// The server's answer in a row of begin or acquire (`idempotency.http_answer`'s status,
+/// headers and body in columns 3 to 5) with the resource id of column `resource_id`.
+pub(crate) fn answer_of(row: &Values, resource_id: usize) -> Response {
+    let status = row.int(3).and_then(|s| i32::try_from(s).ok()).unwrap_or(500);
+    answer_response(status, row.text(4).as_deref(), row.bytes(5), row.text(resource_id))
 }
 
 /// The key was refused by the server (empty, too long, bad characters, key_format): 400.
 pub(crate) fn key_refused(error: &Error) -> bool {
-    matches!(error.sqlstate(), Some(s) if *s == SqlState::INVALID_TEXT_REPRESENTATION)
+    error.code().as_deref() == Some("22P02")
 }
 
 /// The body cannot be fingerprinted (JSON nested deeper than max_json_depth): 400.
 pub(crate) fn body_invalid(error: &Error) -> bool {
-    matches!(error.sqlstate(), Some(s) if *s == SqlState::PROGRAM_LIMIT_EXCEEDED
-        || *s == SqlState::STATEMENT_TOO_COMPLEX)
+    matches!(error.code().as_deref(), Some("54000" | "54001"))
 }
 
 /// A duration as whole milliseconds for `$n::int8 * interval '1 millisecond'`.
 pub(crate) fn millis(value: Option<Duration>) -> Option<i64> {
     value.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
-
-pub(crate) const FINAL_STATUSES_SQL: &str =
-    "SELECT s FROM pg_catalog.generate_series(100, 599) AS s WHERE idempotency.is_final(s)";
 
 /// Which statuses are stored: the server's idempotency.is_final, read once, or a fixed list.
 #[derive(Debug, Default)]
@@ -109,30 +142,13 @@ impl FinalStatuses {
         FinalStatuses { table }
     }
 
-    /// Reads the server's table once (one round trip); later calls return at once.
-    pub(crate) async fn load<C: tokio_postgres::GenericClient>(
-        &self,
-        client: &C,
-    ) -> Result<(), Error> {
-        self.load_with(|| async {
-            let rows = client.query(FINAL_STATUSES_SQL, &[]).await?;
-            Ok(rows.iter().map(|row| row.get(0)).collect())
-        })
-        .await
-    }
-
-    /// Loads the table once from the final statuses that `fetch` reads with
-    /// `FINAL_STATUSES_SQL`.
-    pub(crate) async fn load_with<F, Fut>(&self, fetch: F) -> Result<(), Error>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Vec<i32>, Error>>,
-    {
+    /// Reads the server's table once on `db` (one round trip); later calls return at once.
+    pub(crate) async fn load(&self, db: Db<'_>) -> Result<(), Error> {
         self.table
             .get_or_try_init(|| async {
                 let mut flags = vec![false; 500];
-                for status in fetch().await? {
-                    if (100..=599).contains(&status) {
+                for row in db.query(FINAL_STATUSES_SQL, &[]).await? {
+                    if let Some(status) = row.int(0).filter(|s| (100..=599).contains(s)) {
                         flags[(status - 100) as usize] = true;
                     }
                 }

@@ -35,6 +35,32 @@ impl Error {
         }
     }
 
+    /// The SQLSTATE of a database error of either backend, if any.
+    pub(crate) fn code(&self) -> Option<String> {
+        match self {
+            Error::Db(error) => error.code().map(|code| code.code().to_string()),
+            #[cfg(feature = "sqlx")]
+            Error::Sqlx(error) => {
+                error.as_database_error().and_then(|db| db.code()).map(|code| code.into_owned())
+            }
+            _ => None,
+        }
+    }
+
+    /// The primary message of a database error of either backend, or the error as text.
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Error::Db(error) => {
+                error.as_db_error().map_or_else(|| error.to_string(), |db| db.message().into())
+            }
+            #[cfg(feature = "sqlx")]
+            Error::Sqlx(error) => error
+                .as_database_error()
+                .map_or_else(|| error.to_string(), |db| db.message().into()),
+            other => other.to_string(),
+        }
+    }
+
     /// True for a serialization failure (40001) or a deadlock (40P01): rerun the attempt.
     pub fn is_retryable(&self) -> bool {
         matches!(self.sqlstate(), Some(s) if *s == SqlState::T_R_SERIALIZATION_FAILURE

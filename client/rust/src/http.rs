@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 mod expiry;
 pub use crate::generated::*;
-pub use expiry::{http_date, DuplicateMode};
+pub use expiry::http_date;
 
 /// The value of `NOT_KEPT_ENTRY`: the stream was larger than the service keeps.
 pub const NOT_KEPT_VALUE: &str = "stream-too-large";
@@ -62,52 +62,6 @@ impl Response {
         if let Some(epoch) = expires_epoch {
             self.set_header(EXPIRES_HEADER, &http_date(epoch));
         }
-    }
-}
-
-/// What `begin` / `acquire` answered, as the server spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// No live row: the key is held, run the handler.
-    Started,
-    /// A completed row of the same request: its stored response is the answer.
-    Replay,
-    /// A live row of another request: 422.
-    Mismatch,
-    /// Held by a running transaction past `wait`, or by a live lease: 409.
-    InProgress,
-    /// The stored response carried a one-time secret: 409.
-    SecretReplay,
-    /// The key expired under an on_expiry 'refuse' policy (a tombstone): 410.
-    Expired,
-}
-
-impl Outcome {
-    /// Every outcome.
-    pub const ALL: [Outcome; 6] = [
-        Outcome::Started,
-        Outcome::Replay,
-        Outcome::Mismatch,
-        Outcome::InProgress,
-        Outcome::SecretReplay,
-        Outcome::Expired,
-    ];
-
-    /// The outcome as the server spells it (`in_progress`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Started => "started",
-            Outcome::Replay => "replay",
-            Outcome::Mismatch => "mismatch",
-            Outcome::InProgress => "in_progress",
-            Outcome::SecretReplay => "secret_replay",
-            Outcome::Expired => "expired",
-        }
-    }
-
-    /// Parses the server's spelling; None for an unknown outcome.
-    pub fn parse(name: &str) -> Option<Outcome> {
-        Outcome::ALL.iter().copied().find(|o| o.name() == name)
     }
 }
 

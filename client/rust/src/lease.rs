@@ -17,6 +17,7 @@ use tokio_postgres::Config;
 
 use crate::common::{key_refused, millis, FinalStatuses, Request};
 use crate::connect::Tls;
+use crate::db::Param;
 use crate::error::{BoxError, Error};
 use crate::http::{
     problem_response, valid_key, DuplicateMode, Outcome, Problem, Response, DEFAULT_KEPT_HEADERS,
@@ -26,8 +27,6 @@ use crate::http::{
 pub(crate) mod renew;
 mod settle;
 pub(crate) mod store;
-#[cfg(feature = "sqlx")]
-mod store_sqlx;
 
 use renew::Renewer;
 pub(crate) use settle::Settle;
@@ -186,6 +185,7 @@ pub struct LeaseRunner {
 }
 
 /// The key a run holds: as stored, its SHA-256 for logs, and the fence.
+#[derive(Clone)]
 pub(crate) struct Held {
     pub(crate) principal: String,
     pub(crate) key: String,
@@ -198,21 +198,6 @@ pub(crate) struct Held {
 pub fn key_digest(key: &str) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(key.as_bytes()).iter().map(|b| format!("{:02x}", b)).collect()
-}
-
-/// One acquire: who, which key (as the caller gave it), the fingerprint's parts, the
-/// policy and the key's ttl.
-pub(crate) struct Call<'a> {
-    pub(crate) principal: &'a str,
-    pub(crate) key: &'a str,
-    pub(crate) action: String,
-    pub(crate) method: &'a str,
-    pub(crate) path: &'a str,
-    pub(crate) body: Option<&'a [u8]>,
-    pub(crate) exclude: Option<Vec<String>>,
-    pub(crate) policy: Policy,
-    pub(crate) ttl: Option<Duration>,
-    pub(crate) wait: Option<i64>,
 }
 
 /// What acquire found: the key held, or the outcome and row of an answer.
@@ -276,9 +261,9 @@ impl LeaseRunner {
         E: Into<BoxError>,
     {
         let options = &self.options;
-        let key = match request.key.as_deref() {
-            Some(k) if options.hash_keys && !k.is_empty() => k,
-            Some(k) if valid_key(k, options.max_key_length) => k,
+        match request.key.as_deref() {
+            Some(k) if options.hash_keys && !k.is_empty() => {}
+            Some(k) if valid_key(k, options.max_key_length) => {}
             other => {
                 let problem =
                     if other.is_some() { Problem::KEY_MALFORMED } else { Problem::KEY_MISSING };
@@ -291,20 +276,8 @@ impl LeaseRunner {
                     self.problem(problem, &detail),
                 ));
             }
-        };
-        let call = Call {
-            principal: &request.principal,
-            key,
-            action: request.action_name(),
-            method: &request.method,
-            path: &request.path,
-            body: request.body.as_deref(),
-            exclude: request.exclude_param(),
-            policy: options.policy,
-            ttl: options.ttl,
-            wait: self.wait_millis(request.duplicates),
-        };
-        let (held, acquired) = match self.acquire(&call).await {
+        }
+        let (held, acquired) = match self.acquire(request, options.policy, options.ttl).await {
             Ok(Acquired::Held(held, expires)) => (held, expires),
             Ok(Acquired::Answer(outcome, row)) => return Ok(self.answer(outcome, &row)),
             Err(error) if key_refused(&error) => {
@@ -377,20 +350,26 @@ impl LeaseRunner {
 
     /// Acquires the key (a connection found gone before the statement ran is replaced
     /// once); with policy remember the final statuses are known before anything is held.
-    pub(crate) async fn acquire(&self, call: &Call<'_>) -> Result<Acquired, Error> {
-        if call.policy == Policy::Remember {
+    pub(crate) async fn acquire(
+        &self,
+        request: &Request,
+        policy: Policy,
+        ttl: Option<Duration>,
+    ) -> Result<Acquired, Error> {
+        if policy == Policy::Remember {
             self.store.load(&self.final_statuses).await?;
         }
-        let stored = if self.options.hash_keys { key_digest(call.key) } else { call.key.into() };
-        let acquire = store::Acquire {
-            call,
-            stored: &stored,
-            lease_ms: millis(Some(self.options.lease)),
-            ttl_ms: millis(call.ttl),
-            type_base: &self.options.problem_type_base,
-            retry_after: DEFAULT_RETRY_AFTER_SECONDS as i32,
-        };
-        let row = self.store.acquire(&acquire).await?;
+        let (options, key, action) = (&self.options, request.key_text(), request.action_name());
+        let stored = if options.hash_keys { key_digest(key) } else { key.into() };
+        let mut params = request.claim_params(&stored, &action);
+        params.extend([
+            Param::Int8(millis(Some(options.lease))),
+            Param::Int8(millis(ttl)),
+            Param::Int8(request.wait_millis(options.duplicates, options.wait)),
+            Param::Text(Some(&options.problem_type_base)),
+            Param::Int4(DEFAULT_RETRY_AFTER_SECONDS as i32),
+        ]);
+        let row = self.store.acquire(&params).await?;
         let outcome = Outcome::parse(&row.outcome).ok_or_else(|| {
             Error::Protocol(format!("acquire returned an unknown outcome: {}", row.outcome))
         })?;
@@ -398,18 +377,10 @@ impl LeaseRunner {
             return Ok(Acquired::Answer(outcome, row));
         }
         let fence = row.fence.ok_or_else(|| Error::Protocol("started without a fence".into()))?;
-        let digest = if self.options.hash_keys { stored.clone() } else { key_digest(call.key) };
-        let principal = call.principal.to_string();
+        let digest = if options.hash_keys { stored.clone() } else { key_digest(key) };
+        let principal = request.principal.clone();
         let held = Held { principal, key: stored, digest, fence };
         Ok(Acquired::Held(held, row.expires))
-    }
-
-    /// acquire's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
-    pub(crate) fn wait_millis(&self, duplicates: Option<DuplicateMode>) -> Option<i64> {
-        match duplicates.unwrap_or(self.options.duplicates) {
-            DuplicateMode::Reject => Some(0),
-            DuplicateMode::Wait => millis(self.options.wait),
-        }
     }
 
     /// The answer for an outcome other than started: the server's, but for a duplicate

@@ -35,6 +35,7 @@ pub mod axum_glue;
 mod calls;
 mod common;
 pub mod connect;
+mod db;
 mod error;
 pub mod fault;
 #[rustfmt::skip]

@@ -9,10 +9,7 @@ use tokio_postgres::{Client as PgClient, GenericClient, Transaction};
 
 use crate::common::millis;
 use crate::error::Error;
-
-const CLAIM_SQL: &str = "SELECT idempotency.claim($1, $2, $3::int8 * interval '1 millisecond')";
-const CLAIM_BATCH_SQL: &str = "SELECT ord, key, claimed FROM idempotency.claim_batch($1, \
-     $2::text[], $3::int8 * interval '1 millisecond') ORDER BY ord";
+use crate::generated::{CLAIM_BATCH_SQL, CLAIM_SQL};
 
 /// Inside the caller's transaction: claims (principal, key) for `window` (None: the
 /// server's idempotency.key_ttl) and, when this call claimed it, runs `enqueue` (the

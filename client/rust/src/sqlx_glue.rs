@@ -26,21 +26,17 @@
 //! # Ok(()) }
 //! ```
 
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Postgres, Transaction};
 
 use crate::calls::Idempotency;
-use crate::common::{millis, Request};
+use crate::common::Request;
+use crate::db::Db;
 use crate::error::Error;
-use crate::http::{answer_response, kept_headers_json, Outcome, Problem, Response};
+use crate::http::Response;
 use crate::lease::store::Store;
 use crate::lease::{renew, LeaseOptions, LeaseRunner};
-use crate::transactional::{Begun, Client, BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL};
-
-/// The SQLSTATE of a sqlx database error.
-fn sqlstate(error: &sqlx::Error) -> Option<String> {
-    error.as_database_error().and_then(|db| db.code()).map(|code| code.into_owned())
-}
+use crate::transactional::{Begun, Client};
 
 /// The renewal pool beside `pool`: the same connect options, `application_name` + `-renew`,
 /// at most `renew_pool_size` connections, opened lazily by the renewal runtime.
@@ -84,46 +80,7 @@ impl Client {
         tx: &mut Transaction<'_, Postgres>,
         request: &Request,
     ) -> Result<Begun, Error> {
-        if let Some(answer) = self.check_key(request) {
-            return Ok(Begun::Rejected(answer));
-        }
-        let options = self.options();
-        let row = sqlx::query(BEGIN_SQL)
-            .bind(&request.principal)
-            .bind(request.key.as_deref())
-            .bind(request.action_name())
-            .bind(&request.method)
-            .bind(&request.path)
-            .bind(request.body.as_deref())
-            .bind(request.exclude_param())
-            .bind(millis(options.ttl))
-            .bind(self.wait_millis(request))
-            .bind(&options.problem_type_base)
-            .bind(options.retry_after.max(1) as i32)
-            .fetch_one(&mut **tx)
-            .await;
-        let row = match row {
-            Ok(row) => row,
-            Err(error) => return self.refused(error).map(Begun::Rejected),
-        };
-        begun(&row)
-    }
-
-    /// A refused key (22P02) or a body that cannot be fingerprinted (54000, 54001) as the
-    /// 400 to answer; any other error as it is.
-    fn refused(&self, error: sqlx::Error) -> Result<Response, Error> {
-        match sqlstate(&error).as_deref() {
-            Some("22P02") => {
-                let detail = "The Idempotency-Key was refused by the server.";
-                Ok(self.problem(Problem::KEY_MALFORMED, detail))
-            }
-            Some("54000" | "54001") => {
-                let detail =
-                    error.as_database_error().map_or(String::new(), |d| d.message().into());
-                Ok(self.problem(Problem::BODY_INVALID, &detail))
-            }
-            _ => Err(error.into()),
-        }
+        Ok(self.begin_on(Db::Sqlx(tx), request).await?.0)
     }
 
     /// `Client::complete` on a sqlx transaction: stores the final response of a key that
@@ -134,17 +91,7 @@ impl Client {
         request: &Request,
         response: &Response,
     ) -> Result<(), Error> {
-        sqlx::query(COMPLETE_SQL)
-            .bind(&request.principal)
-            .bind(request.key.as_deref())
-            .bind(i32::from(response.status))
-            .bind(&response.body)
-            .bind(kept_headers_json(response, &self.options().kept_headers))
-            .bind(&response.resource_id)
-            .bind(response.one_time_secret)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
+        self.complete_on(Db::Sqlx(tx), request, response).await
     }
 
     /// `Client::save_final` on a sqlx pool: stores a final error response in a short
@@ -155,37 +102,6 @@ impl Client {
         request: &Request,
         response: &Response,
     ) -> Result<bool, Error> {
-        let secret = response.one_time_secret;
-        let body: &[u8] = if secret { b"" } else { &response.body };
-        let headers = (!secret).then(|| kept_headers_json(response, &self.options().kept_headers));
-        let saved = sqlx::query_scalar(SAVE_FINAL_SQL)
-            .bind(&request.principal)
-            .bind(request.key.as_deref())
-            .bind(request.action_name())
-            .bind(&request.method)
-            .bind(&request.path)
-            .bind(request.body.as_deref())
-            .bind(request.exclude_param())
-            .bind(i32::from(response.status))
-            .bind(body)
-            .bind(headers)
-            .bind(millis(self.options().ttl))
-            .bind(secret)
-            .fetch_one(pool)
-            .await?;
-        Ok(saved)
+        self.save_final_on(Db::SqlxPool(pool), request, response).await
     }
-}
-
-/// A row of begin's statement as `Begun`.
-fn begun(row: &PgRow) -> Result<Begun, Error> {
-    let name: String = row.try_get(0)?;
-    let outcome = Outcome::parse(&name)
-        .ok_or_else(|| Error::Protocol(format!("begin returned an unknown outcome: {}", name)))?;
-    if outcome == Outcome::Started {
-        return Ok(Begun::Started);
-    }
-    let status: i32 = row.try_get(3)?;
-    let response = answer_response(status, row.try_get(4)?, row.try_get(5)?, row.try_get(1)?);
-    Ok(Begun::Answer(outcome, response))
 }

@@ -79,10 +79,7 @@ impl StreamWriter {
             head.set_expires(capture.expires);
             head
         };
-        self.out.send(StreamEvent::Head(head)).await.map_err(|_| {
-            self.capture().gone = true;
-            gone()
-        })
+        self.send(StreamEvent::Head(head)).await
     }
 
     /// Sends one chunk (an empty one is skipped: it would end the chunked body). Starts
@@ -112,7 +109,13 @@ impl StreamWriter {
                 capture.lengths.push(chunk.len());
             }
         }
-        self.out.send(StreamEvent::Chunk(chunk)).await.map_err(|_| {
+        self.send(StreamEvent::Chunk(chunk)).await
+    }
+
+    /// Sends one event to the transport; an error (and the stream marked gone) when the
+    /// client has gone.
+    async fn send(&self, event: StreamEvent) -> Result<(), Error> {
+        self.out.send(event).await.map_err(|_| {
             self.capture().gone = true;
             gone()
         })

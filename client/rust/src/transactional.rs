@@ -9,36 +9,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client as PgClient, Row, Statement, Transaction};
+use tokio_postgres::{Client as PgClient, Statement, Transaction};
 
-use crate::common::{body_invalid, key_refused, millis, FinalStatuses, Request};
+use crate::common::{answer_of, body_invalid, key_refused, millis, FinalStatuses, Request};
+use crate::db::{Db, Param, Values};
 use crate::error::{BoxError, Error};
+use crate::generated::{BEGIN_SQL, COMPLETE_SQL, FINGERPRINT_SQL, SAVE_FINAL_SQL};
 use crate::http::{
-    answer_response, kept_headers_json, problem_response, valid_key, DuplicateMode, Outcome,
-    Problem, Response, DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
+    kept_headers_json, problem_response, valid_key, DuplicateMode, Outcome, Problem, Response,
+    DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
-
-// http_answer answers every outcome but "started" (CASE: no call then), in the one
-// form Citus delegates: SELECT ... FROM f(...), nothing else in FROM or WHERE.
-pub(crate) const BEGIN_SQL: &str = "SELECT o.outcome, o.resource_id, \
-     floor(extract(epoch FROM o.expires_at))::bigint, \
-     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).status END, \
-     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).headers::text END, \
-     CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o, $10::text, $11::integer)).body END \
-     FROM idempotency.begin($1, $2, $3, idempotency.fingerprint($4, $5, $6, $7), \
-     $8::int8 * interval '1 millisecond', $9::int8 * interval '1 millisecond') AS o";
-pub(crate) const COMPLETE_SQL: &str = "SELECT idempotency.complete($1, $2, status => $3::int4, \
-     body => $4::bytea, headers => $5::text::jsonb, resource_id => $6::text, \
-     one_time_secret => $7::boolean)";
-pub(crate) const SAVE_FINAL_SQL: &str = "SELECT idempotency.save_final($1, $2, $3, \
-     idempotency.fingerprint($4, $5, $6, $7), status => $8::int4, body => $9::bytea, \
-     headers => $10::text::jsonb, ttl => $11::int8 * interval '1 millisecond', \
-     one_time_secret => $12::boolean)";
-/// The stored row's expiry after save_final (which starts the ttl at its own now()).
-const STORED_EXPIRY_SQL: &str = "SELECT floor(extract(epoch FROM expires_at))::bigint \
-     FROM idempotency.lookup($1, $2)";
-const FINGERPRINT_SQL: &str = "SELECT idempotency.fingerprint($1, $2, $3, $4)";
 
 /// Settings of a `Client`.
 #[derive(Clone, Debug)]
@@ -108,20 +88,14 @@ pub type HandlerFuture<'t> = Pin<Box<dyn Future<Output = Result<Response, BoxErr
 /// (and again after a reconnect: make a new `Connection`). One request at a time.
 pub struct Connection {
     client: PgClient,
-    statements: Option<Statements>,
-}
-
-struct Statements {
-    begin: Statement,
-    complete: Statement,
-    save_final: Statement,
-    stored_expiry: Statement,
+    /// The protocol's statements, each by its SQL, once prepared.
+    prepared: Vec<(&'static str, Statement)>,
 }
 
 impl Connection {
     /// Wraps a connected client; the statements are prepared on the first keyed request.
     pub fn new(client: PgClient) -> Self {
-        Connection { client, statements: None }
+        Connection { client, prepared: Vec::new() }
     }
 
     /// The tokio-postgres client (for work outside `handle`).
@@ -146,36 +120,6 @@ impl Default for Client {
     fn default() -> Self {
         Client::new(Options::default())
     }
-}
-
-/// The parameters of begin that are not the request's.
-struct BeginParams {
-    key: String,
-    action: String,
-    exclude: Option<Vec<String>>,
-    ttl: Option<i64>,
-    wait: Option<i64>,
-    retry_after: i32,
-}
-
-fn begin_params<'a>(
-    request: &'a Request,
-    params: &'a BeginParams,
-    type_base: &'a String,
-) -> [&'a (dyn ToSql + Sync); 11] {
-    [
-        &request.principal,
-        &params.key,
-        &params.action,
-        &request.method,
-        &request.path,
-        &request.body,
-        &params.exclude,
-        &params.ttl,
-        &params.wait,
-        type_base,
-        &params.retry_after,
-    ]
 }
 
 impl Client {
@@ -203,7 +147,7 @@ impl Client {
 
     /// Whether a response with this status is stored (reads the server's table once).
     pub async fn is_final(&self, client: &PgClient, status: u16) -> Result<bool, Error> {
-        self.final_statuses.load(client).await?;
+        self.final_statuses.load(Db::Pg(client, &[])).await?;
         Ok(self.final_statuses.is_final(status))
     }
 
@@ -233,7 +177,7 @@ impl Client {
     /// `Idempotency-Expires` when there is a key row; in reject mode (`duplicates`)
     /// begin does not wait for a transaction that holds the key.
     pub async fn begin(&self, tx: &Transaction<'_>, request: &Request) -> Result<Begun, Error> {
-        Ok(self.begin_with(tx, BEGIN_SQL, request).await?.0)
+        Ok(self.begin_on(Db::Pg(tx.client(), &[]), request).await?.0)
     }
 
     /// Like `begin`, with the key row's expiry (seconds since the epoch) when begin
@@ -243,72 +187,39 @@ impl Client {
         tx: &Transaction<'_>,
         request: &Request,
     ) -> Result<(Begun, Option<i64>), Error> {
-        self.begin_with(tx, BEGIN_SQL, request).await
+        self.begin_on(Db::Pg(tx.client(), &[]), request).await
     }
 
-    /// begin's wait in milliseconds: 0 in reject mode (409 at once), else `wait`.
-    pub(crate) fn wait_millis(&self, request: &Request) -> Option<i64> {
-        match request.duplicates.unwrap_or(self.options.duplicates) {
-            DuplicateMode::Reject => Some(0),
-            DuplicateMode::Wait => millis(self.options.wait),
-        }
-    }
-
-    async fn begin_with<T>(
+    /// begin on `db` (the caller's transaction): Rejected for a key or a body the
+    /// server refused, else the outcome and the key row's expiry.
+    pub(crate) async fn begin_on(
         &self,
-        tx: &Transaction<'_>,
-        sql: &T,
+        db: Db<'_>,
         request: &Request,
-    ) -> Result<(Begun, Option<i64>), Error>
-    where
-        T: ?Sized + tokio_postgres::ToStatement,
-    {
+    ) -> Result<(Begun, Option<i64>), Error> {
         if let Some(answer) = self.check_key(request) {
             return Ok((Begun::Rejected(answer), None));
         }
-        let params = BeginParams {
-            key: request.key.clone().unwrap_or_default(),
-            action: request.action_name(),
-            exclude: request.exclude_param(),
-            ttl: millis(self.options.ttl),
-            wait: self.wait_millis(request),
-            retry_after: self.options.retry_after.max(1) as i32,
-        };
-        let params = begin_params(request, &params, &self.options.problem_type_base);
-        let row = tx.query_one(sql, &params).await.map_err(Error::from);
-        let row = match row {
-            Ok(row) => row,
+        let (options, action) = (&self.options, request.action_name());
+        let mut params = request.claim_params(request.key_text(), &action);
+        params.extend([
+            Param::Int8(millis(options.ttl)),
+            Param::Int8(request.wait_millis(options.duplicates, options.wait)),
+            Param::Text(Some(&options.problem_type_base)),
+            Param::Int4(options.retry_after.max(1) as i32),
+        ]);
+        match db.query_one(BEGIN_SQL, &params).await {
+            Ok(row) => outcome_of(&row),
             Err(error) if key_refused(&error) => {
                 let detail = "The Idempotency-Key was refused by the server.";
-                return Ok((Begun::Rejected(self.problem(Problem::KEY_MALFORMED, detail)), None));
+                Ok((Begun::Rejected(self.problem(Problem::KEY_MALFORMED, detail)), None))
             }
             Err(error) if body_invalid(&error) => {
-                let detail = match &error {
-                    Error::Db(e) => {
-                        e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().into())
-                    }
-                    other => other.to_string(),
-                };
-                return Ok((Begun::Rejected(self.problem(Problem::BODY_INVALID, &detail)), None));
+                let detail = error.message();
+                Ok((Begun::Rejected(self.problem(Problem::BODY_INVALID, &detail)), None))
             }
-            Err(error) => return Err(error),
-        };
-        self.outcome_of(&row)
-    }
-
-    /// The outcome of a row of begin (or begin_batch, same first six columns): Started,
-    /// or the server's answer (replay, 409, 422, 410, with `Idempotency-Expires`).
-    fn outcome_of(&self, row: &Row) -> Result<(Begun, Option<i64>), Error> {
-        let name: String = row.get(0);
-        let outcome = Outcome::parse(&name).ok_or_else(|| {
-            Error::Protocol(format!("begin returned an unknown outcome: {}", name))
-        })?;
-        let expires: Option<i64> = row.get(2);
-        if outcome == Outcome::Started {
-            return Ok((Begun::Started, expires));
+            Err(error) => Err(error),
         }
-        let response = answer_response(row.get(3), row.get(4), row.get(5), row.get(1));
-        Ok((Begun::Answer(outcome, response), expires))
     }
 
     /// Stores the final response of a key that `begin` started in `tx`
@@ -320,32 +231,27 @@ impl Client {
         request: &Request,
         response: &Response,
     ) -> Result<(), Error> {
-        self.complete_with(tx, COMPLETE_SQL, request, response).await
+        self.complete_on(Db::Pg(tx.client(), &[]), request, response).await
     }
 
-    async fn complete_with<T>(
+    /// complete on `db` (the transaction that began the key).
+    pub(crate) async fn complete_on(
         &self,
-        tx: &Transaction<'_>,
-        sql: &T,
+        db: Db<'_>,
         request: &Request,
         response: &Response,
-    ) -> Result<(), Error>
-    where
-        T: ?Sized + tokio_postgres::ToStatement,
-    {
-        let key = request.key.clone().unwrap_or_default();
+    ) -> Result<(), Error> {
         let headers = kept_headers_json(response, &self.options.kept_headers);
-        let status = i32::from(response.status);
-        let params: [&(dyn ToSql + Sync); 7] = [
-            &request.principal,
-            &key,
-            &status,
-            &response.body,
-            &headers,
-            &response.resource_id,
-            &response.one_time_secret,
+        let params = [
+            Param::Text(Some(&request.principal)),
+            Param::Text(Some(request.key_text())),
+            Param::Int4(i32::from(response.status)),
+            Param::Bytes(Some(&response.body)),
+            Param::Text(Some(&headers)),
+            Param::Text(response.resource_id.as_deref()),
+            Param::Bool(response.one_time_secret),
         ];
-        tx.query_one(sql, &params).await?;
+        db.query_one(COMPLETE_SQL, &params).await?;
         Ok(())
     }
 
@@ -357,56 +263,45 @@ impl Client {
         request: &Request,
         response: &Response,
     ) -> Result<bool, Error> {
-        let none: Option<&str> = None;
-        Ok(self.save_final_with(client, SAVE_FINAL_SQL, none, request, response).await?.0)
+        self.save_final_on(Db::Pg(client, &[]), request, response).await
     }
 
-    /// save_final with `save`; with `expiry` (STORED_EXPIRY_SQL, prepared) the stored
-    /// row's expiry is read in the same round trip: (saved, expires_epoch).
-    async fn save_final_with<T>(
+    /// save_final on `db` (outside any transaction): true when the response was saved.
+    pub(crate) async fn save_final_on(
         &self,
-        client: &PgClient,
-        save: &T,
-        expiry: Option<&T>,
+        db: Db<'_>,
         request: &Request,
         response: &Response,
-    ) -> Result<(bool, Option<i64>), Error>
-    where
-        T: ?Sized + tokio_postgres::ToStatement,
-    {
-        let key = request.key.clone().unwrap_or_default();
-        let (action, exclude) = (request.action_name(), request.exclude_param());
+    ) -> Result<bool, Error> {
+        let action = request.action_name();
         let secret = response.one_time_secret;
         // A one-time secret is sent without its body and headers.
         let body: &[u8] = if secret { b"" } else { &response.body };
         let headers = (!secret).then(|| kept_headers_json(response, &self.options.kept_headers));
-        let (status, ttl) = (i32::from(response.status), millis(self.options.ttl));
-        let params: [&(dyn ToSql + Sync); 12] = [
-            &request.principal,
-            &key,
-            &action,
-            &request.method,
-            &request.path,
-            &request.body,
-            &exclude,
-            &status,
-            &body,
-            &headers,
-            &ttl,
-            &secret,
-        ];
-        let saved = client.query_one(save, &params);
-        let expiry = match expiry {
-            None => return Ok((saved.await?.get(0), None)),
-            Some(expiry) => expiry,
-        };
-        // Sent together, in this order: join! polls its futures in order the first
-        // time, and a prepared statement goes out on its future's first poll.
-        let key_params: [&(dyn ToSql + Sync); 2] = [&request.principal, &key];
-        let (saved, stored) = tokio::join!(saved, client.query_opt(expiry, &key_params));
-        let saved: bool = saved?.get(0);
-        Ok((saved, stored?.and_then(|row| row.get::<_, Option<i64>>(0))))
+        let mut params = request.claim_params(request.key_text(), &action);
+        params.extend([
+            Param::Int4(i32::from(response.status)),
+            Param::Bytes(Some(body)),
+            Param::Text(headers.as_deref()),
+            Param::Int8(millis(self.options.ttl)),
+            Param::Bool(secret),
+        ]);
+        let row = db.query_one(SAVE_FINAL_SQL, &params).await?;
+        Ok(row.flag(0).unwrap_or(false))
     }
+}
+
+/// The outcome of a row of begin (or begin_batch, same first six columns): Started, or
+/// the server's answer (replay, 409, 422, 410), with the key row's expiry.
+pub(crate) fn outcome_of(row: &Values) -> Result<(Begun, Option<i64>), Error> {
+    let name = row.text(0).unwrap_or_default();
+    let outcome = Outcome::parse(&name)
+        .ok_or_else(|| Error::Protocol(format!("begin returned an unknown outcome: {}", name)))?;
+    let expires = row.int(2);
+    if outcome == Outcome::Started {
+        return Ok((Begun::Started, expires));
+    }
+    Ok((Begun::Answer(outcome, answer_of(row, 1)), expires))
 }
 
 /// The 32-byte request fingerprint, computed by the server's `idempotency.fingerprint`

@@ -1,15 +1,4 @@
-//! The key's expiry header's value (`Idempotency-Expires`, an IMF-fixdate) and what a
-//! duplicate of a running request does (wait or reject).
-
-/// What a duplicate of a request that is still running does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum DuplicateMode {
-    /// Waits for the first request (up to `Options::wait`), then replays its answer.
-    #[default]
-    Wait,
-    /// Answers 409 request-in-progress with Retry-After at once (begin with wait 0).
-    Reject,
-}
+//! The key's expiry header's value (`Idempotency-Expires`, an IMF-fixdate).
 
 const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 const MONTHS: [&str; 12] =

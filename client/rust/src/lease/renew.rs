@@ -60,12 +60,7 @@ impl Renewer {
         let (stop, stopped) = oneshot::channel();
         let job = RenewJob {
             store: store.clone(),
-            held: Held {
-                principal: held.principal.clone(),
-                key: held.key.clone(),
-                digest: held.digest.clone(),
-                fence: held.fence,
-            },
+            held: held.clone(),
             lease_ms: millis(Some(options.lease)).unwrap_or(0),
             period: period(options.lease),
             max_failures: options.max_renew_failures.max(1),

@@ -6,35 +6,14 @@
 use std::time::SystemTime;
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, Transaction};
+use tokio_postgres::Transaction;
 
-use super::{Begun, Client};
+use super::{outcome_of, Begun, Client};
 use crate::common::{millis, Request};
+use crate::db::Values;
 use crate::error::Error;
+use crate::generated::{BEGIN_BATCH_SQL, COMPLETE_BATCH_SQL};
 use crate::http::{kept_headers_json, Outcome, Response};
-
-/// The first seven columns are those of begin's statement, so `Client::outcome_of`
-/// reads them; the fingerprints are computed by the server in the same statement.
-/// The first six columns are those of begin's statement, so `Client::outcome_of`
-/// reads them; the fingerprints are computed by the server in the same statement, and
-/// each key's answer (but a started one's) by idempotency.http_answer.
-const BEGIN_BATCH_SQL: &str = "SELECT b.outcome, b.resource_id, \
-     CASE WHEN isfinite(b.expires_at) \
-     THEN floor(extract(epoch FROM b.expires_at))::bigint END, \
-     a.status, a.headers::text, a.body, \
-     b.ord, b.key, CASE WHEN isfinite(b.created_at) THEN b.created_at END, \
-     CASE WHEN isfinite(b.expires_at) THEN b.expires_at END, b.fence, \
-     CASE WHEN isfinite(b.lease_until) THEN b.lease_until END, b.response_status \
-     FROM idempotency.begin_batch($1, $2::text[], $3, \
-     ARRAY(SELECT idempotency.fingerprint(u.m, u.p, u.b, $7::text[]) \
-     FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n) \
-     ORDER BY u.n), $8::int8 * interval '1 millisecond', \
-     $9::int8 * interval '1 millisecond') AS b \
-     LEFT JOIN LATERAL (SELECT * FROM idempotency.http_answer(b, $10::text, $11::integer) \
-     WHERE b.outcome <> 'started' OFFSET 0) AS a ON true ORDER BY b.ord";
-const COMPLETE_BATCH_SQL: &str = "SELECT ord, key, completed \
-     FROM idempotency.complete_batch($1, $2::text[], $3::integer[], $4::bytea[], \
-     $5::text[]::jsonb[], $6::text[]) ORDER BY ord";
 
 /// What `begin_batch` answered for one key (the columns of `idempotency.batch_outcome`).
 #[derive(Debug)]
@@ -127,7 +106,8 @@ impl Client {
         let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
         let bodies: Vec<Option<&[u8]>> = requests.iter().map(|r| r.body.as_deref()).collect();
         let (action, exclude) = (first.action_name(), first.exclude_param());
-        let times = [millis(self.options().ttl), self.wait_millis(first)];
+        let options = self.options();
+        let times = [millis(options.ttl), first.wait_millis(options.duplicates, options.wait)];
         let base = &self.options().problem_type_base;
         let retry_after = self.options().retry_after.max(1) as i32;
         let params: [&(dyn ToSql + Sync); 11] = [
@@ -144,24 +124,7 @@ impl Client {
             &retry_after,
         ];
         let rows = tx.query(BEGIN_BATCH_SQL, &params).await?;
-        rows.iter().map(|row| self.batch_outcome(row)).collect()
-    }
-
-    fn batch_outcome(&self, row: &Row) -> Result<BatchOutcome, Error> {
-        let (begun, _) = self.outcome_of(row)?;
-        let ord: i32 = row.get(6);
-        let status: Option<i32> = row.get(12);
-        Ok(BatchOutcome {
-            ord: ord as usize,
-            key: row.get(7),
-            begun,
-            response_status: status.map(|s| s as u16),
-            resource_id: row.get(1),
-            created_at: row.get(8),
-            expires_at: row.get(9),
-            fence: row.get(10),
-            lease_until: row.get(11),
-        })
+        rows.iter().map(|row| batch_outcome(&Values::of_pg(row)?)).collect()
     }
 
     /// Stores the final responses of keys that `begin_batch` started in `tx`
@@ -200,4 +163,21 @@ impl Client {
             })
             .collect())
     }
+}
+
+/// One row of begin_batch: its first six columns as begin's, then the key's row.
+fn batch_outcome(row: &Values) -> Result<BatchOutcome, Error> {
+    let (begun, _) = outcome_of(row)?;
+    let status = row.int(12).and_then(|s| u16::try_from(s).ok());
+    Ok(BatchOutcome {
+        ord: row.int(6).unwrap_or_default() as usize,
+        key: row.text(7).unwrap_or_default(),
+        begun,
+        response_status: status,
+        resource_id: row.text(1),
+        created_at: row.time(8),
+        expires_at: row.time(9),
+        fence: row.int(10),
+        lease_until: row.time(11),
+    })
 }

@@ -4,10 +4,11 @@
 use tokio::sync::mpsc;
 use tokio_postgres::Transaction;
 
-use super::{Begun, Client, Connection, HandlerFuture, Statements};
-use super::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
+use super::{Begun, Client, Connection, HandlerFuture};
 use crate::common::Request;
+use crate::db::{Db, Param};
 use crate::error::{BoxError, Error};
+use crate::generated::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
 use crate::http::Response;
 use crate::stream::{StreamEvent, StreamWriter};
 
@@ -112,13 +113,13 @@ impl Client {
         if let Some(answer) = self.check_key(request) {
             return Ok(answer);
         }
-        self.final_statuses.load(&conn.client).await?; // known before any transaction
-        if conn.statements.is_none() {
-            let begin = conn.client.prepare(BEGIN_SQL).await?;
-            let complete = conn.client.prepare(COMPLETE_SQL).await?;
-            let save_final = conn.client.prepare(SAVE_FINAL_SQL).await?;
-            let stored_expiry = conn.client.prepare(STORED_EXPIRY_SQL).await?;
-            conn.statements = Some(Statements { begin, complete, save_final, stored_expiry });
+        // Known before any transaction.
+        self.final_statuses.load(Db::Pg(&conn.client, &[])).await?;
+        if conn.prepared.is_empty() {
+            for sql in [BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL] {
+                let statement = conn.client.prepare(sql).await?;
+                conn.prepared.push((sql, statement));
+            }
         }
         let mut attempt = 1;
         loop {
@@ -142,10 +143,10 @@ impl Client {
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> HandlerFuture<'t>,
     {
-        let Connection { client, statements } = conn;
-        let statements = statements.as_ref().expect("prepared by handle");
+        let Connection { client, prepared } = conn;
+        let prepared: &[_] = prepared;
         let tx = client.transaction().await?;
-        let expires = match self.begin_with(&tx, &statements.begin, request).await? {
+        let expires = match self.begin_on(Db::Pg(tx.client(), prepared), request).await? {
             (Begun::Started, expires) => {
                 on_begin(expires);
                 expires
@@ -179,9 +180,17 @@ impl Client {
         if answer.status >= 400 {
             // A final error has no effect to keep: roll back, then store it alone.
             tx.rollback().await?;
-            let (save, expiry) = (&statements.save_final, Some(&statements.stored_expiry));
-            let (_, stored) = self.save_final_with(client, save, expiry, request, &answer).await?;
-            answer.set_expires(stored); // the stored row's: save_final's own now() + ttl
+            // Sent together, in this order: join! polls its futures in order the first
+            // time, and a prepared statement goes out on its future's first poll.
+            let key =
+                [Param::Text(Some(&request.principal)), Param::Text(Some(request.key_text()))];
+            let (saved, stored) = tokio::join!(
+                self.save_final_on(Db::Pg(client, prepared), request, &answer),
+                Db::Pg(client, prepared).query(STORED_EXPIRY_SQL, &key)
+            );
+            saved?;
+            // The stored row's expiry: save_final's own now() + ttl.
+            answer.set_expires(stored?.first().and_then(|row| row.int(0)));
             return Ok(answer);
         }
         // complete() and COMMIT are sent together (tokio-postgres pipelines requests
@@ -189,7 +198,7 @@ impl Client {
         // and COMMIT then ends it with a rollback, so the server-side transaction is over
         // either way.
         let (completed, committed) = tokio::join!(
-            self.complete_with(&tx, &statements.complete, request, &answer),
+            self.complete_on(Db::Pg(tx.client(), prepared), request, &answer),
             tx.batch_execute("COMMIT")
         );
         // The Transaction would send ROLLBACK on drop, after the COMMIT: forget it
