@@ -129,7 +129,7 @@ $$;
 -- >>> shared with the trusted edition: tools/trusted.sh copies this block as it is
 -- The HTTP answer of an outcome that does not run the handler (issue 35): one
 -- table of the contract in the extension, which every client can take instead
--- of its own copy. The bytes are the C++ client's (client/cpp): problem bodies
+-- of its own copy. The bytes are those 0.8.0's C++ client built itself: problem bodies
 -- are RFC 9457 objects with their members in byte order (detail, status, title,
 -- type) and no spaces; headers are [name, value] pairs in the order a client
 -- sends them. client/protocol.json is the table this follows.

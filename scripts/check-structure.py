@@ -224,7 +224,7 @@ def check_functions(root, errors):
 # FATAL with a new connection's ready-for-query crashed the process); rust +695
 # for issue 37 (sqlx and axum features, the framework-shaped calls, TLS, pools).
 CLIENT_TARGET = 2000
-CLIENT_CEILINGS = {"cpp": 2744, "go": 2552, "node": 2713, "python": 2717, "rust": 3747}
+CLIENT_CEILINGS = {"cpp": 2680, "go": 2317, "node": 2614, "python": 2609, "rust": 3539}
 # The globs of each client library's source files.
 CLIENT_SOURCES = {
     "cpp": ["client/cpp/src/*.cpp", "client/cpp/src/*.hpp", "client/cpp/include/**/*.hpp"],

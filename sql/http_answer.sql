@@ -1,7 +1,8 @@
 -- idempotency.http_answer (0.9.0): the whole HTTP answer of every outcome that
 -- does not run the handler, from the outcome that begin, acquire or
--- begin_batch returned. The bytes are the C++ client's (client/cpp), which
--- client/cpp/tests/http_answer_test.cpp compares with the client's own answers.
+-- begin_batch returned. The bytes are those 0.8.0's C++ client built itself;
+-- every client now sends them as they are (client/cpp/tests/http_answer_test.cpp,
+-- tests/conformance/vectors.json for every example service).
 \set VERBOSITY sqlstate
 CREATE FUNCTION fph(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
     AS $$ SELECT idempotency.fingerprint('POST', '/h', convert_to(t, 'UTF8')) $$;
