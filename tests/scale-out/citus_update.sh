@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The update 0.7.0 -> 0.8.0 under Citus, by hand: a coordinator and two
+# The updates 0.7.0 -> 0.8.0 -> 0.9.0 under Citus, by hand: a coordinator and two
 # workers (tests/scale-out/citus_cluster.sh) with the extension created at
 # 0.7.0 and distributed, keys written (live ones through the protocol, expired
-# ones by hand on every shard), then ALTER EXTENSION idempotency UPDATE on the
-# coordinator:
+# ones by hand on every shard), then ALTER EXTENSION idempotency UPDATE TO
+# '0.8.0' on the coordinator:
 #   1. the update succeeds (Citus sends each DDL statement of the script on the
 #      distributed key table to the shards and runs the whole script again on
 #      every worker: with the CHECKs of 0.8.0 in one ALTER TABLE it failed, and
@@ -13,7 +13,12 @@
 #   3. a key written before the update is replayed after it;
 #   4. cleanup finds the expired rows of every shard through the new index;
 #   5. after idempotency.distribute() again (docs/operations.md), an action
-#      that refuses keeps tombstones, and a retry of one is told expired.
+#      that refuses keeps tombstones, and a retry of one is told expired;
+#   6. then ALTER EXTENSION idempotency UPDATE (to 0.9.0, the default version):
+#      every node at 0.9.0 with idempotency.http_answer, and a key written at
+#      0.7.0 answered through the coordinator in the statement the clients send
+#      (begin with http_answer as CASE columns: delegated to the shard's worker,
+#      a replay with its marker), a tombstone's retry answered 410.
 #
 # Citus is not a Debian package, so this is not part of CI: run it with a
 # PostgreSQL that has Citus and the extension installed (PGBIN); without citus
@@ -46,8 +51,8 @@ sql 0 -c "INSERT INTO idempotency.keys (principal, key, action, request_sha256, 
             FROM generate_series(1, 600) AS i"
 
 # 1. The update.
-out=$(sql 0 -c "ALTER EXTENSION idempotency UPDATE" 2>&1) && rc=0 || rc=$?
-check "ALTER EXTENSION idempotency UPDATE on the coordinator succeeds" equals "$rc ${out:-}" "0 "
+out=$(sql 0 -c "ALTER EXTENSION idempotency UPDATE TO '0.8.0'" 2>&1) && rc=0 || rc=$?
+check "ALTER EXTENSION idempotency UPDATE TO '0.8.0' on the coordinator succeeds" equals "$rc ${out:-}" "0 "
 
 # 2. Every node and every shard.
 for node in 0 1 2; do
@@ -106,5 +111,29 @@ check "cleanup kept the refusing action's 300 keys as tombstones and deleted the
                         FROM idempotency.keys WHERE key LIKE 'later-%'")" "300 300"
 check "a retry of a tombstone's request is told expired" \
   equals "$(sql 0 -c "SELECT outcome FROM idempotency.begin('upd-2', 'later-2', 'charge', $sha)")" expired
+
+# 6. On to 0.9.0.
+out=$(sql 0 -c "ALTER EXTENSION idempotency UPDATE" 2>&1) && rc=0 || rc=$?
+check "ALTER EXTENSION idempotency UPDATE (to 0.9.0) on the coordinator succeeds" equals "$rc ${out:-}" "0 "
+for node in 0 1 2; do
+  check "node $node is at 0.9.0 and has idempotency.http_answer" \
+    equals "$(sql "$node" -c "SELECT e.extversion || ' ' || count(p.oid) FROM pg_extension AS e
+                                LEFT JOIN pg_proc AS p ON p.proname = 'http_answer'
+                                 AND p.pronamespace = 'idempotency'::regnamespace
+                               WHERE e.extname = 'idempotency' GROUP BY e.extversion")" "0.9.0 2"
+done
+# The statement form every client sends (client/protocol.json "statements".begin):
+# SELECT ... FROM idempotency.begin(...) AS o with the answer as CASE columns.
+answer_of() {
+  sql 0 -c "SELECT o.outcome || ' ' || coalesce((CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o)).status END)::text, '-')
+                   || ' ' || coalesce((CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o)).headers END)::text, '-')
+              FROM idempotency.begin('$1', '$2', '$3', $sha) AS o"
+}
+got=$(answer_of upd-alice k1 create_order)
+check "a key written at 0.7.0 is answered at 0.9.0 through the coordinator: a 201 replay with its marker" \
+  bash -c '[[ $1 == "replay 201 "* && $1 == *"[\"Idempotent-Replay\", \"true\"]"* ]] || { echo "   got: $1" >&2; false; }' _ "$got"
+got=$(answer_of upd-2 later-2 charge)
+check "a tombstone's retry is answered 410 at 0.9.0" \
+  bash -c '[[ $1 == "expired 410 "* ]] || { echo "   got: $1" >&2; false; }' _ "$got"
 
 report
