@@ -146,5 +146,41 @@ SQL
 )
 check "begin_batch, complete_batch and claim_batch through the coordinator" equals \
   "$(echo "$batch_out" | tr '\n' ' ')" "{started,started} {t,t} {replay,mismatch} {t,t} "
+# The Go, Node and Rust clients' begin_batch statement computes the fingerprints
+# in a subquery among the call's arguments, a form Citus does not delegate: on the
+# coordinator it must be refused (0A000, the form named), never run there, and
+# write nothing (docs/scale-out.md: their batches go through the Router).
+refused=$(sql 0 -v ON_ERROR_STOP=0 2>&1 <<'SQL'
+\set VERBOSITY verbose
+PREPARE subquery_batch(text, text[], text, text[], text[], bytea[]) AS
+SELECT b.ord, b.outcome FROM idempotency.begin_batch($1, $2::text[], $3,
+    ARRAY(SELECT idempotency.fingerprint(u.m, u.p, u.b)
+            FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n) ORDER BY u.n)) AS b
+ ORDER BY b.ord;
+EXECUTE subquery_batch('batch-3', ARRAY['e', 'f'], 'act', ARRAY['POST', 'POST'], ARRAY['/o', '/o'],
+                       ARRAY['{"a":1}'::bytea, '{"a":2}'::bytea]);
+SQL
+)
+check "a batch with its fingerprints in a subquery is refused through the coordinator (0A000, its form named)" \
+  bash -c '[[ $1 == *"ERROR:  0A000: the key'"'"'s shard is not on this node"* && $1 == *"Citus delegates a call alone in its statement"* ]]' _ "$refused"
+check "and it wrote nothing" equals \
+  "$(sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE principal = 'batch-3'")" "0"
+# The C++ and Python clients' form (fingerprints a parameter, each answer from
+# http_answer in CASE columns) is delegated: a second run replays with the answer.
+param_batch="PREPARE param_batch(text, text[], text, bytea[]) AS
+SELECT b.ord, b.outcome,
+       CASE WHEN b.outcome <> 'started' THEN (idempotency.http_answer(b, 'https://t.invalid/', 1)).status END
+  FROM idempotency.begin_batch(\$1, \$2::text[], \$3, \$4::bytea[]) AS b ORDER BY b.ord;"
+param_run="EXECUTE param_batch('batch-4', ARRAY['g', 'h'], 'act', ARRAY[sha256('g'), sha256('h')]);"
+check "the C++ and Python clients' batch statement is delegated through the coordinator" equals \
+  "$(sql 0 <<SQL | tr '\n' ' '
+$param_batch
+BEGIN;
+$param_run
+SELECT ord, key, completed FROM idempotency.complete_batch('batch-4', ARRAY['g', 'h'], ARRAY[201, 201]);
+COMMIT;
+$param_run
+SQL
+)" "1|started| 2|started| 1|g|t 2|h|t 1|replay|201 2|replay|201 "
 
 report
