@@ -85,6 +85,8 @@ SELECT response_status, response_body, response_headers, one_time_secret FROM id
 SELECT outcome, response_status, response_body FROM idempotency.begin('p', 'g-9s', 'a', g_fp('{}'));
 
 -- 8. principal_binding: a role acts only for the principal that is its name.
+-- (Not in the trusted edition's run, which cannot bind principals per session:
+-- tests/trusted/guarantees.sed leaves out from here to DROP ROLE g_bob.)
 CREATE ROLE g_alice;
 CREATE ROLE g_bob;
 GRANT USAGE ON SCHEMA idempotency TO g_alice, g_bob;
@@ -139,10 +141,10 @@ SET LOCAL idempotency.principal_binding = 'current_user';
 SET LOCAL ROLE g_alice;
 SELECT idempotency.complete('g_bob', 'b-2', 201);
 ROLLBACK;
-
-DELETE FROM idempotency.keys;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempotency FROM g_alice;
 REVOKE USAGE ON SCHEMA idempotency FROM g_alice, g_bob;
 DROP ROLE g_alice;
 DROP ROLE g_bob;
+
+DELETE FROM idempotency.keys;
 DROP FUNCTION g_fp(text);

@@ -132,6 +132,7 @@ DECLARE
     names integer;
     distinct_names integer;
     utf16 boolean;
+    bytes boolean;
 BEGIN
     IF depth > max_depth THEN
         RAISE EXCEPTION 'JSON nested deeper than idempotency.max_json_depth (%)', max_depth
@@ -156,6 +157,10 @@ BEGIN
     SELECT count(*), count(DISTINCT m.key), bool_or(m.key ~ '[\uE000-\U0010FFFF]')
       INTO names, distinct_names, utf16
       FROM json_each(document) AS m;
+    -- In a SQL_ASCII database a name is its UTF-8 bytes, which sort as UTF-16
+    -- code units once the lead bytes of U+E000-U+FFFF (EE, EF) are moved above
+    -- those of U+10000 and up (F0-F4), to bytes UTF-8 never has (F5, F6).
+    bytes := current_setting('server_encoding') = 'SQL_ASCII';
     IF names <> distinct_names THEN
         RAISE EXCEPTION 'duplicate member name' USING ERRCODE = '22032';
     END IF;
@@ -170,7 +175,9 @@ BEGIN
                    WHEN 'object' THEN idempotency.jcs_container(m.value, depth + 1, max_depth)
                    WHEN 'array' THEN idempotency.jcs_container(m.value, depth + 1, max_depth)
                    ELSE m.value::text END, ','
-               ORDER BY CASE WHEN utf16 THEN idempotency.utf16_units(m.key)
+               ORDER BY CASE WHEN bytes THEN convert_to(translate(m.key, chr(238) || chr(239),
+                                                                  chr(245) || chr(246)), 'SQL_ASCII')
+                             WHEN utf16 THEN idempotency.utf16_units(m.key)
                              ELSE convert_to(m.key, 'UTF8') END), '') || '}'
       INTO result
       FROM json_each(document) AS m;
@@ -202,6 +209,16 @@ BEGIN
         RETURN NULL;
     END IF;
     max_depth := least(max_depth, 512);
+    -- A SQL_ASCII database keeps any bytes in a text: those that are not UTF-8
+    -- are 22P02, as in the C++ edition (convert_to checks them; this
+    -- subtransaction is taken in such a database only).
+    IF current_setting('server_encoding') = 'SQL_ASCII' THEN
+        BEGIN
+            PERFORM convert_to(document, 'UTF8');
+        EXCEPTION WHEN character_not_in_repertoire THEN
+            RAISE EXCEPTION 'invalid UTF-8' USING ERRCODE = '22P02';
+        END;
+    END IF;
     IF document ~* '\\u0000' THEN
         FOR code IN 1 .. 31 LOOP
             stand_in := '\u00' || lpad(to_hex(code), 2, '0');

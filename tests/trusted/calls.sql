@@ -1,7 +1,7 @@
 -- Run by tests/integration/trusted_edition.sh in a fresh database of each edition,
 -- one psql session per entry (entries are separated by a blank line): the outputs
 -- (values or SQLSTATEs) must be the same. Argument checks and their order, NULLs,
--- batches, keys begun twice, read-only transactions.
+-- batches, keys begun twice, read-only transactions, distribute() without Citus.
 
 SELECT idempotency.forget(NULL, 'k')
 
@@ -160,3 +160,7 @@ ROLLBACK
 BEGIN READ ONLY;
 SELECT idempotency.claim('p', 'kk');
 ROLLBACK
+
+SELECT idempotency.distribute()
+
+SELECT idempotency.distribute('pg_class')

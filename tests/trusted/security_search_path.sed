@@ -9,4 +9,4 @@ s/'ceil', 'to_char', 'jsonb_array_length')/'ceil', 'to_char', 'jsonb_array_lengt
 s/@1)/'lpad', 'ltrim', 'position', 'regexp_match', 'regexp_replace', 'replace', @2)/
 s/@2)/'round', 'rtrim', 'string_to_array', 'substr', 'to_hex', 'to_json', 'to_jsonb', @3)/
 s/@3)/'translate', 'trunc', 'array_ndims', 'json_typeof', 'json_array_length', @4)/
-s/@4)/'array_to_json', 'array_position', 'current_database')/
+s/@4)/'array_to_json', 'array_position', 'current_database', 'chr')/
