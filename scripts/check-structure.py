@@ -222,9 +222,11 @@ def check_functions(root, errors):
 # a library shrinks (a library over its ceiling fails) and raised only for a bug
 # fix or a feature an issue asks for, named here: node +26 for watchPool (a
 # FATAL with a new connection's ready-for-query crashed the process); rust +695
-# for issue 37 (sqlx and axum features, the framework-shaped calls, TLS, pools).
+# for issue 37 (sqlx and axum features, the framework-shaped calls, TLS, pools);
+# rust +79 when its statements came back from client/protocol.json (read by no
+# other client) into src/statements.rs, where they count.
 CLIENT_TARGET = 2000
-CLIENT_CEILINGS = {"cpp": 2680, "go": 2317, "node": 2614, "python": 2609, "rust": 3539}
+CLIENT_CEILINGS = {"cpp": 2680, "go": 2317, "node": 2614, "python": 2609, "rust": 3618}
 # The globs of each client library's source files.
 CLIENT_SOURCES = {
     "cpp": ["client/cpp/src/*.cpp", "client/cpp/src/*.hpp", "client/cpp/include/**/*.hpp"],

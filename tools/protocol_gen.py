@@ -27,7 +27,6 @@ file fails. Python 3 stdlib only.
 import json
 import os
 import sys
-import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROTOCOL = os.path.join(ROOT, "client", "protocol.json")
@@ -613,9 +612,9 @@ def rust(protocol):
     lines = [
         "// " + HEADER,
         "",
-        "//! The names and defaults of client/protocol.json, the outcomes, the problems the",
-        "//! client answers itself and the statements it sends; the answers of the outcomes",
-        "//! come whole from `idempotency.http_answer`.",
+        "//! The names and defaults of client/protocol.json, the outcomes and the problems",
+        "//! the client answers itself; the answers of the outcomes come whole from",
+        "//! `idempotency.http_answer`, in the statements of `statements.rs`.",
         "",
         "/// One RFC 9457 problem type the client answers with itself.",
         "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]",
@@ -704,7 +703,6 @@ def rust(protocol):
         lines.append("];")
     lines += rust_outcomes(protocol)
     lines += rust_duplicate_modes(protocol)
-    lines += rust_statements(protocol["statements"])
     lines.append("")
     return "\n".join(lines)
 
@@ -782,20 +780,6 @@ def rust_duplicate_modes(protocol):
             lines.append("    #[default]")
         lines.append("    %s," % camel(mode))
     lines += ["}", ""]
-    return lines
-
-
-def rust_statements(statements):
-    """The statements the crate sends, one `pub(crate) const NAME_SQL` each, its comment
-    wrapped as a doc comment of lines at most 100 long."""
-    lines = []
-    for key, statement in statements.items():
-        if key == "comment":
-            continue
-        name = key.upper() + "_SQL"
-        lines += ["/// " + line for line in textwrap.wrap(statement["comment"], 96)]
-        lines.append("pub(crate) const %s: &str = %s;"
-                     % (name, rust_string(statement["sql"], 26 + len(name))))
     return lines
 
 

@@ -122,7 +122,7 @@ for node in 0 1 2; do
                                  AND p.pronamespace = 'idempotency'::regnamespace
                                WHERE e.extname = 'idempotency' GROUP BY e.extversion")" "0.9.0 2"
 done
-# The statement form every client sends (client/protocol.json "statements".begin):
+# The statement form every client sends (client/rust/src/statements.rs BEGIN_SQL, for one):
 # SELECT ... FROM idempotency.begin(...) AS o with the answer as CASE columns.
 answer_of() {
   sql 0 -c "SELECT o.outcome || ' ' || coalesce((CASE WHEN o.outcome <> 'started' THEN (idempotency.http_answer(o)).status END)::text, '-')

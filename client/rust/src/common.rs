@@ -7,8 +7,8 @@ use tokio::sync::OnceCell;
 
 use crate::db::{Db, Param, Values};
 use crate::error::Error;
-use crate::generated::FINAL_STATUSES_SQL;
 use crate::http::{answer_response, DuplicateMode, Response};
+use crate::statements::FINAL_STATUSES_SQL;
 
 /// One HTTP request as the protocol sees it.
 #[derive(Clone, Debug, Default)]

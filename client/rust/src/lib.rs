@@ -46,6 +46,7 @@ mod queue;
 mod router;
 #[cfg(feature = "sqlx")]
 mod sqlx_glue;
+mod statements;
 pub mod stream;
 mod transactional;
 

@@ -9,7 +9,7 @@ use tokio_postgres::{Client as PgClient, GenericClient, Transaction};
 
 use crate::common::millis;
 use crate::error::Error;
-use crate::generated::{CLAIM_BATCH_SQL, CLAIM_SQL};
+use crate::statements::{CLAIM_BATCH_SQL, CLAIM_SQL};
 
 /// Inside the caller's transaction: claims (principal, key) for `window` (None: the
 /// server's idempotency.key_ttl) and, when this call claimed it, runs `enqueue` (the

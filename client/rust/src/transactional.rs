@@ -14,11 +14,11 @@ use tokio_postgres::{Client as PgClient, Statement, Transaction};
 use crate::common::{answer_of, body_invalid, key_refused, millis, FinalStatuses, Request};
 use crate::db::{Db, Param, Values};
 use crate::error::{BoxError, Error};
-use crate::generated::{BEGIN_SQL, COMPLETE_SQL, FINGERPRINT_SQL, SAVE_FINAL_SQL};
 use crate::http::{
     kept_headers_json, problem_response, valid_key, DuplicateMode, Outcome, Problem, Response,
     DEFAULT_KEPT_HEADERS, DEFAULT_RETRY_AFTER_SECONDS, PROBLEM_TYPE_BASE,
 };
+use crate::statements::{BEGIN_SQL, COMPLETE_SQL, FINGERPRINT_SQL, SAVE_FINAL_SQL};
 
 /// Settings of a `Client`.
 #[derive(Clone, Debug)]

@@ -11,10 +11,10 @@ use crate::common::{answer_of, FinalStatuses};
 use crate::connect::pooled;
 use crate::db::{Db, Param, Values};
 use crate::error::Error;
-use crate::generated::{
+use crate::http::{kept_headers_json, Response};
+use crate::statements::{
     ACQUIRE_SQL, MARK_DONE_SQL, RELEASE_SQL, REMEMBER_SQL, RENEW_SQL, STORED_EXPIRY_SQL,
 };
-use crate::http::{kept_headers_json, Response};
 
 /// The pools of a runner.
 #[derive(Clone)]

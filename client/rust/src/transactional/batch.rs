@@ -12,8 +12,8 @@ use super::{outcome_of, Begun, Client};
 use crate::common::{millis, Request};
 use crate::db::Values;
 use crate::error::Error;
-use crate::generated::{BEGIN_BATCH_SQL, COMPLETE_BATCH_SQL};
 use crate::http::{kept_headers_json, Outcome, Response};
+use crate::statements::{BEGIN_BATCH_SQL, COMPLETE_BATCH_SQL};
 
 /// What `begin_batch` answered for one key (the columns of `idempotency.batch_outcome`).
 #[derive(Debug)]

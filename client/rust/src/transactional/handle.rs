@@ -8,8 +8,8 @@ use super::{Begun, Client, Connection, HandlerFuture};
 use crate::common::Request;
 use crate::db::{Db, Param};
 use crate::error::{BoxError, Error};
-use crate::generated::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
 use crate::http::Response;
+use crate::statements::{BEGIN_SQL, COMPLETE_SQL, SAVE_FINAL_SQL, STORED_EXPIRY_SQL};
 use crate::stream::{StreamEvent, StreamWriter};
 
 /// Told the key row's expiry when begin started the key (the stream's head carries it).
