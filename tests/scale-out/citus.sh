@@ -150,21 +150,36 @@ check "begin_batch, complete_batch and claim_batch through the coordinator" equa
 # in a subquery among the call's arguments, a form Citus does not delegate: on the
 # coordinator it must be refused (0A000, the form named), never run there, and
 # write nothing (docs/scale-out.md: their batches go through the Router).
-refused=$(sql 0 -v ON_ERROR_STOP=0 2>&1 <<'SQL'
-\set VERBOSITY verbose
-PREPARE subquery_batch(text, text[], text, text[], text[], bytea[]) AS
-SELECT b.ord, b.outcome FROM idempotency.begin_batch($1, $2::text[], $3,
+subquery_batch="PREPARE subquery_batch(text, text[], text, text[], text[], bytea[]) AS
+SELECT b.ord, b.outcome FROM idempotency.begin_batch(\$1, \$2::text[], \$3,
     ARRAY(SELECT idempotency.fingerprint(u.m, u.p, u.b)
-            FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS u(m, p, b, n) ORDER BY u.n)) AS b
- ORDER BY b.ord;
-EXECUTE subquery_batch('batch-3', ARRAY['e', 'f'], 'act', ARRAY['POST', 'POST'], ARRAY['/o', '/o'],
-                       ARRAY['{"a":1}'::bytea, '{"a":2}'::bytea]);
+            FROM unnest(\$4::text[], \$5::text[], \$6::bytea[]) WITH ORDINALITY AS u(m, p, b, n) ORDER BY u.n)) AS b
+ ORDER BY b.ord;"
+subquery_run="EXECUTE subquery_batch('batch-3', ARRAY['e', 'f'], 'act', ARRAY['POST', 'POST'], ARRAY['/o', '/o'],
+                       ARRAY['{\"a\":1}'::bytea, '{\"a\":2}'::bytea]);"
+refused=$(sql 0 -v ON_ERROR_STOP=0 2>&1 <<SQL
+\\set VERBOSITY verbose
+$subquery_batch
+$subquery_run
 SQL
 )
 check "a batch with its fingerprints in a subquery is refused through the coordinator (0A000, its form named)" \
   bash -c '[[ $1 == *"ERROR:  0A000: the key'"'"'s shard is not on this node"* && $1 == *"Citus delegates a call alone in its statement"* ]]' _ "$refused"
 check "and it wrote nothing" equals \
   "$(sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE principal = 'batch-3'")" "0"
+# On the worker that holds the principal's shard (where the clients' routers send
+# it) the same statement runs there, nothing to delegate, and its keys commit.
+batch_node=$(( $(worker_of batch-3) - base ))
+check "the same batch on the shard's worker (the router's connection) starts both keys" equals \
+  "$(sql "$batch_node" <<SQL | tr '\n' ' '
+$subquery_batch
+BEGIN;
+$subquery_run
+SELECT ord, completed FROM idempotency.complete_batch('batch-3', ARRAY['e', 'f'], ARRAY[201, 201]);
+COMMIT;
+SELECT count(*) FROM idempotency.keys WHERE principal = 'batch-3';
+SQL
+)" "1|started 2|started 1|t 2|t 2 "
 # The C++ and Python clients' form (fingerprints a parameter, each answer from
 # http_answer in CASE columns) is delegated: a second run replays with the answer.
 param_batch="PREPARE param_batch(text, text[], text, bytea[]) AS
