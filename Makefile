@@ -22,6 +22,7 @@ OBJS = src/extension/module.o \
        src/extension/key_direct.o \
        src/extension/key_statements.o \
        src/extension/placement.o \
+       src/extension/shard_relation.o \
        src/extension/routed.o \
        src/extension/outcome.o \
        src/extension/outcome_row.o \

@@ -33,7 +33,7 @@ LAYERS = [
     ("bottom", ["settings", "routed", "key_row", "compat", "guard", "arguments", "schema_version",
                 "batch_arguments"]),
     ("store", ["key_lock", "key_table", "key_store", "key_direct", "key_statements",
-               "placement"]),
+               "placement", "shard_relation"]),
     ("protocol", ["counters", "counters_table", "pending", "outcome", "outcome_row",
                   "outcome_counts", "snapshot_check", "one_key"]),
     ("entry points", ["transactional", "lease", "jcs_sql", "counters_sql", "module", "batch"]),

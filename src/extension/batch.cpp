@@ -133,7 +133,7 @@ Datum idempotency_complete_batch(FunctionCallInfo call) {
             check_status(DatumGetInt32(statuses[i]));
             if (headers != nullptr && !no_headers[i]) check_headers(DatumGetJsonbP(headers[i]));
             entries[i] = find_pending(principal, batch.keys[i]);
-            require_completable(entries[i], DatumGetInt32(statuses[i]));
+            require_completable(entries[i], principal, DatumGetInt32(statuses[i]));
         }
 
         InitMaterializedSRF(fcinfo, 0);

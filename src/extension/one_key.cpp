@@ -7,6 +7,7 @@
 #include "key_store.hpp"
 #include "outcome.hpp"
 #include "outcome_counts.hpp"
+#include "placement.hpp"
 #include "snapshot_check.hpp"
 #include "settings.hpp"
 
@@ -61,7 +62,20 @@ Outcome begin_key(const Request& request, const Interval& ttl, int wait_ms, KeyR
     return Outcome::started;
 }
 
-void require_completable(const PendingKey* entry, int status) {
+void require_completable(const PendingKey* entry, text* principal, int status) {
+    // Under Citus a complete that Citus did not delegate runs on the node it was
+    // sent to (the coordinator), which never saw the begin delegated elsewhere.
+    if (entry == nullptr && shard_elsewhere(principal))
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency key was not started in this transaction"),
+             errdetail("This node does not hold the principal's shard: the call ran on the node "
+                       "it was sent to, not where begin ran. Citus delegates a call alone in its "
+                       "statement, SELECT f(...) or SELECT ... FROM f(...), with the principal a "
+                       "literal or a parameter."),
+             errhint("Send complete in that form, or on the connection to the node of the "
+                     "principal's shard (see docs/scale-out.md).")));
     if (entry == nullptr)
         ereport(
             ERROR,

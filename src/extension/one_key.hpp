@@ -28,10 +28,12 @@ void refuse_if_open(text* principal, text* key);
 /// A replay, mismatch or in_progress releases the key lock at once.
 Outcome begin_key(const Request& request, const Interval& ttl, int wait_ms, KeyRow* shown);
 
-/// 55000 unless `entry` (the key as find_pending found it, maybe nullptr) was
-/// begun and not yet completed in this transaction; 22023 when `status` is
-/// not final. complete()'s checks, before anything is stored.
-void require_completable(const PendingKey* entry, int status);
+/// 55000 unless `entry` (the key of `principal` as find_pending found it, maybe
+/// nullptr) was begun and not yet completed in this transaction (under Citus,
+/// with a detail when this node does not hold the principal's shard: the call
+/// was not delegated); 22023 when `status` is not final. complete()'s checks,
+/// before anything is stored.
+void require_completable(const PendingKey* entry, text* principal, int status);
 
 /// Stores the response of a key begun in this transaction (checked with
 /// require_completable) and marks it completed; 40001 when another

@@ -19,6 +19,7 @@
 
 #include "key_table.hpp"
 #include "routed.hpp"
+#include "shard_relation.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -271,78 +272,6 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId mine, SubTrans
     }
 }
 
-// The shard relations the direct back-end may use, by shard id: the relation
-// and its primary key, checked once to have the key table's own columns in its
-// order. Forgotten when any of them, or everything, is invalidated.
-struct ShardRelation {
-    int64 shard;
-    Oid table;
-    Oid index;
-    bool usable;
-};
-constexpr int kMaxShardRelations = 64;
-ShardRelation shard_relations[kMaxShardRelations];
-int shard_relation_count = 0;
-
-void forget_shard_relations(Datum, Oid relid) {
-    if (relid == InvalidOid) {
-        shard_relation_count = 0;
-        return;
-    }
-    for (int i = 0; i < shard_relation_count; ++i)
-        if (shard_relations[i].table == relid || shard_relations[i].index == relid) {
-            shard_relation_count = 0;
-            return;
-        }
-}
-
-// Whether `shard` has the key table's columns, by name and type, first and in
-// order, and a primary key on (principal, key); its primary key in *index.
-bool usable_shard(Relation shard, Relation table, Oid* index) {
-    if (shard->rd_rel->relkind != RELKIND_RELATION) return false;
-    TupleDesc mine = RelationGetDescr(shard);
-    TupleDesc theirs = RelationGetDescr(table);
-    if (mine->natts < aColumns || theirs->natts < aColumns) return false;
-    for (int i = 0; i < aColumns; ++i) {
-        Form_pg_attribute a = TupleDescAttr(mine, i);
-        Form_pg_attribute b = TupleDescAttr(theirs, i);
-        if (a->attisdropped || b->attisdropped || a->atttypid != b->atttypid ||
-            strcmp(NameStr(a->attname), NameStr(b->attname)) != 0)
-            return false;
-    }
-    list_free(RelationGetIndexList(shard));  // sets rd_pkindex
-    *index = shard->rd_pkindex;
-    if (!OidIsValid(*index)) return false;
-    Relation pkey = index_open(*index, AccessShareLock);
-    const bool two_columns = pkey->rd_index->indnkeyatts == 2 &&
-                             pkey->rd_index->indkey.values[0] == aPrincipal &&
-                             pkey->rd_index->indkey.values[1] == aKey;
-    index_close(pkey, AccessShareLock);
-    return two_columns;
-}
-
-// The relation of `shard` of the key table on this node, looked up once.
-const ShardRelation* shard_relation(const KeyTable& table, int64 shard) {
-    for (int i = 0; i < shard_relation_count; ++i)
-        if (shard_relations[i].shard == shard) return &shard_relations[i];
-    // Citus names a shard by its table and shard id, in the table's schema.
-    char name[NAMEDATALEN];
-    snprintf(name, sizeof(name), "keys_" INT64_FORMAT, shard);
-    ShardRelation found{shard, get_relname_relid(name, get_rel_namespace(table.table)), InvalidOid,
-                        false};
-    if (OidIsValid(found.table)) {
-        Relation shell = table_open(table.table, AccessShareLock);
-        Relation rel = table_open(found.table, AccessShareLock);
-        found.usable = usable_shard(rel, shell, &found.index);
-        table_close(rel, AccessShareLock);
-        table_close(shell, AccessShareLock);
-    }
-    if (!OidIsValid(found.table)) return nullptr;  // not known here: looked up again next time
-    if (shard_relation_count == kMaxShardRelations) shard_relation_count = 0;
-    shard_relations[shard_relation_count] = found;
-    return &shard_relations[shard_relation_count++];
-}
-
 // citus.enable_local_execution: off makes Citus reach even a local shard over
 // a connection of its own, which the direct back-end must not bypass.
 bool local_execution_on() {
@@ -480,6 +409,20 @@ void require_local_shard(text* principal) {
     if (!held) remember_checked(principal, shard, citus.has_lock);
 }
 
+bool shard_elsewhere(text* principal) {
+    const KeyTable table = key_table();
+    if (table.placement != Placement::by_principal) return false;
+    look_up_functions();
+    if (!citus.has_shard_id) return false;
+    Oid user;
+    int context;
+    GetUserIdAndSecContext(&user, &context);
+    SetUserIdAndSecContext(table.owner, context | SECURITY_LOCAL_USERID_CHANGE);
+    const int64 shard = shard_of(table, principal);
+    SetUserIdAndSecContext(user, context);
+    return !placed_here(shard);
+}
+
 bool locked_local_shard(text* principal, KeyTable* shard) {
     const CheckedShard* entry = find_checked(principal);
     if (entry == nullptr || !entry->locked || !local_execution_on()) return false;
@@ -491,7 +434,7 @@ bool locked_local_shard(text* principal, KeyTable* shard) {
 }
 
 void placement_init() {
-    CacheRegisterRelcacheCallback(forget_shard_relations, (Datum)0);
+    shard_relation_init();
     CacheRegisterSyscacheCallback(PROCOID, forget_functions, (Datum)0);
     RegisterXactCallback(on_transaction_event, nullptr);
     RegisterSubXactCallback(on_subtransaction_event, nullptr);

@@ -32,6 +32,12 @@ Placement citus_placement(Oid table, Oid owner);
 /// uses it; once per principal and transaction.
 void require_local_shard(text* principal);
 
+/// Under Citus (the key table distributed by principal), whether the shard of
+/// `principal` is placed on another node than this one: read without taking
+/// Citus's lock, for an error's detail only. False without Citus, for a table
+/// not distributed by principal, or when the shard is here.
+bool shard_elsewhere(text* principal);
+
 /// Under Citus, the local shard relation that holds the rows of `principal`,
 /// when a locking call of this transaction found its shard placed on this node
 /// after taking Citus's shard metadata lock on it (require_local_shard; the

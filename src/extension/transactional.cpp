@@ -73,7 +73,7 @@ Datum idempotency_complete(FunctionCallInfo call) {
         // (SET ROLE inside the transaction): the role completing must be bound too.
         check_principal_binding(PG_GETARG_TEXT_PP(0));
         PendingKey* entry = find_pending(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
-        require_completable(entry, response.status);
+        require_completable(entry, PG_GETARG_TEXT_PP(0), response.status);
         complete_key(entry, response);
         PG_RETURN_BOOL(true);
     });

@@ -31,7 +31,7 @@ EXCEPTION WHEN OTHERS THEN
 END
 $f$;
 
-SELECT plan(17);
+SELECT plan(20);
 SELECT is((SELECT outcome FROM idempotency.begin('citus-here', 'k1', 'act',
                                                  idempotency.fingerprint('POST', '/1'))),
           'started', 'a principal whose shard is on this node begins a key');
@@ -93,6 +93,19 @@ SELECT matches(pg_temp.refusal($$SELECT * FROM idempotency.claim('citus-away', '
                '^0A000 \| The principal''s shard moved to another node .*after this call was delegated here',
                'a call Citus delegated here: the shard moved since');
 RESET application_name;
+
+-- complete and complete_batch take no key lock: one that Citus did not delegate
+-- runs where it was sent, which never saw the begin. On a node without the
+-- principal's shard the error says so; on the shard's node it does not.
+SELECT matches(pg_temp.refusal($$SELECT idempotency.complete('citus-away', 'k6', 201)$$),
+               '^55000 \| This node does not hold the principal''s shard: the call ran on the node it was sent to, not where begin ran\. .* \| Send complete in that form',
+               'complete for a principal whose shard is elsewhere: not delegated, says the detail');
+SELECT matches(pg_temp.refusal($$SELECT count(*) FROM idempotency.complete_batch('citus-away', ARRAY['k6'], ARRAY[201])$$),
+               '^55000 \| This node does not hold the principal''s shard',
+               'so does complete_batch');
+SELECT is(pg_temp.refusal($$SELECT idempotency.complete('citus-here', 'k6', 201)$$),
+          '55000 |  | Call idempotency.begin() in the same transaction and complete only when it returns started; pass fence => for a key taken with idempotency.acquire().',
+          'on the shard''s node a key never begun gets the plain error, no placement detail');
 
 -- The shard moves here: served at once (the placement is read at every locking call).
 UPDATE pg_catalog.fake_citus_shard SET shardid = 1 WHERE principal = 'citus-away';

@@ -197,5 +197,22 @@ COMMIT;
 $param_run
 SQL
 )" "1|started| 2|started| 1|g|t 2|h|t 1|replay|201 2|replay|201 "
+# A complete_batch in a form Citus does not delegate (a WHERE on its rows) runs
+# on the coordinator, which never saw the begin_batch delegated to the worker:
+# the error says that this node does not hold the principal's shard (55000, the
+# delegable form named), and nothing is stored.
+undelegated=$(sql 0 -v ON_ERROR_STOP=0 2>&1 <<SQL
+\\set VERBOSITY verbose
+$param_batch
+BEGIN;
+EXECUTE param_batch('batch-5', ARRAY['i'], 'act', ARRAY[sha256('i')]);
+SELECT count(*) FROM idempotency.complete_batch('batch-5', ARRAY['i'], ARRAY[201]) WHERE completed;
+COMMIT;
+SQL
+)
+check "a complete_batch that Citus does not delegate is told so (55000: this node does not hold the principal's shard)" \
+  bash -c '[[ $1 == *"ERROR:  55000: idempotency key was not started in this transaction"* && $1 == *"This node does not hold the principal'"'"'s shard"* ]]' _ "$undelegated"
+check "and nothing of it was stored" equals \
+  "$(sql 0 -c "SELECT count(*) FROM idempotency.keys WHERE principal = 'batch-5'")" "0"
 
 report
