@@ -224,9 +224,10 @@ def check_functions(root, errors):
 # FATAL with a new connection's ready-for-query crashed the process); rust +695
 # for issue 37 (sqlx and axum features, the framework-shaped calls, TLS, pools);
 # rust +79 when its statements came back from client/protocol.json (read by no
-# other client) into src/statements.rs, where they count.
+# other client) into src/statements.rs, where they count; rust +29 for issue 37
+# (the Router logs a node it marks down after a failed connect or TLS handshake).
 CLIENT_TARGET = 2000
-CLIENT_CEILINGS = {"cpp": 2680, "go": 2317, "node": 2614, "python": 2609, "rust": 3618}
+CLIENT_CEILINGS = {"cpp": 2680, "go": 2317, "node": 2614, "python": 2609, "rust": 3647}
 # The globs of each client library's source files.
 CLIENT_SOURCES = {
     "cpp": ["client/cpp/src/*.cpp", "client/cpp/src/*.hpp", "client/cpp/include/**/*.hpp"],

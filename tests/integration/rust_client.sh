@@ -73,33 +73,15 @@ check "cargo doc without warnings: client/rust" \
 check "cargo package: client/rust packages (--no-verify)" \
   bash -c 'cd client/rust && cargo package --locked --allow-dirty --no-verify -q'
 
-# The TLS cluster: a CA, the server's certificate for 127.0.0.1 and localhost signed by
-# it, and another CA whose trust must not be enough.
+# The TLS cluster (tests/integration/lib/tls_cluster.bash): a CA, the server's certificate
+# for 127.0.0.1 and localhost signed by it, and another CA whose trust must not be enough.
+# shellcheck source=lib/tls_cluster.bash
+source tests/integration/lib/tls_cluster.bash
 tls_dir=$work/tls
-mkdir -p "$tls_dir/certs"
-make_certificates() (
-  cd "$tls_dir/certs" &&
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=idem-test-ca \
-      -keyout ca.key -out ca.pem &&
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=idem-other-ca \
-      -keyout other.key -out other.pem &&
-    openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr &&
-    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >ext.cnf &&
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-      -extfile ext.cnf -out server.pem &&
-    chmod 600 server.key && { [[ $(id -u) -ne 0 ]] || chown postgres:postgres server.key server.pem; }
-)
 tls_port=$((PGPORT + 14))
-start_tls_cluster() {
-  chmod o+rx "$work" "$tls_dir" "$tls_dir/certs"
-  PGCLUSTER_CONF="ssl = on
-ssl_cert_file = '$tls_dir/certs/server.pem'
-ssl_key_file = '$tls_dir/certs/server.key'" scripts/pgcluster.sh start "$tls_dir/pg" "$tls_port" >/dev/null &&
-    psql -X -q -h 127.0.0.1 -p "$tls_port" -U postgres -d postgres -c "CREATE EXTENSION idempotency"
-}
-trap 'scripts/pgcluster.sh stop "$tls_dir/pg" >/dev/null 2>&1 || true; cleanup_service_test' EXIT
-check "openssl: a CA and a server certificate for the TLS cluster" make_certificates 2>/dev/null
-check "a throwaway cluster with ssl = on on port $tls_port" start_tls_cluster
+trap 'tls_cluster_stop "$tls_dir"; cleanup_service_test' EXIT
+check "openssl: a CA and a server certificate for the TLS cluster" tls_certificates "$tls_dir" 2>/dev/null
+check "a throwaway cluster with ssl = on on port $tls_port" tls_cluster_start "$tls_dir" "$tls_port"
 
 check "cargo test: client/rust against the cluster (and the TLS one)" \
   env PGDATABASE="$service_db" IDEM_RUST_TLS_PORT="$tls_port" \

@@ -243,8 +243,9 @@ impl Router {
     }
 
     /// A connection for `principal`'s request: an idle one of its node, or a new one. When
-    /// connecting to the node fails, the failure is reported (`report_connect_failure`) and
-    /// the connection goes to the default target. Give it back with `release`.
+    /// connecting to the node fails, it is marked down (`report_connect_failure`) and logged
+    /// (`tracing`, `WARN`, its name and the error, once per marking), and the connection
+    /// goes to the default target. Give it back with `release`.
     pub async fn connect(&self, principal: &str) -> Result<Routed, Error> {
         let route = self.route(principal).await;
         if let Some(node) = route.node {
@@ -253,8 +254,15 @@ impl Router {
             }
             match open(route.config, &self.options.tls).await {
                 Ok(conn) => return Ok(Routed { conn, node: Some(node) }),
-                Err(_) => {
-                    self.report_connect_failure(&node, Some(principal));
+                Err(error) => {
+                    if self.mark_down(&node, Some(principal)) {
+                        tracing::warn!(
+                            node = %node,
+                            error = %with_causes(&error),
+                            "pg_idempotency: connecting to the node failed; it is marked down \
+                             for node_down, its requests go to the default target"
+                        );
+                    }
                     self.lock().counters.defaulted += 1;
                 }
             }
@@ -293,15 +301,23 @@ impl Router {
     /// Tells the router that connecting to `node` failed (refused, DNS, timeout): the node
     /// is skipped for `node_down`, and `principal`'s cached placement (if given) is dropped.
     pub fn report_connect_failure(&self, node: &str, principal: Option<&str>) {
+        self.mark_down(node, principal);
+    }
+
+    /// Skips `node` for `node_down` and drops `principal`'s cached placement (if given):
+    /// true when the node was not already down (counted in `nodes_marked_down`).
+    fn mark_down(&self, node: &str, principal: Option<&str>) -> bool {
         let mut state = self.lock();
         let now = Instant::now();
         let until = state.down.insert(node.to_string(), now + self.options.node_down);
-        if until.is_none_or(|until| until <= now) {
-            state.counters.nodes_marked_down += 1; // the node was not already down
+        let marked = until.is_none_or(|until| until <= now);
+        if marked {
+            state.counters.nodes_marked_down += 1;
         }
         if let Some(principal) = principal {
             forget(&mut state, principal);
         }
+        marked
     }
 
     /// Tells the router that a call of `principal`'s request answered that its shard is not
@@ -409,6 +425,21 @@ fn forget(state: &mut State, principal: &str) {
     if let Some(cached) = state.cache.remove(principal) {
         state.order.remove(&cached.tick);
     }
+}
+
+/// `error` and the causes in its sources, each once ("database error: error performing TLS
+/// handshake: server does not support TLS"): tokio-postgres says why in a source.
+fn with_causes(error: &Error) -> String {
+    let mut said = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_said = cause.to_string();
+        if !said.ends_with(&cause_said) {
+            said = format!("{}: {}", said, cause_said);
+        }
+        source = cause.source();
+    }
+    said
 }
 
 /// "nodename:nodeport" of a placement row; None for a row of NULLs.

@@ -287,15 +287,25 @@ async fn a_router_that_requires_tls_refuses_a_server_without_it() {
         .port(common::config().get_ports()[0])
         .user(common::config().get_user().unwrap_or("postgres"))
         .dbname(common::config().get_dbname().unwrap_or("postgres"))
+        .password("pw-never-logged")
         .ssl_mode(SslMode::Require);
     // A node without TLS is refused, marked down, and never used in plain text: the request
     // is served by the default target, over TLS.
     let router = routes.router(tls(), tls_config_for(&routes.default), plain.clone());
     let request = keyed(&common::unique("tls-node-refused"));
+    let logs = common::Logs::default();
+    let logging = tracing::subscriber::set_default(logs.clone());
     let (response, node) = route_one(&router, &request).await;
+    drop(logging);
     assert_eq!((node, response.body), (None, format!("{} true", routes.default).into_bytes()));
     assert_eq!(router.counters().nodes_marked_down, 1);
     assert_eq!(plain_sessions(&routes.app).await, 0);
+    // The marking is logged once: the node's name and the TLS error, never the password.
+    let warned = logs.at("WARN");
+    assert_eq!(warned.len(), 1, "{:?}", warned);
+    assert!(warned[0].contains("node=a.test:5432"), "{}", warned[0]);
+    assert!(warned[0].contains("handshake: server does not support TLS"), "{}", warned[0]);
+    assert!(!warned[0].contains("pw-never-logged"), "{}", warned[0]);
 
     // Every target without TLS: connect fails with the TLS error, nothing is sent in plain.
     let router = routes.router(tls(), plain.clone(), plain.clone());

@@ -6,16 +6,21 @@
 # feature `sqlx` (--all-features) is built with the highest rust-version among the locked
 # crates it pulls in (sqlx's). A toolchain that is missing is installed with rustup
 # (--profile minimal: no clippy, no rustfmt). For each: `cargo build --locked
-# --all-targets`, then the tests that need no database (unit, doc, http.rs,
+# --all-targets`, then the doc tests and the tests that need no database (unit, http.rs,
 # docs_example.rs); with a cluster's env sourced (PGHOST, PGPORT, PGUSER, PGDATABASE of
-# a database with the extension) every test file against it, tls.rs only with the
-# IDEM_RUST_TLS_* that tests/integration/rust_client.sh sets.
+# a database with the extension) the unit tests and every test file against it instead,
+# tls.rs included: as tests/integration/rust_client.sh does, a throwaway cluster with
+# ssl = on on PGPORT+14 and certificates made with openssl
+# (tests/integration/lib/tls_cluster.bash; the extension installed), unless
+# IDEM_RUST_TLS_PORT, IDEM_RUST_TLS_CA and IDEM_RUST_TLS_OTHER_CA name one already. Each
+# check ends with the number of tests that passed.
 #
 # Run by hand: not in CI and not in scripts/test.sh, because it downloads toolchains from
 # rustup's own server, which CI's machines may not reach. Builds into
 # ~/.cache/idempotency/cargo-target-msrv (CARGO_TARGET_DIR overrides).
 #
-#     client/rust/tools/msrv.sh
+#     scripts/pgcluster.sh start /tmp/pg && source /tmp/pg/env &&
+#       psql -c "CREATE EXTENSION idempotency" && client/rust/tools/msrv.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idempotency/cargo-target-msrv}
@@ -33,6 +38,20 @@ import json, sys
 versions = [p["rust_version"] for p in json.load(sys.stdin)["packages"] if p["rust_version"]]
 print(max(versions, key=lambda v: [int(n) for n in v.split(".")]))')")
 
+# The TLS cluster for tests/tls.rs, stopped on exit; the tests' output, to count them.
+log=$(mktemp)
+tls_base=""
+trap 'rm -f "$log"; [[ -z $tls_base ]] || { tls_cluster_stop "$tls_base/tls"; rm -rf "$tls_base"; }' EXIT
+if [[ -n ${PGHOST:-} && -z ${IDEM_RUST_TLS_PORT:-} ]]; then
+  # shellcheck source=../../../tests/integration/lib/tls_cluster.bash
+  source ../../tests/integration/lib/tls_cluster.bash
+  tls_base=$(mktemp -d)
+  tls_certificates "$tls_base/tls" 2>/dev/null
+  tls_cluster_start "$tls_base/tls" $((PGPORT + 14))
+  export IDEM_RUST_TLS_PORT=$((PGPORT + 14)) IDEM_RUST_TLS_CA=$tls_base/tls/certs/ca.pem
+  export IDEM_RUST_TLS_OTHER_CA=$tls_base/tls/certs/other.pem
+fi
+
 check() {  # check TOOLCHAIN CARGO_FLAGS...
   local toolchain=$1
   shift
@@ -40,18 +59,15 @@ check() {  # check TOOLCHAIN CARGO_FLAGS...
   rustup toolchain list | grep -q "^$toolchain-" ||
     rustup toolchain install "$toolchain" --profile minimal
   cargo "+$toolchain" build --locked --all-targets "$@"
-  cargo "+$toolchain" test --locked "$@" --lib --test http --test docs_example
-  cargo "+$toolchain" test --locked "$@" --doc
+  local targets=(--test http --test docs_example)
   if [[ -n ${PGHOST:-} ]]; then
-    local targets=()
-    for file in tests/*.rs; do
-      name=$(basename "$file" .rs)
-      if [[ $name != tls || -n ${IDEM_RUST_TLS_PORT:-} ]]; then
-        targets+=(--test "$name")
-      fi
-    done
-    cargo "+$toolchain" test --locked "$@" "${targets[@]}"
+    targets=(--tests)
   fi
+  {
+    cargo "+$toolchain" test --locked "$@" --doc
+    cargo "+$toolchain" test --locked "$@" --lib "${targets[@]}"
+  } 2>&1 | tee "$log"
+  echo "== Rust $toolchain${*:+ $*}: $(awk '/^test result:/ { n += $4 } END { print n }' "$log") tests passed"
 }
 
 check "$msrv"

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test file uses a part
 
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::{Client, Config, NoTls};
@@ -75,4 +76,51 @@ pub async fn own_database(admin: &Client, name: &str) -> (String, Config) {
 
 pub async fn drop_database(admin: &Client, db: &str) {
     admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db)).await.unwrap();
+}
+
+/// The events logged through `tracing` while it is the thread's default subscriber
+/// (`tracing::subscriber::set_default(logs.clone())`; a `#[tokio::test]` runs its tasks on
+/// its own thread): one line each, "LEVEL message field=value ...".
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<String>>>);
+
+impl Logs {
+    /// The lines so far that start with `level` ("WARN").
+    pub fn at(&self, level: &str) -> Vec<String> {
+        let lines = self.0.lock().unwrap();
+        lines.iter().filter(|line| line.starts_with(level)).cloned().collect()
+    }
+}
+
+/// One event's fields, appended to its line.
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={:?}", field.name(), value));
+    }
+}
+
+impl tracing::Subscriber for Logs {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(event.metadata().level().to_string());
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
