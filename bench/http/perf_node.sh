@@ -27,7 +27,8 @@ trap '[[ -n $service ]] && kill "$service" 2>/dev/null; rm -f "/tmp/perf-$servic
 # shellcheck source=service.sh
 source bench/http/service.sh  # start_shop, start_service
 start_shop "${BENCH_PORT:-55495}"
-start_service node --perf-basic-prof "examples/$example/app.js"
+# --perf-basic-prof also starts V8's log: kept in $work, not in the current folder.
+start_service node --perf-basic-prof --no-logfile-per-isolate --logfile="$work/v8.log" "examples/$example/app.js"
 ticks() { sed 's/.*) //' "/proc/$service/stat" | awk '{ print $12 + $13 }'; }
 for route in warm keyed plain; do
   path=/orders
