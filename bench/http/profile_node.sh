@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Where a keyed Node (Express) request's time goes: examples/node-orders under
-# `node --cpu-prof`, wrk on the keyed route (POST /orders) and then, in a second
-# run of the service, on the plain route (POST /plain/orders); prints the CPU
-# time per request of each and the functions whose self time per request grows
-# most on the keyed route.
+# Where a keyed Node request's time goes: examples/node-orders (Express; or
+# EXAMPLE=fastify-orders, the Fastify plugin) under `node --cpu-prof`, wrk on the
+# keyed route (POST /orders) and then, in a second run of the service, on the plain
+# route (POST /plain/orders); prints the time per request of each and the functions
+# whose self time per request grows most on the keyed route. The profiler samples
+# wall-clock time: a write that wakes PostgreSQL and is preempted on a busy machine
+# counts in full (writeBuffer, writev). bench/http/perf_node.sh counts CPU only.
 #
-#   bench/http/profile_node.sh        SECONDS_PER_RUN=10 by default
+#   bench/http/profile_node.sh                         SECONDS_PER_RUN=10 by default
+#   EXAMPLE=fastify-orders bench/http/profile_node.sh  the Fastify plugin
 #
 # Needs what bench/http/languages.sh needs for Node.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${SECONDS_PER_RUN:-10}
+example=${EXAMPLE:-node-orders}
 [[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
+[[ -d examples/$example/node_modules ]] || (cd "examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
 work=$(mktemp -d /tmp/idem-nodeprof.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
@@ -22,7 +27,7 @@ for route in keyed plain; do
   path=/orders
   [[ $route == plain ]] && path=/plain/orders
   mkdir -p "$work/$route"
-  start_service node --cpu-prof --cpu-prof-dir="$work/$route" examples/node-orders/app.js
+  start_service node --cpu-prof --cpu-prof-dir="$work/$route" "examples/$example/app.js"
   WRK_PATH=$path WRK_RUN=prof-$route-$RANDOM wrk -t2 -c8 -d"${duration}s" -s bench/http/fresh_keys.lua \
     "http://127.0.0.1:$http_port" | awk '/requests in/ { print $1 }' >"$work/$route.requests"
   kill -INT "$service"

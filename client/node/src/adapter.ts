@@ -246,7 +246,7 @@ export function readStream(stream: NodeJS.ReadableStream, limit: number): Promis
     const chunks: Buffer[] = [];
     let size = 0;
     const stop = () => {
-      for (const [event, listener] of Object.entries(listeners)) stream.off(event, listener);
+      stream.off("data", onData).off("end", onEnd).off("error", onError).off("close", onClose);
     };
     const onData = (chunk: Buffer | string) => {
       const bytes = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk;
@@ -268,7 +268,6 @@ export function readStream(stream: NodeJS.ReadableStream, limit: number): Promis
       reject(error);
     };
     const onClose = () => onError(new Error("the request closed before its body ended"));
-    const listeners = { data: onData, end: onEnd, error: onError, close: onClose };
-    for (const [event, listener] of Object.entries(listeners)) stream.on(event, listener);
+    stream.on("data", onData).on("end", onEnd).on("error", onError).on("close", onClose);
   });
 }

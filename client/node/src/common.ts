@@ -141,7 +141,7 @@ export function literal(value: string | null | undefined): string {
 export function byteaLiteral(value: Buffer | string | null | undefined): string {
   if (value === null || value === undefined) return "NULL";
   const bytes = typeof value === "string" ? Buffer.from(value, "utf8") : value;
-  return literal("\\x" + bytes.toString("hex"));
+  return "E'\\\\x" + bytes.toString("hex") + "'"; // literal("\\x" + hex) without its scans of the hex
 }
 
 /** A text[] literal for the exclude pointers, NULL when there are none (the statements cast it). */

@@ -57,7 +57,8 @@ export type Next = (error?: unknown) => void;
 /** Settings of the middleware (adapter.ts has each member's meaning). */
 export type MiddlewareOptions = AdapterOptions<MiddlewareRequest>;
 
-async function readBody(req: MiddlewareRequest, limit: number): Promise<Buffer | null> {
+// Not async: a body already read is awaited as it is, without a promise of its own.
+function readBody(req: MiddlewareRequest, limit: number): Buffer | Promise<Buffer | null> {
   if (Buffer.isBuffer(req.body)) return req.body; // express.raw() ran first
   if (req.rawBody) return req.rawBody;
   if ((req as { _body?: boolean })._body === true) {
