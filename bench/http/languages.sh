@@ -23,17 +23,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-5}
 duration=${SECONDS_PER_RUN:-10}
-# client/node and the Node examples from their lock files (npm ci), as the tests install them.
-[[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
-for example in node-orders fastify-orders; do
-  [[ -d examples/$example/node_modules ]] || (cd "examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
-done
+# shellcheck source=service.sh
+source bench/http/service.sh  # node_installed, start_shop, start_service
+node_installed node-orders fastify-orders
 
 work=$(mktemp -d /tmp/idem-langbench.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-# shellcheck source=service.sh
-source bench/http/service.sh  # start_shop, start_service
 start_shop "${BENCH_PORT:-55470}"
 
 # CPU ticks (utime + stime, getconf CLK_TCK a second) of the service process and its

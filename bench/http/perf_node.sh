@@ -18,14 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${SECONDS_PER_RUN:-10}
 example=${EXAMPLE:-node-orders}
-[[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
-[[ -d examples/$example/node_modules ]] || (cd "examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
+# shellcheck source=service.sh
+source bench/http/service.sh  # node_installed, start_shop, start_service
+node_installed "$example"
 work=$(mktemp -d /tmp/idem-nodeperf.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; rm -f "/tmp/perf-$service.map";
   scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-# shellcheck source=service.sh
-source bench/http/service.sh  # start_shop, start_service
 start_shop "${BENCH_PORT:-55495}"
 # --perf-basic-prof also starts V8's log: kept in $work, not in the current folder.
 start_service node --perf-basic-prof --no-logfile-per-isolate --logfile="$work/v8.log" "examples/$example/app.js"

@@ -15,13 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${SECONDS_PER_RUN:-10}
 example=${EXAMPLE:-node-orders}
-[[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
-[[ -d examples/$example/node_modules ]] || (cd "examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
+# shellcheck source=service.sh
+source bench/http/service.sh  # node_installed, start_shop, start_service
+node_installed "$example"
 work=$(mktemp -d /tmp/idem-nodeprof.XXXXXX)
 service=""
 trap '[[ -n $service ]] && kill "$service" 2>/dev/null; scripts/pgcluster.sh stop "$work/pg"; rm -rf "$work"' EXIT
-# shellcheck source=service.sh
-source bench/http/service.sh  # start_shop, start_service
 start_shop "${BENCH_PORT:-55490}"
 for route in keyed plain; do
   path=/orders

@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Sourced (from the top of the repository) by the scripts of bench/http that
 # run an example service against a throwaway cluster: languages.sh,
-# profile_node.sh, profile_python.sh. The caller sets `work` (a fresh folder)
-# and `service=""`, and its EXIT trap kills "$service" and stops "$work/pg".
+# profile_node.sh, perf_node.sh, profile_python.sh. The caller sets `work` (a
+# fresh folder) and `service=""`, and its EXIT trap kills "$service" and stops
+# "$work/pg".
+
+# node_installed EXAMPLE...: client/node built and each Node example's packages
+# installed from their lock files (npm ci), as the tests install them; what is
+# there already is kept.
+node_installed() {
+  [[ -f client/node/dist/index.js ]] || (cd client/node && npm ci --no-audit --no-fund --loglevel=error)
+  local example
+  for example in "$@"; do
+    [[ -d examples/$example/node_modules ]] || (cd "examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
+  done
+}
 
 # start_shop PORT: a cluster in $work/pg on PORT (fsync on), its environment
 # sourced, a database shop with the extension and synchronous_commit on;

@@ -49,13 +49,8 @@ trap 'stop_all; rm -rf "$work"' EXIT
 
 tests/scale-out/citus_cluster.sh start "$work/citus" "$port"
 PGCLUSTER_PRELOAD=idempotency scripts/pgcluster.sh start "$work/single" $((port + 5)) >/dev/null
-"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $((port + 5)) -U postgres -d postgres <<'SQL'
-CREATE DATABASE shop;
-\c shop
-CREATE EXTENSION idempotency;
-CREATE TABLE orders (id bigserial, principal text NOT NULL, item text NOT NULL, quantity int NOT NULL,
-                     created_at text NOT NULL DEFAULT now()::text, PRIMARY KEY (principal, id));
-SQL
+"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $((port + 5)) -U postgres -d postgres \
+  -f bench/scale-out/single_node.sql
 # The first principal whose shard is on worker 1.
 principal=$("$PGBIN/psql" -X -qAt -h 127.0.0.1 -p "$port" -U postgres -d shop -c "
   SELECT 'user-' || i FROM generate_series(0, 996) AS i
